@@ -1,0 +1,55 @@
+"""Every Redis key name and every key lifetime rule: nothing else formats a key.
+
+A task's own keys share the ``{task_id}`` hash tag so they would land on one cluster slot.
+"""
+
+from __future__ import annotations
+
+PREFIX = "tp:"
+
+
+def task(task_id: str) -> str:
+    """Hash: the task's status fields (the record; one HGETALL answers a status read)."""
+    return f"{PREFIX}task:{{{task_id}}}"
+
+
+def payload(task_id: str) -> str:
+    """String: the validated payload JSON, dropped when the task ends."""
+    return f"{PREFIX}task:{{{task_id}}}:payload"
+
+
+def result(task_id: str) -> str:
+    """String: the result JSON ({"result", "failures", "error_code"}) of a COMPLETED task."""
+    return f"{PREFIX}task:{{{task_id}}}:result"
+
+
+def events(task_id: str) -> str:
+    """Pub/sub channel: a message with the task's event sequence number on every change."""
+    return f"{PREFIX}task:{{{task_id}}}:events"
+
+
+def dedup(member: str, digest: str) -> str:
+    """String (SET NX EX): the task id holding this dedup key for the member's window."""
+    return f"{PREFIX}dedup:{member}:{digest}"
+
+
+def history(member: str) -> str:
+    """Sorted set: the member's task ids scored by creation time (ms)."""
+    return f"{PREFIX}history:{member}"
+
+
+EXPIRY = f"{PREFIX}expiry"  # sorted set: task id scored by the ms when housekeeping must act on it
+RUNNING = f"{PREFIX}running"  # sorted set: PROCESSING task id scored by its last heartbeat (ms)
+MEMBERS = f"{PREFIX}members"  # set: every member that has a history index
+HOUSEKEEPING_LOCK = f"{PREFIX}housekeeping:lock"
+STATS = f"{PREFIX}stats"  # hash: counters (submitted, completed, failed, ...) for metrics
+FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
+SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
+
+
+def housekeeping_lock(job: str) -> str:
+    return f"{PREFIX}housekeeping:{job}:lock"
+
+
+def all_static() -> list[str]:
+    return [EXPIRY, RUNNING, MEMBERS, HOUSEKEEPING_LOCK, STATS, FAILURES, SLOW_WARNED]

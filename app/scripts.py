@@ -1,0 +1,109 @@
+"""The Lua scripts: every task state change is one of these, so it is one atomic compare-and-set.
+
+Each script names the status it expects; if the task is elsewhere it writes nothing and answers
+with the status it found. Keys arrive in KEYS[] (built by app.keys), never built in Lua.
+"""
+
+from __future__ import annotations
+
+# Create a task unless the member's dedup key is held by a live task.
+# Atomic so that N concurrent identical submits create exactly one task.
+# KEYS: dedup, task, payload, history, expiry, members
+# ARGV: task_id, dedup_window_s, key_ttl_s, created_ms, expiry_ms, payload_json, member,
+#       field1, value1, ...  (the task hash)
+# Returns {1} when created, {0, existing_id} for a duplicate.
+SUBMIT = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+  return {0, redis.call('GET', KEYS[1])}
+end
+local pairs = {}
+for i = 8, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+redis.call('HSET', KEYS[2], unpack(pairs))
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[3])
+redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+redis.call('SADD', KEYS[6], ARGV[7])
+return {1}
+"""
+
+# PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
+# KEYS: task, payload, running, events
+# ARGV: run_id, now_iso, now_ms
+# Returns {1, payload_json, HGETALL} when started, {0, current_status} otherwise.
+START = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'PENDING' then return {0, status or ''} end
+local payload = redis.call('GET', KEYS[2])
+if not payload then return {0, 'MISSING_PAYLOAD'} end
+redis.call('HSET', KEYS[1], 'status', 'PROCESSING', 'run_id', ARGV[1], 'started_at', ARGV[2],
+           'updated_at', ARGV[2], 'message', '')
+redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('ZADD', KEYS[3], ARGV[3], redis.call('HGET', KEYS[1], 'id'))
+redis.call('PUBLISH', KEYS[4], seq)
+return {1, payload, redis.call('HGETALL', KEYS[1])}
+"""
+
+# Progress and heartbeat of a running task: only the run that started it may write, and only while
+# PROCESSING, so a late write after a cancel, a retry or a recovery is dropped. Progress never goes down.
+# KEYS: task, running, events
+# ARGV: run_id, now_ms, now_iso, progress ('' = heartbeat only), message, items_total,
+#       items_succeeded, items_failed  (items '' = unchanged)
+# Returns the status found ('PROCESSING' when written).
+PROGRESS = """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'progress')
+if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[1] then return cur[1] or '' end
+redis.call('ZADD', KEYS[2], 'XX', ARGV[2], redis.call('HGET', KEYS[1], 'id'))
+if ARGV[4] == '' then return 'PROCESSING' end
+local progress = tonumber(ARGV[4])
+if progress < (tonumber(cur[3]) or 0) then progress = tonumber(cur[3]) end
+redis.call('HSET', KEYS[1], 'progress', progress, 'message', ARGV[5], 'updated_at', ARGV[3])
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'items_total', ARGV[6], 'items_succeeded', ARGV[7], 'items_failed', ARGV[8])
+end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('PUBLISH', KEYS[3], seq)
+return 'PROCESSING'
+"""
+
+# Every other transition: expected status(es) -> new status, with its side effects in one step.
+# KEYS: task, payload, result, running, expiry, events
+# ARGV: expected (comma list), run_id ('' = any run), new_status, key_ttl_s ('' = keep),
+#       expiry_ms ('' = leave the expiry index), result_json ('' = none), result_ttl_s,
+#       drop ('payload' | 'all' | ''), field1, value1, ...
+# Returns {1, previous_status} when written, {0, current_status} otherwise.
+TRANSITION = """
+local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'id')
+local status = cur[1]
+if not status then return {0, ''} end
+local ok = false
+for s in string.gmatch(ARGV[1], '[^,]+') do if s == status then ok = true end end
+if not ok or (ARGV[2] ~= '' and cur[2] ~= ARGV[2]) then return {0, status} end
+local pairs = {'status', ARGV[3]}
+for i = 9, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(pairs))
+if ARGV[4] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+redis.call('ZREM', KEYS[4], cur[3])
+if ARGV[5] ~= '' then redis.call('ZADD', KEYS[5], ARGV[5], cur[3]) end
+if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
+if ARGV[8] == 'payload' or ARGV[8] == 'all' then redis.call('DEL', KEYS[2]) end
+if ARGV[8] == 'all' then redis.call('DEL', KEYS[3]) end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('PUBLISH', KEYS[6], seq)
+return {1, status}
+"""
+
+# Give up a task that could not be queued (Redis failed between create and enqueue): remove every
+# trace so a retried submit is not answered with a duplicate of a task that will never run.
+# KEYS: dedup, task, payload, history, expiry
+# ARGV: task_id
+DISCARD = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+return 1
+"""
+
+ALL = {"submit": SUBMIT, "start": START, "progress": PROGRESS, "transition": TRANSITION, "discard": DISCARD}

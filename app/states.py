@@ -1,0 +1,57 @@
+"""Task statuses, the transition table and the service's own error codes: their only home."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+    DUPLICATE = "DUPLICATE"  # only ever an answer to a duplicate submit, never stored
+
+
+ACTIVE = frozenset({TaskStatus.PENDING, TaskStatus.PROCESSING})
+TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+STORED = ACTIVE | TERMINAL | {TaskStatus.EXPIRED}
+
+# Every transition the code performs, (from, to). The Lua scripts enforce "from" at write time;
+# tests assert that every transition the store asks for is listed here.
+TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
+    {
+        (TaskStatus.PENDING, TaskStatus.PROCESSING),
+        (TaskStatus.PENDING, TaskStatus.CANCELLED),
+        (TaskStatus.PENDING, TaskStatus.EXPIRED),
+        (TaskStatus.PROCESSING, TaskStatus.PENDING),  # retry, or recovery after a lost worker
+        (TaskStatus.PROCESSING, TaskStatus.COMPLETED),
+        (TaskStatus.PROCESSING, TaskStatus.FAILED),
+        (TaskStatus.PROCESSING, TaskStatus.CANCELLED),
+        (TaskStatus.PROCESSING, TaskStatus.EXPIRED),
+        (TaskStatus.COMPLETED, TaskStatus.EXPIRED),
+        (TaskStatus.FAILED, TaskStatus.EXPIRED),
+        (TaskStatus.CANCELLED, TaskStatus.EXPIRED),
+    }
+)
+
+
+class ErrorCode:
+    """The service's own (negative) task error codes; business codes are positive."""
+
+    INTERNAL = -1
+    TIMEOUT = -2
+    WORKER_LOST = -3
+    EXPIRED = -4
+
+
+ERROR_MESSAGES = {
+    ErrorCode.INTERNAL: "processing error, please retry later",
+    ErrorCode.TIMEOUT: "task timed out",
+    ErrorCode.WORKER_LOST: "worker lost: the process running the task died and no retry was left",
+    ErrorCode.EXPIRED: "task expired before it finished",
+}
+
+QUEUES = ("high", "default", "low")  # RQ queue names, in the order workers listen
