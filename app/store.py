@@ -1,0 +1,249 @@
+"""TaskStore: every read and write of a task's Redis data goes through here.
+
+Writes are the Lua scripts of :mod:`app.scripts` (one atomic compare-and-set each); reads are one
+round trip (HGETALL, or a pipeline when the result is needed too).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from app import keys, scripts
+from app.config import Config
+from app.states import TaskStatus
+from app.task import Task, iso, now_ms
+
+S = TaskStatus
+
+
+@dataclass(frozen=True)
+class NewTask:
+    task_id: str
+    member: str
+    type: str
+    payload: dict[str, Any]
+    dedup_digest: str
+    priority: str
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a worker needs once it owns a task."""
+
+    task: Task
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Page:
+    tasks: list[Task]
+    next_cursor: str | None
+
+
+def _items_fields(items: dict[str, int] | None) -> list[Any]:
+    if items is None:
+        return []
+    return ["items_total", items["total"], "items_succeeded", items["succeeded"], "items_failed", items["failed"]]
+
+
+class TaskStore:
+    def __init__(self, conn: redis.Redis, config: Config) -> None:
+        self.redis = conn
+        self.config = config
+        self._scripts = {name: conn.register_script(src) for name, src in scripts.ALL.items()}
+
+    def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+        return self._scripts[name](keys=keys_, args=args, client=client)
+
+    # -- submit ---------------------------------------------------------------------------------
+    def create(self, new: NewTask) -> tuple[bool, str]:
+        """Create the task unless its dedup key is held. Returns (created, task_id_holding_the_key)."""
+        c = self.config
+        created = now_ms()
+        stamp = iso(created)
+        fields = [
+            "id", new.task_id, "type", new.type, "member", new.member, "status", S.PENDING,
+            "progress", 0, "attempts", 0, "max_attempts", new.max_attempts, "priority", new.priority,
+            "created_at", stamp, "updated_at", stamp, "expires_at", iso(created + c.task_ttl * 1000), "seq", 0,
+        ]  # fmt: skip
+        key_ttl = c.task_ttl + c.tombstone_ttl
+        answer = self._run(
+            "submit",
+            [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
+             keys.history(new.member), keys.EXPIRY, keys.MEMBERS],
+            [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
+             orjson.dumps(new.payload), new.member, *fields],
+        )  # fmt: skip
+        if answer[0] == 1:
+            return True, new.task_id
+        return False, answer[1].decode()
+
+    def discard(self, new: NewTask) -> None:
+        """Remove every trace of a task that could not be queued."""
+        self._run(
+            "discard",
+            [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
+             keys.history(new.member), keys.EXPIRY],
+            [new.task_id],
+        )
+
+    # -- reads ----------------------------------------------------------------------------------
+    def get(self, task_id: str) -> Task | None:
+        h = self.redis.hgetall(keys.task(task_id))
+        return Task.from_hash(h) if h else None
+
+    def get_with_result(self, task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.task(task_id))
+        pipe.get(keys.result(task_id))
+        h, raw = pipe.execute()
+        if not h:
+            return None, None
+        return Task.from_hash(h), (orjson.loads(raw) if raw else None)
+
+    def get_many(self, task_ids: list[str]) -> list[Task | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hgetall(keys.task(task_id))
+        return [Task.from_hash(h) if h else None for h in pipe.execute()]
+
+    # -- worker side ----------------------------------------------------------------------------
+    def start(self, task_id: str, run_id: str) -> Started | str:
+        """PENDING -> PROCESSING for this run. Returns Started, or the status that prevented it."""
+        t = now_ms()
+        answer = self._run(
+            "start",
+            [keys.task(task_id), keys.payload(task_id), keys.RUNNING, keys.events(task_id)],
+            [run_id, iso(t), t],
+        )
+        if answer[0] != 1:
+            return answer[1].decode()
+        flat = answer[2]
+        h = dict(zip(flat[::2], flat[1::2], strict=True))
+        return Started(task=Task.from_hash(h), payload=orjson.loads(answer[1]))
+
+    def report(
+        self, task_id: str, run_id: str, progress: int | None, message: str | None = None,
+        items: dict[str, int] | None = None,
+    ) -> str:
+        """Progress (or, with progress None, a bare heartbeat). Returns the status found."""
+        t = now_ms()
+        counts = [items["total"], items["succeeded"], items["failed"]] if items else ["", "", ""]
+        answer = self._run(
+            "progress",
+            [keys.task(task_id), keys.RUNNING, keys.events(task_id)],
+            [run_id, t, iso(t), "" if progress is None else int(progress), message or "", *counts],
+        )
+        return answer.decode() if isinstance(answer, bytes) else str(answer)
+
+    def _transition(
+        self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
+        run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
+        drop: str = "",
+    ) -> tuple[bool, str]:
+        answer = self._run(
+            "transition",
+            [keys.task(task_id), keys.payload(task_id), keys.result(task_id), keys.RUNNING, keys.EXPIRY,
+             keys.events(task_id)],
+            [",".join(expected), run_id, new_status, key_ttl, expiry_ms, result, self.config.result_ttl,
+             drop, *fields],
+        )  # fmt: skip
+        return answer[0] == 1, answer[1].decode()
+
+    def _terminal(
+        self, task_id: str, expected: tuple[str, ...], status: str, fields: list[Any], *,
+        run_id: str = "", result: bytes | str = "",
+    ) -> tuple[bool, str]:
+        """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now."""
+        c = self.config
+        t = now_ms()
+        expires = t + c.result_ttl * 1000
+        stamp = iso(t)
+        fields = [*fields, "completed_at", stamp, "updated_at", stamp, "expires_at", iso(expires)]
+        return self._transition(
+            task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
+            expiry_ms=expires, result=result, drop="payload",
+        )
+
+    def complete(
+        self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
+        failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
+    ) -> bool:
+        body = orjson.dumps({"result": result, "failures": failures, "error_code": error_code})
+        fields = ["progress", 100, "message", message or "completed", *_items_fields(items)]
+        ok, _ = self._terminal(task_id, (S.PROCESSING,), S.COMPLETED, fields, run_id=run_id, result=body)
+        return ok
+
+    def fail(
+        self, task_id: str, run_id: str, code: int, message: str, *, items: dict[str, int] | None = None,
+    ) -> bool:
+        fields = ["error_code", code, "error_message", message, "message", message, *_items_fields(items)]
+        ok, _ = self._terminal(task_id, (S.PROCESSING,), S.FAILED, fields, run_id=run_id)
+        return ok
+
+    def retry(self, task_id: str, run_id: str, message: str) -> bool:
+        """PROCESSING -> PENDING: this run gave up; the job will be delivered again."""
+        fields = ["run_id", "", "message", message, "updated_at", iso(now_ms())]
+        ok, _ = self._transition(task_id, (S.PROCESSING,), S.PENDING, fields, run_id=run_id)
+        return ok
+
+    # -- client side ----------------------------------------------------------------------------
+    def cancel(self, task_id: str) -> tuple[bool, str]:
+        """PENDING|PROCESSING -> CANCELLED. Returns (done, previous or current status)."""
+        return self._terminal(task_id, (S.PENDING, S.PROCESSING), S.CANCELLED, ["message", "cancelled"])
+
+    def history(
+        self, member: str, *, limit: int, cursor: str | None = None, status: str | None = None,
+        type_: str | None = None, now_iso: str | None = None, batch: int = 100,
+    ) -> Page:
+        """The member's tasks, newest first, filtered; ``cursor`` continues a previous page.
+
+        The position is (creation score, how many entries with that score were already passed), so
+        tasks created meanwhile never shift a page. Filters scan at most ``budget`` entries a page.
+        """
+        now_iso = now_iso or iso(now_ms())
+        key = keys.history(member)
+        top, skip = decode_cursor(cursor) if cursor else (float("inf"), 0)
+        found: list[Task] = []
+        budget = max(limit * 20, 1000)
+        while budget > 0:
+            rows = self.redis.zrevrangebyscore(
+                key, "+inf" if top == float("inf") else top, "-inf", start=skip, num=batch, withscores=True)
+            for (_, score), task in zip(rows, self.get_many([r[0].decode() for r in rows]), strict=True):
+                top, skip = (top, skip + 1) if score == top else (score, 1)
+                budget -= 1
+                if task and _matches(task, status, type_, now_iso):
+                    found.append(task)
+                    if len(found) == limit:
+                        return Page(found, encode_cursor((top, skip)))
+            if len(rows) < batch:
+                return Page(found, None)
+        return Page(found, encode_cursor((top, skip)))
+
+
+def _matches(task: Task, status: str | None, type_: str | None, now_iso: str) -> bool:
+    return (not status or task.effective_status(now_iso) == status) and (not type_ or task.type == type_)
+
+
+def encode_cursor(position: tuple[float, int]) -> str:
+    raw = f"{int(position[0])}:{position[1]}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, int]:
+    """Raises ValueError for anything that is not a cursor this service made."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        score, skip = raw.split(":")
+        value = (float(int(score)), int(skip))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("malformed cursor") from exc
+    if value[1] < 0:
+        raise ValueError("malformed cursor")
+    return value
