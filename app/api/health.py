@@ -1,0 +1,29 @@
+"""Liveness and readiness, outside /api/v1."""
+
+from __future__ import annotations
+
+import redis
+from flask import Blueprint, Response
+
+from app.api import json_response
+from app.errors import problem
+from app.runtime import runtime
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    """The process is up."""
+    return json_response({"status": "ok"})
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    """Redis answers: the process can serve requests."""
+    try:
+        runtime().redis.ping()
+    except redis.RedisError:
+        return problem(503, "unavailable", "Service temporarily unavailable", "the task store is unreachable",
+                       {"Retry-After": "5"})
+    return json_response({"status": "ready"})

@@ -1,0 +1,170 @@
+"""/api/v1/tasks: submit, status, result, result file, cancel, history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from flask import Blueprint, Response, request, send_file
+from marshmallow import ValidationError
+
+from app.api import json_response
+from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, UnsupportedMediaType, ValidationFailed
+from app.runtime import runtime
+from app.schemas import HistoryQuerySchema, SubmitSchema
+from app.states import ACTIVE, TaskStatus
+from app.store import decode_cursor
+from app.task import Task, iso, now_ms, task_path
+from workers import processors
+
+bp = Blueprint("tasks", __name__, url_prefix="/api/v1")
+_submit_schema = SubmitSchema()
+_history_schema = HistoryQuerySchema()
+RETRY_AFTER = {"Retry-After": "1"}
+
+
+@bp.post("/tasks")
+def submit() -> Response:
+    """Submit a task: 202 with its status document, or 409 naming the task that holds the dedup key."""
+    rt = runtime()
+    member = rt.members.current()
+    body = _json_body()
+    try:
+        data = _submit_schema.load(body)
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+    dedup_key = _dedup_key(data["dedup_key"])
+    payload = _validated_payload(data["type"], data["payload"])
+    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"])
+    location = {"Location": task_path(outcome.task_id)}
+    if outcome.created:
+        assert outcome.task is not None
+        return json_response(outcome.task.to_doc(iso(now_ms())), 202, {**location, **RETRY_AFTER})
+    existing = outcome.task.to_doc(iso(now_ms())) if outcome.task else None
+    message = "an identical task was submitted within the deduplication window"
+    body = {
+        "type": "/problems/duplicate", "title": "Duplicate task", "detail": message,
+        "task_id": outcome.task_id, "status": TaskStatus.DUPLICATE, "duplicate": True, "message": message,
+        "existing": existing,
+    }  # fmt: skip
+    return json_response(body, 409, {**location, "X-Task-Deduplicated": "true"}, content_type=PROBLEM_JSON)
+
+
+def _json_body() -> dict[str, Any]:
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("send the body as application/json")
+    try:
+        body = orjson.loads(request.get_data())
+    except orjson.JSONDecodeError:
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _dedup_key(from_body: str | None) -> str | None:
+    header = request.headers.get("Idempotency-Key")
+    if header is None:
+        return from_body
+    if not 1 <= len(header) <= 128:
+        raise ValidationFailed({"Idempotency-Key": ["Length must be between 1 and 128."]})
+    if from_body is not None and from_body != header:
+        raise ValidationFailed({"dedup_key": ["Differs from the Idempotency-Key header."]})
+    return header
+
+
+def _validated_payload(task_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return processors.validate(task_type, payload)
+    except KeyError:
+        known = processors.known_types()
+        raise ValidationFailed({"type": [f"Unknown task type. Known types: {', '.join(known)}."]},
+                               f"unknown task type {task_type!r}", known_types=known) from None
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages, prefix="payload.")) from None
+
+
+@bp.get("/tasks/<task_id>")
+def status(task_id: str) -> Response:
+    """The task's status document (one Redis read)."""
+    rt = runtime()
+    task = rt.service.find(rt.members.current(), task_id)
+    doc = task.to_doc(iso(now_ms()))
+    if doc["status"] == TaskStatus.EXPIRED:
+        return json_response(doc, 410)
+    return json_response(doc, 200, RETRY_AFTER if doc["status"] in ACTIVE else None)
+
+
+def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
+    """The COMPLETED task and its stored result, or the answer the contract gives instead."""
+    rt = runtime()
+    task, stored = rt.service.find_with_result(rt.members.current(), task_id)
+    doc = task.to_doc(iso(now_ms()))
+    if doc["status"] == TaskStatus.COMPLETED and stored is not None:
+        return task, stored
+    if doc["status"] in ACTIVE:
+        return json_response(doc, 202, RETRY_AFTER)
+    if doc["status"] in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        raise Conflict(f"task is {doc['status']}: there is no result", task_status=doc["status"], error=doc["error"])
+    doc["status"] = TaskStatus.EXPIRED
+    return json_response(doc, 410)
+
+
+@bp.get("/tasks/<task_id>/result")
+def result(task_id: str) -> Response:
+    """The result of a COMPLETED task; 202 while it runs, 409 if it failed or was cancelled, 410 once expired."""
+    found = _finished_result(task_id)
+    if isinstance(found, Response):
+        return found
+    task, stored = found
+    body = {
+        "task_id": task.id, "status": TaskStatus.COMPLETED, "result": stored["result"], "items": task.items,
+        "failures": stored.get("failures", []), "error_code": stored.get("error_code"),
+        "completed_at": task.completed_at, "expires_at": task.expires_at,
+    }  # fmt: skip
+    return json_response(body)
+
+
+@bp.get("/tasks/<task_id>/result/file")
+def result_file(task_id: str) -> Response:
+    """Stream the file of a COMPLETED task whose result is a file, as an attachment."""
+    found = _finished_result(task_id)
+    if isinstance(found, Response):
+        return found
+    task, stored = found
+    info = (stored.get("result") or {}).get("file") if isinstance(stored.get("result"), dict) else None
+    if not info:
+        raise NotFound("this task's result has no file")
+    try:
+        handle = runtime().results.open(task.id, info["name"])
+    except FileNotFoundError:
+        raise NotFound("the result file is gone") from None
+    return send_file(handle, mimetype=info["content_type"], as_attachment=True, download_name=info["name"],
+                     max_age=0)
+
+
+@bp.delete("/tasks/<task_id>")
+def cancel(task_id: str) -> Response:
+    """Cancel a PENDING or PROCESSING task: 204; 409 once it has ended."""
+    rt = runtime()
+    rt.service.cancel(rt.members.current(), task_id)
+    return Response(status=204)
+
+
+@bp.get("/tasks")
+def history() -> Response:
+    """The caller's tasks, newest first, filtered by status and type, a page at a time."""
+    rt = runtime()
+    member = rt.members.current()
+    try:
+        query = _history_schema.load(request.args.to_dict())
+        if query["cursor"]:
+            decode_cursor(query["cursor"])
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+    except ValueError:
+        raise ValidationFailed({"cursor": ["Not a cursor from a previous page."]}) from None
+    now = iso(now_ms())
+    page = rt.service.store.history(member, limit=query["limit"], cursor=query["cursor"], status=query["status"],
+                                    type_=query["type"], now_iso=now)
+    return json_response({"tasks": [t.to_doc(now) for t in page.tasks], "next_cursor": page.next_cursor})

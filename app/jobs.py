@@ -1,0 +1,62 @@
+"""The RQ side of a task: one job per task (job id = task id) whose only argument is the task id.
+
+RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
+result (``result_ttl=0``) and a failed job is forgotten after ``FAILED_JOB_TTL``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from rq import Queue
+from rq.command import send_stop_job_command
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
+
+from app.config import Config
+from app.states import QUEUES
+
+RUN_TASK = "workers.runner.run_task"
+FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashboard
+
+log = logging.getLogger(__name__)
+
+
+class JobQueue:
+    def __init__(self, conn: redis.Redis, config: Config) -> None:
+        self.redis = conn
+        self.config = config
+        self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
+
+    def enqueue(self, task_id: str, priority: str, timeout: int, pipeline: redis.client.Pipeline | None = None) -> None:
+        """Queue the task's job; with ``pipeline`` the commands join the caller's round trip."""
+        queue = self.queues[priority]
+        job = queue.create_job(
+            RUN_TASK,
+            args=(task_id,),
+            job_id=task_id,
+            timeout=timeout,  # RQ raises JobTimeoutException in run_task, which fails the task with -2
+            result_ttl=0,
+            failure_ttl=FAILED_JOB_TTL,
+            ttl=self.config.task_ttl,
+            description=f"task {task_id}",
+        )
+        pipe = pipeline if pipeline is not None else self.redis.pipeline()
+        queue.enqueue_job(job, pipeline=pipe)
+        if pipeline is None:
+            pipe.execute()
+
+    def remove(self, task_id: str) -> None:
+        """Drop a queued (or retry-scheduled) job so it never starts."""
+        try:
+            Job.fetch(task_id, connection=self.redis).delete()
+        except NoSuchJobError:
+            pass
+
+    def stop(self, task_id: str) -> None:
+        """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""
+        try:
+            send_stop_job_command(self.redis, task_id)
+        except (NoSuchJobError, InvalidJobOperation):
+            pass  # not running (anymore): the processor's next checkpoint sees the cancel

@@ -1,0 +1,37 @@
+"""The per-app objects views use (config, Redis, service, members, result files), built once in create_app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from flask import Flask, current_app
+
+from app.auth import Members
+from app.config import Config
+from app.connection import connect
+from app.results import ResultStore, result_store
+from app.service import TaskService
+
+EXTENSION = "taskport"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    config: Config
+    redis: redis.Redis
+    service: TaskService
+    members: Members
+    results: ResultStore
+
+    @classmethod
+    def build(cls, config: Config, conn: redis.Redis | None = None) -> Runtime:
+        conn = conn if conn is not None else connect(config)
+        return cls(config, conn, TaskService(conn, config), Members(config), result_store(config))
+
+    def init_app(self, app: Flask) -> None:
+        app.extensions[EXTENSION] = self
+
+
+def runtime() -> Runtime:
+    return current_app.extensions[EXTENSION]  # type: ignore[no-any-return]

@@ -1,0 +1,114 @@
+"""Submit and cancel: the few steps that span the task store and the RQ queue.
+
+Views call this; it calls the store and the job queue; nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from app.config import Config
+from app.errors import Conflict, task_not_found
+from app.jobs import JobQueue
+from app.logs import task_logger
+from app.states import ACTIVE, TaskStatus
+from app.store import NewTask, TaskStore
+from app.task import Task, iso, now_ms
+from workers import processors
+
+log = logging.getLogger(__name__)
+
+
+def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) -> str:
+    """SHA-256 of the explicit key, or of the type and the canonical JSON of the payload."""
+    if explicit is not None:
+        material = b"key\n" + explicit.encode()
+    else:
+        material = b"payload\n" + task_type.encode() + b"\n" + orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(material).hexdigest()
+
+
+@dataclass(frozen=True)
+class Submitted:
+    created: bool
+    task: Task | None  # the new task, or the one holding the dedup key (None if it vanished meanwhile)
+    task_id: str
+
+
+class TaskService:
+    def __init__(self, conn: redis.Redis, config: Config) -> None:
+        self.config = config
+        self.store = TaskStore(conn, config)
+        self.jobs = JobQueue(conn, config)
+
+    def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
+               priority: str | None) -> Submitted:
+        """Create and queue a task (payload already validated), or name the task holding the dedup key."""
+        proc = processors.get(task_type)
+        assert proc is not None, "validated before"
+        new = NewTask(
+            task_id=str(uuid.uuid4()), member=member, type=task_type, payload=payload,
+            dedup_digest=dedup_digest(task_type, payload, dedup_key), priority=priority or proc.priority,
+            max_attempts=proc.retries + 1,
+        )
+        created, holder, task = self.store.create(new)
+        tlog = task_logger(log, holder)
+        if not created:
+            tlog.info("duplicate submit of %s by %s", task_type, member)
+            return Submitted(False, self.store.get(holder), holder)
+        try:
+            self.jobs.enqueue(new.task_id, new.priority, proc.timeout)
+        except redis.RedisError:
+            tlog.error("could not queue the task; discarding it")
+            self._discard_quietly(new)
+            raise
+        tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
+        return Submitted(True, task, new.task_id)
+
+    def _discard_quietly(self, new: NewTask) -> None:
+        try:
+            self.store.discard(new)
+        except redis.RedisError:
+            task_logger(log, new.task_id).exception("could not discard the unqueued task")
+
+    def find(self, member: str, task_id: str) -> Task:
+        """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""
+        return _owned(member, self.store.get(task_id) if _is_uuid(task_id) else None)
+
+    def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
+        """The member's task and its stored result (one round trip), or NotFound."""
+        task, stored = self.store.get_with_result(task_id) if _is_uuid(task_id) else (None, None)
+        return _owned(member, task), stored
+
+    def cancel(self, member: str, task_id: str) -> None:
+        status = self.find(member, task_id).effective_status(iso(now_ms()))
+        done, previous = (False, status) if status not in ACTIVE else self.store.cancel(task_id)
+        if not done:
+            raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",
+                           task_status=previous)
+        if previous == TaskStatus.PENDING:
+            self.jobs.remove(task_id)
+        else:
+            self.jobs.stop(task_id)
+        task_logger(log, task_id).info("cancelled (was %s)", previous)
+
+
+def _owned(member: str, task: Task | None) -> Task:
+    if task is None or task.member != member:
+        raise task_not_found()
+    return task
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _is_uuid(value: str) -> bool:
+    return _UUID.fullmatch(value) is not None

@@ -1,0 +1,147 @@
+"""run_task: the only function RQ runs. It owns one delivery of a task from start to end.
+
+Start and finish are compare-and-sets on the task (see app.scripts): a second delivery of the same
+job finds the task PROCESSING and does nothing; a finish after a cancel, a recovery or an expiry
+writes nothing (and the processor's files are removed). This is the one place that catches broad
+exceptions, and it records every one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+import redis
+from rq import Retry
+from rq.timeouts import JobTimeoutException
+
+from app.config import Config
+from app.connection import connect
+from app.logs import task_logger
+from app.results import ResultStore, result_store
+from app.states import ERROR_MESSAGES, ErrorCode
+from app.store import Started, TaskStore
+from workers import processors
+from workers.context import TaskContext
+from workers.exceptions import TaskCancelled, TaskError
+
+log = logging.getLogger(__name__)
+
+
+class Runner:
+    """Everything a delivery needs, built once per worker process (before RQ forks its work horses)."""
+
+    def __init__(self, config: Config, conn: redis.Redis | None = None, results: ResultStore | None = None) -> None:
+        self.config = config
+        self.store = TaskStore(conn if conn is not None else connect(config), config)
+        self.results = results if results is not None else result_store(config)
+        processors.load(config.processor_modules)
+
+    def run(self, task_id: str) -> Retry | None:
+        tlog = task_logger(log, task_id)
+        run_id = uuid.uuid4().hex
+        started = self.store.start(task_id, run_id)
+        if not isinstance(started, Started):
+            tlog.info("delivery ignored: task is %s", started or "gone")
+            return None
+        task = started.task
+        tlog.info("started %s, attempt %d of %d", task.type, task.attempts, task.max_attempts)
+        ctx = TaskContext(
+            task_id,
+            lambda progress, message, items: self.store.report(task_id, run_id, progress, message, items),
+            results=self.results, interval=self.config.progress_interval, logger=tlog,
+        )
+        with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval):
+            return self._execute(started, run_id, ctx, tlog)
+
+    def _execute(self, started: Started, run_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> Retry | None:
+        task = started.task
+        proc = processors.get(task.type)
+        try:
+            if proc is None:
+                raise LookupError(f"no processor registered for {task.type!r} in this worker")
+            output = proc.func(started.payload, ctx)
+        except TaskCancelled:
+            tlog.info("stopped: the task was cancelled or taken over")
+            self.results.delete(task.id)
+            return None
+        except TaskError as exc:
+            self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
+            return None
+        except JobTimeoutException:
+            self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
+            return None
+        except Exception:
+            tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
+            return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
+        if self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
+                               error_code=ctx.last_error_code):
+            tlog.info("completed")
+        else:
+            tlog.info("finished, but the task was cancelled or taken over meanwhile: output dropped")
+            self.results.delete(task.id)
+        return None
+
+    def _fail(self, task_id: str, run_id: str, code: int, message: str, ctx: TaskContext,
+              tlog: logging.LoggerAdapter) -> None:
+        self.results.delete(task_id)
+        if self.store.fail(task_id, run_id, code, message, items=ctx.item_counts):
+            tlog.info("failed with code %d: %s", code, message)
+
+    def _retry_or_fail(self, task_id: str, run_id: str, attempts: int, max_attempts: int, ctx: TaskContext,
+                       tlog: logging.LoggerAdapter) -> Retry | None:
+        if attempts >= max_attempts:
+            self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
+            return None
+        backoff = self.config.backoff
+        delay = backoff[min(attempts - 1, len(backoff) - 1)]
+        self.results.delete(task_id)
+        if not self.store.retry(task_id, run_id, f"attempt {attempts} failed; retrying in {delay}s"):
+            return None
+        tlog.info("retrying in %ds", delay)
+        return Retry(max=max_attempts, interval=delay)
+
+
+class Heartbeat:
+    """A thread that marks the task alive and notices a cancel even while the processor is busy."""
+
+    def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(store, task_id, run_id, ctx, interval), name=f"heartbeat-{task_id}", daemon=True)
+
+    def _beat(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                status = store.report(task_id, run_id, None)
+            except redis.RedisError as exc:
+                task_logger(log, task_id).warning("heartbeat failed: %s", exc)
+                continue
+            if status != "PROCESSING":
+                ctx.mark_cancelled()
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+
+
+_runner: Runner | None = None
+
+
+def prepare(config: Config) -> Runner:
+    """Build the process's Runner (the worker calls this before it starts forking)."""
+    global _runner
+    _runner = Runner(config)
+    return _runner
+
+
+def run_task(task_id: str) -> Retry | None:
+    """RQ's entry point: run one delivery of the task; a returned Retry makes RQ deliver it again later."""
+    runner = _runner or prepare(Config.from_env())
+    return runner.run(task_id)
