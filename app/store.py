@@ -62,8 +62,11 @@ class TaskStore:
         return self._scripts[name](keys=keys_, args=args, client=client)
 
     # -- submit ---------------------------------------------------------------------------------
-    def create(self, new: NewTask) -> tuple[bool, str]:
-        """Create the task unless its dedup key is held. Returns (created, task_id_holding_the_key)."""
+    def create(self, new: NewTask) -> tuple[bool, str, Task | None]:
+        """Create the task unless its dedup key is held.
+
+        Returns (created, id of the task holding the key, the new task as written or None).
+        """
         c = self.config
         created = now_ms()
         stamp = iso(created)
@@ -81,8 +84,9 @@ class TaskStore:
              orjson.dumps(new.payload), new.member, *fields],
         )  # fmt: skip
         if answer[0] == 1:
-            return True, new.task_id
-        return False, answer[1].decode()
+            written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
+            return True, new.task_id, Task.from_hash(written)
+        return False, answer[1].decode(), None
 
     def discard(self, new: NewTask) -> None:
         """Remove every trace of a task that could not be queued."""
