@@ -26,6 +26,9 @@ def _setting(env: str, default: Any, doc: str) -> Any:
 class Config:
     redis_url: str | None = _setting(
         "REDIS_URL", None, "Redis to use; unset = `taskport up` starts an embedded redis-server")
+    redis_port: int = _setting(
+        "TASKPORT_REDIS_PORT", 6380, "loopback port of the embedded redis-server of `taskport up`; 0 = any free")
+    host: str = _setting("TASKPORT_HOST", "0.0.0.0", "interface the web process binds; 127.0.0.1 = local only")
     port: int = _setting("PORT", 8000, "HTTP port of the web process")
     web_concurrency: int = _setting("WEB_CONCURRENCY", 2, "gunicorn worker processes")
     web_threads: int = _setting("TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker (SSE streams hold one)")
@@ -49,6 +52,8 @@ class Config:
     stall_timeout: float = _setting("TASKPORT_STALL_TIMEOUT", 30.0, "seconds without heartbeat = worker lost")
     slow_task_warn: float = _setting("TASKPORT_SLOW_TASK_WARN", 1800.0, "seconds PROCESSING before a warning")
     housekeeping_interval: int = _setting("TASKPORT_HOUSEKEEPING_INTERVAL", 60, "seconds between passes")
+    scheduler_interval: float = _setting(
+        "TASKPORT_SCHEDULER_INTERVAL", 5.0, "seconds between rq-scheduler polls for due periodic jobs")
     alert_webhook: str = _setting("TASKPORT_ALERT_WEBHOOK", "", "URL that gets a JSON POST on failure alerts")
     alert_failures: int = _setting("TASKPORT_ALERT_FAILURES", 10, "failures within the window that alert")
     alert_window: int = _setting("TASKPORT_ALERT_WINDOW", 300, "seconds of the failure-alert window")
