@@ -1,0 +1,29 @@
+"""Unit fixtures: fakeredis with Lua, a Config with short windows, the store and a Flask test client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+
+from app.config import Config
+from app.store import TaskStore
+
+
+@pytest.fixture
+def config(tmp_path) -> Config:
+    return Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path)
+
+
+@pytest.fixture
+def conn() -> Iterator[fakeredis.FakeRedis]:
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(conn, config) -> TaskStore:
+    return TaskStore(conn, config)
