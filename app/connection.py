@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from app.config import Config
 
@@ -19,7 +21,8 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
         socket_timeout=t,
         socket_connect_timeout=t,
         health_check_interval=30,
-        retry_on_timeout=False,
+        # one quick retry heals a connection dropped by a Redis restart; more would turn an outage into a hang
+        retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), retries=1),
     )
 
 

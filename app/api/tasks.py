@@ -81,7 +81,7 @@ def _validated_payload(task_type: str, payload: dict[str, Any]) -> dict[str, Any
         raise ValidationFailed({"type": [f"Unknown task type. Known types: {', '.join(known)}."]},
                                f"unknown task type {task_type!r}", known_types=known) from None
     except ValidationError as exc:
-        raise ValidationFailed(processors.flatten_errors(exc.messages, prefix="payload.")) from None
+        raise ValidationFailed(processors.flatten_errors(exc.messages, prefix="payload")) from None
 
 
 @bp.get("/tasks/<task_id>")
