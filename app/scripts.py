@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # Create a task unless the member's dedup key is held by a live task.
 # Atomic so that N concurrent identical submits create exactly one task.
-# KEYS: dedup, task, payload, history, expiry, members
+# KEYS: dedup, task, payload, history, expiry, members, stats
 # ARGV: task_id, dedup_window_s, key_ttl_s, created_ms, expiry_ms, payload_json, member,
 #       field1, value1, ...  (the task hash)
 # Returns {1} when created, {0, existing_id} for a duplicate.
@@ -24,6 +24,7 @@ redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[3])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('SADD', KEYS[6], ARGV[7])
+redis.call('HINCRBY', KEYS[7], 'submitted', 1)
 return {1}
 """
 
@@ -68,10 +69,12 @@ return 'PROCESSING'
 """
 
 # Every other transition: expected status(es) -> new status, with its side effects in one step.
-# KEYS: task, payload, result, running, expiry, events
+# KEYS: task, payload, result, running, expiry, events, stats, failures
 # ARGV: expected (comma list), run_id ('' = any run), new_status, key_ttl_s ('' = keep),
 #       expiry_ms ('' = leave the expiry index), result_json ('' = none), result_ttl_s,
-#       drop ('payload' | 'all' | ''), field1, value1, ...
+#       drop ('payload' | 'all' | ''), stale_before_ms ('' = no check; else the task's heartbeat must be
+#       older, so a recovery never takes a task from a live worker), now_ms, stat ('' = none),
+#       field1, value1, ...
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
 TRANSITION = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'id')
@@ -80,8 +83,12 @@ if not status then return {0, ''} end
 local ok = false
 for s in string.gmatch(ARGV[1], '[^,]+') do if s == status then ok = true end end
 if not ok or (ARGV[2] ~= '' and cur[2] ~= ARGV[2]) then return {0, status} end
+if ARGV[9] ~= '' then
+  local beat = redis.call('ZSCORE', KEYS[4], cur[3])
+  if beat and tonumber(beat) > tonumber(ARGV[9]) then return {0, status} end
+end
 local pairs = {'status', ARGV[3]}
-for i = 9, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+for i = 12, #ARGV do pairs[#pairs + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(pairs))
 if ARGV[4] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 redis.call('ZREM', KEYS[4], cur[3])
@@ -89,6 +96,8 @@ if ARGV[5] ~= '' then redis.call('ZADD', KEYS[5], ARGV[5], cur[3]) end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
 if ARGV[8] == 'payload' or ARGV[8] == 'all' then redis.call('DEL', KEYS[2]) end
 if ARGV[8] == 'all' then redis.call('DEL', KEYS[3]) end
+if ARGV[11] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[11], 1) end
+if ARGV[3] == 'FAILED' then redis.call('ZADD', KEYS[8], ARGV[10], cur[3]) end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('PUBLISH', KEYS[6], seq)
 return {1, status}

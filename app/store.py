@@ -79,7 +79,7 @@ class TaskStore:
         answer = self._run(
             "submit",
             [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
-             keys.history(new.member), keys.EXPIRY, keys.MEMBERS],
+             keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS],
             [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
              orjson.dumps(new.payload), new.member, *fields],
         )  # fmt: skip
@@ -149,15 +149,18 @@ class TaskStore:
     def _transition(
         self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
-        drop: str = "",
+        drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
     ) -> tuple[bool, str]:
         answer = self._run(
             "transition",
             [keys.task(task_id), keys.payload(task_id), keys.result(task_id), keys.RUNNING, keys.EXPIRY,
-             keys.events(task_id)],
+             keys.events(task_id), keys.STATS, keys.FAILURES],
             [",".join(expected), run_id, new_status, key_ttl, expiry_ms, result, self.config.result_ttl,
-             drop, *fields],
+             drop, stale_before_ms, now_ms(), new_status.lower() if stat is None else stat, *fields],
+            client=client,
         )  # fmt: skip
+        if client is not None:
+            return True, ""  # queued on a pipeline: the caller reads the answer from execute()
         return answer[0] == 1, answer[1].decode()
 
     def _terminal(
@@ -194,7 +197,7 @@ class TaskStore:
     def retry(self, task_id: str, run_id: str, message: str) -> bool:
         """PROCESSING -> PENDING: this run gave up; the job will be delivered again."""
         fields = ["run_id", "", "message", message, "updated_at", iso(now_ms())]
-        ok, _ = self._transition(task_id, (S.PROCESSING,), S.PENDING, fields, run_id=run_id)
+        ok, _ = self._transition(task_id, (S.PROCESSING,), S.PENDING, fields, run_id=run_id, stat="retried")
         return ok
 
     # -- client side ----------------------------------------------------------------------------

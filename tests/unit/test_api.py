@@ -171,9 +171,9 @@ def test_export_file_is_streamed_as_attachment(client, conn, config):
     run_queued(conn, config)
     result = client.get(doc["links"]["result"]).get_json()["result"]
     assert result["rows"] == 5 and result["file"]["url"] == f"{doc['links']['result']}/file"
-    r = client.get(result["file"]["url"])
-    assert r.status_code == 200 and "attachment" in r.headers["Content-Disposition"]
-    assert r.data.count(b"\n") == 6 and len(r.data) == result["file"]["size"]
+    with client.get(result["file"]["url"]) as r:
+        assert r.status_code == 200 and "attachment" in r.headers["Content-Disposition"]
+        assert r.data.count(b"\n") == 6 and len(r.data) == result["file"]["size"]
 
 
 def test_history_newest_first_with_filters_and_422(client):
