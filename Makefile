@@ -1,0 +1,46 @@
+# taskport developer commands. Everything runs from .venv, built here with the system python3 (>= 3.11).
+#   make up      run the whole service locally (embedded Redis unless REDIS_URL is set)
+#   make test    lint, type checks and the whole test suite (what CI runs)
+#   make bench   the benchmarks in bench/
+#   make lint    ruff and mypy only
+#   make clean   remove the venv and caches (var/, the local data, is kept)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# A stamp per install flavour: pip runs again only when pyproject.toml is newer than the stamp.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+DEV_STAMP := $(VENV)/.installed-dev
+LINT_PATHS := app workers tests $(wildcard bench)
+
+.PHONY: up test lint bench clean
+
+up: $(RUNTIME_STAMP)
+	$(BIN)/taskport up
+
+test: lint
+	$(BIN)/python -m pytest
+
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy
+
+bench: $(DEV_STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info build
+	find app workers tests $(wildcard bench) -name __pycache__ -type d -prune -exec rm -rf {} +
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "taskport needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e .
+	touch $@
+
+# The dev install includes the runtime one, so it refreshes both stamps.
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $@ $(RUNTIME_STAMP)

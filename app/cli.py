@@ -1,0 +1,217 @@
+"""The ``taskport`` command: one entry point for every process of the Procfile, and ``up`` for development.
+
+    taskport web          gunicorn serving the Flask app on $PORT
+    taskport worker       one RQ worker (queues high, default, low)
+    taskport scheduler    rq-scheduler (periodic housekeeping)
+    taskport up           all of the above under honcho, plus an embedded Redis when REDIS_URL is unset
+    taskport config       the configuration table (markdown)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from app.config import Config, ConfigError
+from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, port_in_use, session_members
+from app.logs import setup_logging
+
+# gunicorn, chosen for a service whose requests are short except SSE streams:
+# - gthread: a request holds a thread, not a process, so an SSE stream costs one thread and pollers
+#   are still served by the others; idle keep-alive connections wait in the poller and hold no thread.
+# - --timeout is the worker's heartbeat from its main loop, not a request deadline (that loop keeps
+#   beating while threads stream), so gunicorn's 30 s stays: it restarts only a truly stuck worker.
+# - --graceful-timeout 5: on SIGTERM in-flight requests get 5 s; an SSE stream never ends by itself,
+#   so a longer grace only delays every deploy (and honcho SIGKILLs after 5 s anyway).
+# - --keep-alive 5: pollers asked to come back in 1 s (Retry-After) find their connection still open.
+# - --reuse-port: one listening socket per worker, so a burst of connects spreads over all of them.
+# - --no-control-socket: gunicorn 27 would otherwise create ~/.gunicorn/gunicorn.ctl.
+GUNICORN_TIMEOUT = 30
+GUNICORN_GRACEFUL_TIMEOUT = 5
+GUNICORN_KEEPALIVE = 5
+READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
+
+
+def web_command(config: Config) -> list[str]:
+    """The gunicorn command line that ``taskport web`` execs."""
+    level = logging.getLevelName(logging.getLevelNamesMapping().get(config.log_level.upper(), logging.INFO))
+    return [
+        sys.executable, "-m", "gunicorn", "app:create_app()",
+        "--worker-class", "gthread",
+        "--workers", str(config.web_concurrency),
+        "--threads", str(config.web_threads),
+        "--bind", f"{config.host}:{config.port}",
+        "--reuse-port",
+        "--no-control-socket",
+        "--timeout", str(GUNICORN_TIMEOUT),
+        "--graceful-timeout", str(GUNICORN_GRACEFUL_TIMEOUT),
+        "--keep-alive", str(GUNICORN_KEEPALIVE),
+        "--logger-class", "app.logs.GunicornLogger",
+        "--log-level", level.lower(),
+    ]
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
+    command = web_command(Config.from_env())  # fail here, readably, on a bad environment
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.worker import main as worker_main
+
+    return worker_main(Config.from_env(), name=args.name)
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from workers.scheduler import main as scheduler_main
+
+    return scheduler_main(Config.from_env(), name=args.name)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Print every setting as a markdown table (the README's configuration section)."""
+    print("| Variable | Default | Meaning |")
+    print("| --- | --- | --- |")
+    for env, default, doc in Config.describe():
+        shown = f"`{default}`" if default not in ("", "None") else "(unset)"
+        meaning = doc.replace("|", "\\|")
+        print(f"| `{env}` | {shown} | {meaning} |")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Run web, workers and scheduler together, with an embedded Redis unless REDIS_URL is set."""
+    _exit_on_sigterm()  # until honcho takes over the signals: a SIGTERM still runs the cleanup below
+    config = Config.from_env()
+    config = replace(config, data_dir=Path(config.data_dir).resolve())
+    setup_logging(config, "up")
+    if port_in_use(config.port):
+        raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
+    embedded: EmbeddedRedis | None = None
+    try:
+        if not config.redis_url:
+            embedded = EmbeddedRedis(config, port=config.redis_port).start()
+            config = replace(config, redis_url=embedded.url)
+            print(f"embedded Redis on {embedded.url}, data in {embedded.dir}", flush=True)
+        return run_processes(config)
+    finally:
+        if embedded is not None:
+            embedded.close()
+
+
+def run_processes(config: Config) -> int:
+    """Start every process under honcho and wait; they all stop when one stops or on Ctrl-C/SIGTERM."""
+    from honcho.manager import Manager
+
+    manager = Manager()
+    env = {**os.environ, **config.child_environ(), "PYTHONUNBUFFERED": "1"}
+    for name, role in process_roles(config):
+        # `exec`: honcho runs the line through a shell; exec makes our process the one it signals.
+        manager.add_process(name, "exec " + shlex.join([sys.executable, "-m", "app.cli", role]), env=env)
+    done = threading.Event()
+    threading.Thread(target=announce_when_ready, args=(config, done), daemon=True).start()
+    try:
+        manager.loop()
+    finally:
+        done.set()
+        sweep_sessions(_child_pids(manager))
+    return exit_code(manager.returncode)
+
+
+def process_roles(config: Config) -> list[tuple[str, str]]:
+    """(honcho name, role) of every process ``up`` runs."""
+    workers = [(f"worker.{i}", "worker") for i in range(1, config.workers + 1)]
+    return [("web", "web"), *workers, ("scheduler", "scheduler")]
+
+
+def announce_when_ready(config: Config, done: threading.Event) -> None:
+    """Print the URL once the web answers /healthz (so the line is true when it appears)."""
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
+    url = f"http://{host}:{config.port}/"
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not done.wait(0.2):
+        try:
+            with urllib.request.urlopen(url + "healthz", timeout=1) as response:
+                if response.status == 200:
+                    print(f"taskport is up: {url} (data in {config.data_dir})", flush=True)
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            print(f"taskport: the web did not answer {url}healthz within {READY_TIMEOUT:.0f} s", flush=True)
+            return
+
+
+def _child_pids(manager: object) -> list[int]:
+    # honcho 2 keeps each child's pid only in this private table; it is the one place to read them.
+    processes = getattr(manager, "_processes", {})
+    return [p["pid"] for p in processes.values() if p.get("pid")]
+
+
+def sweep_sessions(leaders: Sequence[int]) -> None:
+    """Kill whatever is left in the children's sessions once honcho is done (an RQ work horse moves to
+    its own process group, so honcho's killpg of the worker does not reach it)."""
+    for sid in leaders:
+        if session_members(sid) or alive(sid):
+            kill_session(sid)
+
+
+def exit_code(honcho_rc: int | None) -> int:
+    """0 after a requested stop (Ctrl-C, SIGTERM); non-zero when a process ended by itself."""
+    if honcho_rc in (130, 143):
+        return 0
+    if honcho_rc is None or honcho_rc == 0:
+        return 1  # a long-running process that exits, even with 0, took the others down with it
+    return 128 - honcho_rc if honcho_rc < 0 else honcho_rc
+
+
+def _exit_on_sigterm() -> None:
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taskport", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("web", help="serve the HTTP API with gunicorn on $PORT").set_defaults(run=cmd_web)
+    for role, run, what in (("worker", cmd_worker, "one RQ worker"), ("scheduler", cmd_scheduler, "rq-scheduler")):
+        p = sub.add_parser(role, help=f"run {what}")
+        p.add_argument("--name", help="its name in Redis (default: random)")
+        p.set_defaults(run=run)
+    sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
+        run=cmd_up)
+    sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``taskport`` console script and of ``python -m app.cli``."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ConfigError, EmbeddedRedisError) as exc:
+        print(f"taskport: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

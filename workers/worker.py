@@ -1,0 +1,50 @@
+"""``taskport worker``: one RQ worker process listening on the queues high, default, low (in that order).
+
+It runs RQ's own scheduler alongside (``with_scheduler=True``): a retry with backoff is a scheduled
+job, and without a scheduler it would never come back. SIGTERM is RQ's warm shutdown (finish the
+current job, then exit); a second SIGTERM is the cold one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rq import SimpleWorker, Worker
+from rq.worker import BaseWorker, SpawnWorker
+
+from app.config import Config
+from app.connection import connect, wait_for_redis
+from app.logs import setup_logging
+from app.states import QUEUES
+
+log = logging.getLogger(__name__)
+
+WORKER_CLASSES: dict[str, type[BaseWorker]] = {
+    "fork": Worker,  # a forked work horse per job: a crash or a stop command kills only the horse
+    "simple": SimpleWorker,  # runs jobs in-process: fastest, but ignores stop commands
+    "spawn": SpawnWorker,  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
+}
+
+
+def build_worker(config: Config, name: str | None = None) -> BaseWorker:
+    """The RQ worker of ``config.worker_class`` on our queues, connected to ``config.redis_url``.
+
+    ``name`` defaults to RQ's random one: a fixed name (say hostname.pid, which repeats in containers)
+    would collide with the registration a killed predecessor leaves behind for a few minutes.
+    """
+    conn = connect(config)
+    wait_for_redis(conn)
+    worker_class = WORKER_CLASSES[config.worker_class]
+    return worker_class(list(QUEUES), name=name, connection=conn)
+
+
+def main(config: Config, name: str | None = None) -> int:
+    """Run one worker until it is told to stop; returns the process exit code."""
+    setup_logging(config, "worker")
+    from workers import runner  # imported late: it loads the processors, which may import a lot
+
+    worker = build_worker(config, name)
+    runner.prepare(config)  # loads the processors once, before the first fork, so work horses inherit them
+    log.info("worker %s (%s) listening on %s", worker.name, config.worker_class, ", ".join(QUEUES))
+    worker.work(with_scheduler=True, logging_level=config.log_level.upper())
+    return 0
