@@ -1,0 +1,1 @@
+"""taskport workers: the task runner, the context handed to processors and the processor registry."""

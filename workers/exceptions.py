@@ -1,0 +1,46 @@
+"""Exceptions a processor raises (or meets) while it runs, and the built-ins' business codes.
+
+``TaskError`` and ``ItemError`` carry a business code (a positive integer, e.g. 10001) that ends up
+in the task's ``error`` or in a failure record; ``TaskCancelled`` is raised *by the context* at a
+checkpoint once the task is no longer this worker's to run. They keep their arguments in ``args``
+so they survive pickling (RQ stores exceptions of failed jobs).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class BusinessCode(IntEnum):
+    """Business error codes used by the built-in processors (the service's own codes are negative)."""
+
+    BILL_UNPAID = 10001
+    INVALID_QUANTITY = 10002
+
+
+class _CodedError(Exception):
+    """An error with a business code and a message meant for the API's client."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(int(code), message)
+        self.code = int(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+
+class TaskError(_CodedError):
+    """Raised by a processor to fail the whole task with a business code (never retried)."""
+
+
+class ItemError(_CodedError):
+    """Raised inside one item's work to fail that item only; the task goes on with the next item."""
+
+
+class TaskCancelled(Exception):
+    """The task is no longer ours to run (cancelled, expired or taken over): stop now, write nothing."""
+
+
+class ProcessorLoadError(ImportError):
+    """A processor module (configured or from an entry point) could not be imported."""
