@@ -1,0 +1,128 @@
+"""Result files (exports) behind a small storage interface.
+
+Processors write files through ``ResultStore.writer``; the API streams them back with ``open``;
+housekeeping and cancellation remove them with ``delete``. :class:`LocalResultStore` keeps them on
+disk, one folder per task under ``Config.results_dir``; another backend (S3, ...) only has to
+implement the :class:`ResultStore` protocol and be returned by :func:`result_store`.
+
+A writer never leaves a half-written file under its final name: bytes go to a hidden temporary
+file in the task's folder that is renamed into place (atomically, ``os.replace``) only when the
+``with`` block exits cleanly, and removed when it raises (including a cancellation or a timeout).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from app.config import Config
+
+# Canonical lower-case UUID text, as str(uuid.uuid4()) gives it: the only task id shape accepted.
+_TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# A plain file name: no separators, no leading dot (so never "." / ".." and never a temp file).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_TEMP_SUFFIX = ".part"
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What the API needs to describe and serve a result file."""
+
+    name: str
+    size: int
+    content_type: str
+
+
+class ResultStore(Protocol):
+    """Where result files live. Task ids must be UUIDs and names plain file names (else ValueError)."""
+
+    def writer(self, task_id: str, name: str) -> AbstractContextManager[BinaryIO]:
+        """A binary file to write ``name`` into; it appears atomically when the block exits cleanly."""
+        ...
+
+    def info(self, task_id: str, name: str, content_type: str) -> FileInfo:
+        """Describe a stored file; raises FileNotFoundError when it is not there."""
+        ...
+
+    def open(self, task_id: str, name: str) -> BinaryIO:
+        """Open a stored file for reading; raises FileNotFoundError when it is not there."""
+        ...
+
+    def delete(self, task_id: str) -> None:
+        """Remove every file of the task; idempotent."""
+        ...
+
+
+def check_task_id(task_id: str) -> str:
+    """Return ``task_id`` if it is a canonical UUID string, else raise ValueError."""
+    if not isinstance(task_id, str) or not _TASK_ID.fullmatch(task_id):
+        raise ValueError("invalid task id for result storage")
+    return task_id
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a plain file name (no path, no leading dot), else raise ValueError."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError("invalid result file name")
+    return name
+
+
+class LocalResultStore:
+    """Result files on the local disk: ``<root>/<task_id>/<name>``."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def _folder(self, task_id: str) -> Path:
+        return self.root / check_task_id(task_id)
+
+    def _path(self, task_id: str, name: str) -> Path:
+        return self._folder(task_id) / check_name(name)
+
+    @contextmanager
+    def _write(self, task_id: str, name: str) -> Iterator[BinaryIO]:
+        final = self._path(task_id, name)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=_TEMP_SUFFIX, dir=final.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(temp, final)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+    def writer(self, task_id: str, name: str) -> AbstractContextManager[BinaryIO]:
+        """See :meth:`ResultStore.writer`; ids and names are checked before anything is created."""
+        self._path(task_id, name)  # validate eagerly, so a bad name fails at the call, not at `with`
+        return self._write(task_id, name)
+
+    def info(self, task_id: str, name: str, content_type: str) -> FileInfo:
+        """See :meth:`ResultStore.info`."""
+        size = self._path(task_id, name).stat().st_size
+        return FileInfo(name=name, size=size, content_type=content_type)
+
+    def open(self, task_id: str, name: str) -> BinaryIO:
+        """See :meth:`ResultStore.open`."""
+        return self._path(task_id, name).open("rb")
+
+    def delete(self, task_id: str) -> None:
+        """See :meth:`ResultStore.delete`."""
+        try:
+            shutil.rmtree(self._folder(task_id))
+        except FileNotFoundError:
+            pass
+
+
+def result_store(config: Config) -> ResultStore:
+    """The result store the configuration asks for (today: files under ``config.results_dir``)."""
+    return LocalResultStore(config.results_dir)

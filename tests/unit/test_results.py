@@ -1,0 +1,114 @@
+"""LocalResultStore: atomic writes, reads, idempotent delete, no path traversal."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.config import Config
+from app.results import FileInfo, LocalResultStore, ResultStore, result_store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalResultStore:
+    return LocalResultStore(tmp_path / "results")
+
+
+@pytest.fixture
+def task_id() -> str:
+    return str(uuid.uuid4())
+
+
+def test_write_is_atomic(store: LocalResultStore, task_id: str):
+    final = store.root / task_id / "out.csv"
+    with store.writer(task_id, "out.csv") as fh:
+        fh.write(b"a,b\n")
+        assert not final.exists()
+    assert final.read_bytes() == b"a,b\n"
+    assert [p.name for p in final.parent.iterdir()] == ["out.csv"]
+
+
+def test_failed_write_leaves_nothing(store: LocalResultStore, task_id: str):
+    with pytest.raises(RuntimeError):
+        with store.writer(task_id, "out.csv") as fh:
+            fh.write(b"partial")
+            raise RuntimeError("stop")
+    assert list((store.root / task_id).iterdir()) == []
+    with pytest.raises(FileNotFoundError):
+        store.open(task_id, "out.csv")
+
+
+def test_rewrite_replaces(store: LocalResultStore, task_id: str):
+    for content in (b"first", b"second"):
+        with store.writer(task_id, "r.bin") as fh:
+            fh.write(content)
+    with store.open(task_id, "r.bin") as fh:
+        assert fh.read() == b"second"
+
+
+def test_info_and_open(store: LocalResultStore, task_id: str):
+    with store.writer(task_id, "data.csv") as fh:
+        fh.write(b"12345")
+    assert store.info(task_id, "data.csv", "text/csv") == FileInfo("data.csv", 5, "text/csv")
+    with store.open(task_id, "data.csv") as fh:
+        assert fh.read() == b"12345"
+    with pytest.raises(FileNotFoundError):
+        store.info(task_id, "other.csv", "text/csv")
+    with pytest.raises(FileNotFoundError):
+        store.open(str(uuid.uuid4()), "data.csv")
+
+
+def test_delete_is_idempotent_and_per_task(store: LocalResultStore, task_id: str):
+    other = str(uuid.uuid4())
+    for tid in (task_id, other):
+        with store.writer(tid, "f.txt") as fh:
+            fh.write(b"x")
+    store.delete(task_id)
+    store.delete(task_id)
+    assert not (store.root / task_id).exists()
+    assert store.info(other, "f.txt", "text/plain").size == 1
+    store.delete(str(uuid.uuid4()))  # never written: fine
+
+
+BAD_IDS = [
+    "",
+    "..",
+    "../x",
+    "abc",
+    "2F1C6A0E-8A53-4C1E-9D6B-0B2A4C1F7E21",
+    "2f1c6a0e8a534c1e9d6b0b2a4c1f7e21",
+    "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21/..",
+    "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21\n",
+]
+BAD_NAMES = ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "/etc/passwd", "a\x00b", "x" * 200]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_rejects_bad_task_ids(store: LocalResultStore, bad: str):
+    with pytest.raises(ValueError):
+        store.writer(bad, "f.csv")
+    with pytest.raises(ValueError):
+        store.open(bad, "f.csv")
+    with pytest.raises(ValueError):
+        store.info(bad, "f.csv", "text/csv")
+    with pytest.raises(ValueError):
+        store.delete(bad)
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES)
+def test_rejects_bad_names(store: LocalResultStore, task_id: str, bad: str):
+    with pytest.raises(ValueError):
+        store.writer(task_id, bad)
+    with pytest.raises(ValueError):
+        store.open(task_id, bad)
+    assert not store.root.exists()
+
+
+def test_factory_uses_results_dir(tmp_path: Path):
+    store = result_store(Config(data_dir=tmp_path))
+    assert isinstance(store, LocalResultStore)
+    assert store.root == tmp_path / "results"
+    checked: ResultStore = store  # LocalResultStore satisfies the protocol (mypy checks this line)
+    assert checked is store
