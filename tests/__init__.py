@@ -1,0 +1,1 @@
+"""taskport's tests (a package, so helpers like ``tests.userprocs.tasks`` import from the repo root)."""
