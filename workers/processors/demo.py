@@ -1,0 +1,68 @@
+"""``demo.sleep``: a processor for tests, demos and benchmarks.
+
+Its payload is fixed by the API contract ("Built-in task types").
+
+It sleeps ``seconds`` in ``steps`` equal steps (cancellable within ``SLEEP_SLICE``), reporting progress
+after each step; then processes ``items`` items, failing those in ``fail_items`` with 10002; then,
+with ``fail_code`` set, fails the whole task with that code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, fields, validate
+
+from workers.context import TaskContext
+from workers.exceptions import BusinessCode, ItemError, TaskError
+from workers.processors import processor
+
+MAX_SECONDS = 3600
+
+
+class JsonNumber(fields.Float):
+    """A JSON number (int or float); unlike ``fields.Float`` it refuses numeric strings like "1.5"."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, str):
+            raise self.make_error("invalid")
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class SleepSchema(Schema):
+    seconds = JsonNumber(load_default=0, validate=validate.Range(0, MAX_SECONDS))
+    steps = fields.Integer(strict=True, load_default=10, validate=validate.Range(1, 10000))
+    items = fields.Integer(strict=True, load_default=0, validate=validate.Range(0, 100000))
+    fail_items = fields.List(fields.Integer(strict=True), load_default=list)
+    fail_code = fields.Integer(
+        strict=True, load_default=None, allow_none=True, validate=validate.Range(min=1)
+    )
+
+
+@processor("demo.sleep", schema=SleepSchema, timeout=MAX_SECONDS + 60)
+def sleep(payload: dict, ctx: TaskContext) -> dict:
+    """Sleep, process dummy items, optionally fail: see the module docstring."""
+    seconds = _plain_number(payload["seconds"])
+    steps = payload["steps"]
+    for step in range(1, steps + 1):
+        ctx.sleep(seconds / steps)
+        ctx.progress(step, steps, f"step {step} of {steps}")
+    count = payload["items"]
+    if count:
+        failing = set(payload["fail_items"])
+        ctx.each(range(count), lambda index: _item(index, failing))
+    if payload["fail_code"] is not None:
+        code = payload["fail_code"]
+        raise TaskError(code, f"demo failure requested with code {code}")
+    return {"slept": seconds, "items": count}
+
+
+def _item(index: int, failing: set[int]) -> int:
+    if index in failing:
+        raise ItemError(BusinessCode.INVALID_QUANTITY, f"demo item {index} failed as requested")
+    return index
+
+
+def _plain_number(value: float) -> float | int:
+    """5.0 -> 5, so the result echoes a whole number of seconds the way it was most likely sent."""
+    return int(value) if float(value).is_integer() else value
