@@ -62,6 +62,10 @@ class Config:
     dashboard_user: str = _setting("TASKPORT_DASHBOARD_USER", "admin", "operator user for /rq")
     dashboard_password: str = _setting("TASKPORT_DASHBOARD_PASSWORD", "", "operator password; empty = /rq off")
     log_level: str = _setting("TASKPORT_LOG_LEVEL", "INFO", "log level of every process")
+    sse_heartbeat: float = _setting(
+        "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")
+    sse_poll: float = _setting(
+        "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:

@@ -41,10 +41,10 @@ def history(member: str) -> str:
 EXPIRY = f"{PREFIX}expiry"  # sorted set: task id scored by the ms when housekeeping must act on it
 RUNNING = f"{PREFIX}running"  # sorted set: PROCESSING task id scored by its last heartbeat (ms)
 MEMBERS = f"{PREFIX}members"  # set: every member that has a history index
-HOUSEKEEPING_LOCK = f"{PREFIX}housekeeping:lock"
 STATS = f"{PREFIX}stats"  # hash: counters (submitted, completed, failed, ...) for metrics
 FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
 SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
+ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert went out in this window
 
 
 def housekeeping_lock(job: str) -> str:
@@ -52,4 +52,4 @@ def housekeeping_lock(job: str) -> str:
 
 
 def all_static() -> list[str]:
-    return [EXPIRY, RUNNING, MEMBERS, HOUSEKEEPING_LOCK, STATS, FAILURES, SLOW_WARNED]
+    return [EXPIRY, RUNNING, MEMBERS, STATS, FAILURES, SLOW_WARNED, ALERT_SENT]

@@ -63,3 +63,72 @@ class StatusDocumentSchema(Schema):
     completed_at = fields.String(allow_none=True)
     expires_at = fields.String()
     links = fields.Nested(LinksSchema)
+
+
+# -- documentation only (the OpenAPI document of app.api.docs); views render these bodies directly --
+
+
+class ProblemSchema(Schema):
+    """RFC 9457 problem details: the body of every error (``application/problem+json``)."""
+
+    type = fields.String(metadata={"example": "/problems/not-found"})
+    title = fields.String()
+    status = fields.Integer()
+    detail = fields.String()
+    errors = fields.Dict(keys=fields.String(), values=fields.List(fields.String()),
+                         metadata={"description": "validation errors (422 only): field path -> messages"})
+    known_types = fields.List(fields.String(), metadata={"description": "422 for an unknown type only"})
+
+
+class TaskConflictSchema(ProblemSchema):
+    """409 from the result endpoint (FAILED or CANCELLED) or from cancel (already ended)."""
+
+    task_status = fields.String(validate=validate.OneOf(sorted(STORED)))
+    error = fields.Nested(ErrorSchema, allow_none=True)
+
+
+class DuplicateSchema(Schema):
+    """409 body of a submit whose dedup key is held (``X-Task-Deduplicated: true``)."""
+
+    type = fields.String()
+    title = fields.String()
+    detail = fields.String()
+    task_id = fields.UUID()
+    status = fields.String(validate=validate.OneOf(["DUPLICATE"]))
+    duplicate = fields.Boolean()
+    message = fields.String()
+    existing = fields.Nested(StatusDocumentSchema, allow_none=True)
+
+
+class ResultFileSchema(Schema):
+    name = fields.String()
+    size = fields.Integer()
+    content_type = fields.String()
+    url = fields.String(metadata={"description": "/api/v1/tasks/{id}/result/file"})
+
+
+class FailureSchema(Schema):
+    item = fields.String()
+    code = fields.Integer()
+    message = fields.String()
+
+
+class ResultSchema(Schema):
+    """200 body of the result endpoint (a COMPLETED task)."""
+
+    task_id = fields.UUID()
+    status = fields.String(validate=validate.OneOf(["COMPLETED"]))
+    result = fields.Raw(metadata={"description": "the processor's output; `file` (ResultFile) for exports",
+                                  "type": "object"})
+    items = fields.Nested(ItemsSchema, allow_none=True)
+    failures = fields.List(fields.Nested(FailureSchema))
+    error_code = fields.Integer(allow_none=True)
+    completed_at = fields.String()
+    expires_at = fields.String()
+
+
+class HistoryPageSchema(Schema):
+    """200 body of the history endpoint."""
+
+    tasks = fields.List(fields.Nested(StatusDocumentSchema))
+    next_cursor = fields.String(allow_none=True)

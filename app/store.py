@@ -15,7 +15,7 @@ import redis
 
 from app import keys, scripts
 from app.config import Config
-from app.states import TaskStatus
+from app.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
 from app.task import Task, iso, now_ms
 
 S = TaskStatus
@@ -165,7 +165,7 @@ class TaskStore:
 
     def _terminal(
         self, task_id: str, expected: tuple[str, ...], status: str, fields: list[Any], *,
-        run_id: str = "", result: bytes | str = "",
+        run_id: str = "", result: bytes | str = "", stale_before_ms: int | str = "",
     ) -> tuple[bool, str]:
         """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now."""
         c = self.config
@@ -175,7 +175,7 @@ class TaskStore:
         fields = [*fields, "completed_at", stamp, "updated_at", stamp, "expires_at", iso(expires)]
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
-            expiry_ms=expires, result=result, drop="payload",
+            expiry_ms=expires, result=result, drop="payload", stale_before_ms=stale_before_ms,
         )
 
     def complete(
@@ -232,6 +232,69 @@ class TaskStore:
             if len(rows) < batch:
                 return Page(found, None)
         return Page(found, encode_cursor((top, skip)))
+
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    def due(self, index: str, before_ms: int, limit: int) -> list[str]:
+        """Up to ``limit`` task ids of a sorted-set index whose score is at most ``before_ms``, oldest first."""
+        return [m.decode() for m in self.redis.zrangebyscore(index, "-inf", before_ms, start=0, num=limit)]
+
+    def expire_batch(self, task_ids: list[str], now: int) -> list[tuple[str, str]]:
+        """Act on tasks whose time in the expiry index has come. Returns (task_id, status it left).
+
+        Terminal -> EXPIRED tombstone (result dropped); unfinished -> EXPIRED with -4; a tombstone whose
+        time is over (or a task already gone) leaves the index. Three round trips for the whole batch.
+        """
+        c = self.config
+        pipe = self.redis.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(keys.task(task_id), "status")
+        statuses = [s.decode() if s else None for s in pipe.execute()]
+        stamp = iso(now)
+        tomb = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
+        unfinished = ["error_code", ErrorCode.EXPIRED, "error_message", ERROR_MESSAGES[ErrorCode.EXPIRED],
+                      "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", stamp]
+        for task_id, status in zip(task_ids, statuses, strict=True):
+            if status in TERMINAL:
+                self._transition(task_id, tuple(TERMINAL), S.EXPIRED, ["updated_at", stamp], client=pipe, **tomb)
+            elif status in ACTIVE:
+                self._transition(task_id, tuple(ACTIVE), S.EXPIRED, unfinished, client=pipe, **tomb)
+            else:
+                pipe.zrem(keys.EXPIRY, task_id)
+        answers = pipe.execute()
+        return [(task_id, answer[1].decode()) for task_id, answer in zip(task_ids, answers, strict=True)
+                if isinstance(answer, list) and answer[0] == 1]
+
+    def trim_histories(self, created_before_ms: int) -> int:
+        """Drop history entries of tasks old enough that they cannot exist any more."""
+        members = [m.decode() for m in self.redis.smembers(keys.MEMBERS)]
+        pipe = self.redis.pipeline(transaction=False)
+        for member in members:
+            pipe.zremrangebyscore(keys.history(member), "-inf", created_before_ms)
+        return sum(pipe.execute())
+
+    def recover(self, task: Task, stale_before_ms: int, requeue: Any) -> str | None:
+        """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with
+        ``requeue(pipeline)``) while attempts remain, else FAILED -3. Returns the new status, or None
+        when the task was not stalled after all (a heartbeat came in, or it finished)."""
+        if task.attempts < task.max_attempts:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
+            fields = ["run_id", "", "message", "worker lost; retrying", "updated_at", iso(now_ms())]
+            self._transition(task.id, (S.PROCESSING,), S.PENDING, fields, stale_before_ms=stale_before_ms,
+                             stat="recovered", client=pipe)
+            requeue(pipe)
+            return S.PENDING if pipe.execute()[0][0] == 1 else None
+        lost = ERROR_MESSAGES[ErrorCode.WORKER_LOST]
+        fields = ["error_code", ErrorCode.WORKER_LOST, "error_message", lost, "message", lost]
+        ok, _ = self._terminal(task.id, (S.PROCESSING,), S.FAILED, fields, stale_before_ms=stale_before_ms)
+        return S.FAILED if ok else None
+
+    def running(self, limit: int = 10_000) -> list[str]:
+        return [m.decode() for m in self.redis.zrange(keys.RUNNING, 0, limit - 1)]
+
+    def stats(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
 
 
 def _matches(task: Task, status: str | None, type_: str | None, now_iso: str) -> bool:

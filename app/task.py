@@ -27,6 +27,11 @@ def iso(ms: int) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
+def ms_of(stamp: str) -> int:
+    """The inverse of :func:`iso`."""
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def task_path(task_id: str) -> str:
     return f"{API_PREFIX}/tasks/{task_id}"
 

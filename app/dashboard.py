@@ -1,0 +1,82 @@
+"""rq-dashboard at /rq, for operators, behind HTTP Basic credentials from the config.
+
+rq-dashboard 0.9's blueprint is a module-level singleton, so nothing is attached to the blueprint
+itself (a second ``create_app`` in one process would raise): the credential check is an *app*-level
+``before_request``, and the Redis connection is set on each app.
+
+Connection: rq-dashboard reads ``current_app.redis_conn``, which its own ``setup_rq_connection``
+would build from ``RQ_DASHBOARD_REDIS_URL`` (and its per-request hook rebuilds from the URL for every
+page, with no socket timeouts). Instead each dashboard view of this app is wrapped to use the app's
+own client (timeouts, health checks, and whatever ``create_app`` was given, e.g. fakeredis in
+tests); the URL stays in the config only because the pages display it (password masked) and the
+per-request hook indexes it. Nothing connects while the app is created.
+
+Choices: an empty ``TASKPORT_DASHBOARD_PASSWORD`` turns the dashboard off (404 "dashboard disabled",
+before any credential check); wrong or missing credentials get 401 with ``WWW-Authenticate: Basic``;
+``RQ_DASHBOARD_DISABLE_DELETE`` hides deleting and emptying. Requeueing a failed job stays possible
+and is harmless here: the task's compare-and-set start ignores a job whose task is no longer PENDING.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import rq_dashboard
+from flask import Flask, Response, current_app, request
+
+from app.config import Config
+from app.errors import problem
+
+PREFIX = "/rq"
+BLUEPRINT = "rq_dashboard"
+REALM = 'Basic realm="taskport operators", charset="UTF-8"'
+
+
+def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
+    """Mount rq-dashboard under /rq, using ``conn``, guarded by the operator credentials of ``config``."""
+    app.config["RQ_DASHBOARD_REDIS_URL"] = (config.redis_url or "redis://localhost:6379/0",)
+    app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
+    app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
+    app.redis_conn = conn  # type: ignore[attr-defined]  # what setup_rq_connection would set, minus the connect
+    for endpoint, view in list(app.view_functions.items()):
+        if endpoint.startswith(f"{BLUEPRINT}."):
+            app.view_functions[endpoint] = _with_connection(view, conn)
+    app.before_request(functools.partial(_guard, config.dashboard_user, config.dashboard_password))
+
+
+def _with_connection(view: Callable[..., Any], conn: redis.Redis) -> Callable[..., Any]:
+    """``view`` run with ``conn`` as the dashboard's connection (rq-dashboard's hook replaces it per request)."""
+
+    @functools.wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        current_app.redis_conn = conn  # type: ignore[attr-defined]
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def _is_dashboard() -> bool:
+    # The path check also covers /rq itself (answered by a redirect to /rq/ before any blueprint is
+    # known) and unknown /rq/... paths, so neither reveals anything without credentials.
+    return request.blueprint == BLUEPRINT or request.path == PREFIX or request.path.startswith(f"{PREFIX}/")
+
+
+def _guard(user: str, password: str) -> Response | None:
+    """Let a dashboard request through only with the operator's credentials."""
+    if not _is_dashboard():
+        return None
+    if not password:
+        return problem(404, "not-found", "Not found", "dashboard disabled")
+    auth = request.authorization
+    if (
+        auth is not None and auth.type == "basic"
+        and hmac.compare_digest((auth.username or "").encode(), user.encode())
+        and hmac.compare_digest((auth.password or "").encode(), password.encode())
+    ):
+        return None
+    return problem(401, "unauthorized", "Operator credentials required", "the dashboard needs HTTP Basic credentials",
+                   {"WWW-Authenticate": REALM})

@@ -1,0 +1,156 @@
+"""Prometheus metrics: Redis-wide gauges read at scrape time, plus this process's HTTP request metrics.
+
+Each app gets its own :class:`~prometheus_client.CollectorRegistry` (no global state, so tests can
+build many apps). It holds:
+
+- :class:`RedisCollector`, which on every scrape reads, in one pipelined round trip, the RQ queue
+  lengths and registry sizes, the RQ worker count, the number of PROCESSING tasks and the task
+  counters of the ``keys.STATS`` hash (every field becomes ``taskport_tasks_total{event="<field>"}``,
+  whoever increments it). These describe the whole deployment: any web process answers the same.
+- :class:`HttpMetrics`, a counter and a latency histogram of the requests *this process* served,
+  updated in ``after_request``. With several gunicorn worker processes each process counts only its
+  own requests and a scrape reaches one of them at random (Prometheus' ``multiprocess`` mode, which
+  would merge them, is out of scope); sum per instance or scrape each process if that matters.
+  For a streamed response (SSE, file download) the latency is the time until the response started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import redis
+from flask import Flask, Response, request
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from rq import Queue, Worker
+
+from app import keys
+from app.states import QUEUES
+
+EXTENSION = "taskport.metrics"
+START = "taskport.request_start"  # WSGI environ key: perf_counter() when the request began
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _number(raw: bytes) -> float | None:
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+class RedisCollector:
+    """Reads the deployment-wide gauges and counters from Redis on each scrape (one pipeline)."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.redis = conn
+        self.queue_keys: list[tuple[str, str]] = []  # (queue, key of its job list)
+        self.registry_keys: list[tuple[str, str, str]] = []  # (queue, registry, key of its sorted set)
+        for name in QUEUES:
+            queue = Queue(name, connection=conn)
+            self.queue_keys.append((name, queue.key))
+            for registry, obj in (("started", queue.started_job_registry), ("failed", queue.failed_job_registry),
+                                  ("scheduled", queue.scheduled_job_registry),
+                                  ("deferred", queue.deferred_job_registry)):
+                self.registry_keys.append((name, registry, obj.key))
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric names, without touching Redis (used when the collector is registered)."""
+        return self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        """Read Redis once; if it does not answer, report ``taskport_redis_up 0`` and nothing else from it."""
+        try:
+            values = self._read()
+        except redis.RedisError:
+            up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
+            up.add_metric([], 0)
+            yield up
+            return
+        yield from self._families(values)
+
+    def _read(self) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for _, key in self.queue_keys:
+            pipe.llen(key)
+        for _, _, key in self.registry_keys:
+            pipe.zcard(key)
+        pipe.scard(Worker.redis_workers_keys)
+        pipe.zcard(keys.RUNNING)
+        pipe.hgetall(keys.STATS)
+        return pipe.execute()  # type: ignore[no-any-return]
+
+    def _families(self, values: list[Any] | None = None) -> list[Metric]:
+        up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
+        queued = GaugeMetricFamily("taskport_queue_length", "jobs waiting in an RQ queue", labels=["queue"])
+        registries = GaugeMetricFamily(
+            "taskport_rq_jobs", "jobs in an RQ queue's registry (started, failed, scheduled, deferred)",
+            labels=["queue", "registry"])
+        workers = GaugeMetricFamily("taskport_rq_workers", "RQ workers registered in Redis")
+        running = GaugeMetricFamily("taskport_tasks_processing", "tasks PROCESSING now (those with a heartbeat)")
+        totals = CounterMetricFamily("taskport_tasks", "task lifecycle events since the data began", labels=["event"])
+        families: list[Metric] = [up, queued, registries, workers, running, totals]
+        if values is None:
+            return families
+        it = iter(values)
+        up.add_metric([], 1)
+        for name, _ in self.queue_keys:
+            queued.add_metric([name], next(it))
+        for name, registry, _ in self.registry_keys:
+            registries.add_metric([name, registry], next(it))
+        workers.add_metric([], next(it))
+        running.add_metric([], next(it))
+        for field, raw in sorted(next(it).items()):
+            value = _number(raw)
+            if value is not None:
+                totals.add_metric([field.decode(errors="replace")], value)
+        return families
+
+
+class HttpMetrics:
+    """Request count and latency by endpoint and status, for this process (see the module docstring).
+
+    The hot path costs two ``perf_counter`` calls, one dict lookup and two lock-guarded increments:
+    the labelled children are cached per (endpoint, method, status).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "taskport_http_requests", "HTTP requests served by this process", ["endpoint", "method", "status"],
+            registry=registry)
+        self.latency = Histogram(
+            "taskport_http_request_duration_seconds", "time to produce the response, by this process",
+            ["endpoint", "status"], registry=registry, buckets=LATENCY_BUCKETS)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def init_app(self, app: Flask) -> None:
+        app.before_request(self._start)
+        app.after_request(self._observe)
+
+    @staticmethod
+    def _start() -> None:
+        request.environ[START] = time.perf_counter()
+
+    def _observe(self, response: Response) -> Response:
+        start = request.environ.get(START)
+        key = (request.endpoint or "unmatched", request.method, response.status_code)
+        children = self._children.get(key)
+        if children is None:
+            status = str(key[2])
+            children = (self.requests.labels(key[0], key[1], status), self.latency.labels(key[0], status))
+            self._children[key] = children
+        children[0].inc()
+        if start is not None:  # None when an earlier before_request answered (e.g. the dashboard's 401)
+            children[1].observe(time.perf_counter() - start)
+        return response
+
+
+def init_app(app: Flask, conn: redis.Redis) -> CollectorRegistry:
+    """Give the app its metrics registry and request hooks; register this first so it times everything."""
+    registry = CollectorRegistry()
+    registry.register(RedisCollector(conn))
+    HttpMetrics(registry).init_app(app)
+    app.extensions[EXTENSION] = registry
+    return registry

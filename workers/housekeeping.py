@@ -1,0 +1,180 @@
+"""Housekeeping: expiry, recovery of tasks whose worker died, and monitoring.
+
+Each pass is an RQ job that rq-scheduler enqueues on the ``housekeeping`` queue every interval under a
+fixed id (see workers.scheduler). A pass takes a per-interval lock first, so two schedulers running at
+once never run the same pass twice in one interval. Every pass reads an index by score in bounded
+batches: its cost grows with the work to do, never with the number of live tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from rq import Queue, Retry
+
+from app import keys
+from app.config import Config
+from app.connection import connect
+from app.jobs import JobQueue
+from app.logs import task_logger
+from app.results import ResultStore, result_store
+from app.states import TaskStatus
+from app.store import TaskStore
+from app.task import iso, ms_of, now_ms
+from workers import processors
+
+log = logging.getLogger(__name__)
+BATCH = 500
+MAX_BATCHES = 200  # one pass handles at most BATCH * MAX_BATCHES due tasks; the next pass goes on
+QUEUE = "housekeeping"
+
+
+@dataclass
+class PassReport:
+    name: str
+    counts: dict[str, int] = field(default_factory=dict)
+    skipped: bool = False
+
+    def add(self, what: str, n: int = 1) -> None:
+        self.counts[what] = self.counts.get(what, 0) + n
+
+
+class Housekeeper:
+    def __init__(self, conn: redis.Redis, config: Config, results: ResultStore | None = None) -> None:
+        self.redis = conn
+        self.config = config
+        self.store = TaskStore(conn, config)
+        self.jobs = JobQueue(conn, config)
+        self.results = results if results is not None else result_store(config)
+
+    def locked(self, name: str, run: Callable[[PassReport], None]) -> PassReport:
+        """Run a pass unless another copy already ran it in this interval (two schedulers, a restart)."""
+        report = PassReport(name)
+        interval_ms = int(self.config.housekeeping_interval * 1000)
+        if not self.redis.set(keys.housekeeping_lock(name), now_ms(), nx=True, px=max(interval_ms * 9 // 10, 1)):
+            report.skipped = True
+            return report
+        started = time.perf_counter()
+        run(report)
+        log.info("housekeeping %s: %s in %.3f s", name, report.counts or "nothing to do", time.perf_counter() - started)
+        return report
+
+    # -- expiry ---------------------------------------------------------------------------------
+    def expire(self, report: PassReport, now: int | None = None) -> None:
+        """Tombstone finished tasks past their result time, expire unfinished ones past the task TTL (-4)."""
+        now = now if now is not None else now_ms()
+        for _ in range(MAX_BATCHES):
+            due = self.store.due(keys.EXPIRY, now, BATCH)
+            if not due:
+                break
+            report.add("due", len(due))
+            for task_id, previous in self.store.expire_batch(due, now):
+                self._after_expiry(task_id, previous)
+                report.add(f"expired_{previous.lower()}")
+            if len(due) < BATCH:
+                break
+        lifetime_ms = (self.config.task_ttl + self.config.result_ttl + self.config.tombstone_ttl) * 1000
+        report.add("history_trimmed", self.store.trim_histories(now - lifetime_ms))
+
+    def _after_expiry(self, task_id: str, previous: str) -> None:
+        tlog = task_logger(log, task_id)
+        if previous == TaskStatus.PENDING:
+            self.jobs.remove(task_id)
+        elif previous == TaskStatus.PROCESSING:
+            self.jobs.stop(task_id)
+        if previous in (TaskStatus.COMPLETED, TaskStatus.PROCESSING):
+            self.results.delete(task_id)
+        tlog.info("expired (was %s)", previous)
+
+    # -- crash recovery -------------------------------------------------------------------------
+    def recover(self, report: PassReport, now: int | None = None) -> None:
+        """PROCESSING tasks whose heartbeat is older than the stall timeout: re-queue or fail with -3."""
+        cutoff = (now if now is not None else now_ms()) - int(self.config.stall_timeout * 1000)
+        due = self.store.due(keys.RUNNING, cutoff, BATCH)
+        for task_id, task in zip(due, self.store.get_many(due), strict=True):
+            if task is None or task.status != TaskStatus.PROCESSING:
+                self.redis.zrem(keys.RUNNING, task_id)
+                continue
+            proc = processors.get(task.type)
+            timeout = proc.timeout if proc else 600
+            outcome = self.store.recover(
+                task, cutoff, lambda pipe, t=task, s=timeout: self.jobs.enqueue(t.id, t.priority, s, pipeline=pipe))
+            if outcome:
+                report.add(f"recovered_to_{outcome.lower()}")
+                task_logger(log, task_id).warning(
+                    "worker lost (no heartbeat for %.0f s, attempt %d of %d): now %s",
+                    self.config.stall_timeout, task.attempts, task.max_attempts, outcome)
+
+    # -- monitoring -----------------------------------------------------------------------------
+    def monitor(self, report: PassReport, now: int | None = None) -> None:
+        """Log slow tasks once each; alert when failures within the window reach the threshold."""
+        now = now if now is not None else now_ms()
+        self._slow_tasks(report, now)
+        self._failure_alert(report, now)
+
+    def _slow_tasks(self, report: PassReport, now: int) -> None:
+        running = self.store.running()
+        warned = {m.decode() for m in self.redis.smembers(keys.SLOW_WARNED)}
+        gone = warned - set(running)
+        if gone:
+            self.redis.srem(keys.SLOW_WARNED, *gone)
+        threshold = iso(now - int(self.config.slow_task_warn * 1000))
+        candidates = [t for t in running if t not in warned]
+        for task in self.store.get_many(candidates):
+            if task and task.status == TaskStatus.PROCESSING and task.started_at and task.started_at < threshold:
+                age = (now - ms_of(task.started_at)) / 1000
+                task_logger(log, task.id).warning("slow task: %s PROCESSING for %.0f s", task.type, age)
+                self.redis.sadd(keys.SLOW_WARNED, task.id)
+                report.add("slow_warned")
+
+    def _failure_alert(self, report: PassReport, now: int) -> None:
+        c = self.config
+        window_start = now - c.alert_window * 1000
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(keys.FAILURES, "-inf", f"({window_start}")
+        pipe.zcard(keys.FAILURES)
+        failures = pipe.execute()[1]
+        report.add("failures_in_window", failures)
+        if failures < c.alert_failures or not self.redis.set(keys.ALERT_SENT, now, nx=True, ex=c.alert_window):
+            return
+        alert = {"alert": "task failures", "failures": failures, "window_seconds": c.alert_window,
+                 "threshold": c.alert_failures, "at": iso(now)}
+        log.error("ALERT: %d task failures in the last %d s (threshold %d)", failures, c.alert_window, c.alert_failures)
+        report.add("alerts")
+        if c.alert_webhook:
+            Queue(QUEUE, connection=self.redis).enqueue(
+                "workers.alerts.post_alert", c.alert_webhook, alert, retry=Retry(max=3, interval=[2, 10, 30]),
+                job_timeout=30, result_ttl=0, failure_ttl=86400)
+
+
+# -- RQ entry points (what rq-scheduler enqueues) ------------------------------------------------
+_housekeeper: Housekeeper | None = None
+
+
+def housekeeper() -> Housekeeper:
+    global _housekeeper
+    if _housekeeper is None:
+        config = Config.from_env()
+        processors.load(config.processor_modules)
+        _housekeeper = Housekeeper(connect(config), config)
+    return _housekeeper
+
+
+def expire_pass() -> dict[str, Any]:
+    return housekeeper().locked("expire", housekeeper().expire).counts
+
+
+def recover_pass() -> dict[str, Any]:
+    return housekeeper().locked("recover", housekeeper().recover).counts
+
+
+def monitor_pass() -> dict[str, Any]:
+    return housekeeper().locked("monitor", housekeeper().monitor).counts
+
+
+PASSES = {"expire": expire_pass, "recover": recover_pass, "monitor": monitor_pass}
