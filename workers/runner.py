@@ -105,7 +105,8 @@ class Runner:
 
 
 class Heartbeat:
-    """A thread that marks the task alive and notices a cancel even while the processor is busy."""
+    """A thread that marks the task alive, flushes pending progress, and notices a cancel even while the
+    processor is busy in one long step."""
 
     def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
         self._stop = threading.Event()
@@ -114,6 +115,7 @@ class Heartbeat:
 
     def _beat(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
         while not self._stop.wait(interval):
+            ctx.flush()  # progress the processor reported since the last throttled write, at least once per beat
             try:
                 status = store.report(task_id, run_id, None)
             except redis.RedisError as exc:
