@@ -107,7 +107,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not config.redis_url:
             embedded = EmbeddedRedis(config, port=config.redis_port).start()
             config = replace(config, redis_url=embedded.url)
-            print(f"embedded Redis on {embedded.url}, data in {embedded.dir}", flush=True)
+            print(f"embedded Redis (pid {embedded.pid}) on {embedded.url}, data in {embedded.dir}", flush=True)
         return run_processes(config)
     finally:
         if embedded is not None:

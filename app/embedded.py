@@ -86,15 +86,19 @@ class EmbeddedRedis:
             return self
         self.dir.mkdir(parents=True, exist_ok=True)
         self._take_ownership()
-        if port_in_use(self.port):
-            raise EmbeddedRedisError(
-                f"port {self.port} on {HOST} is in use by another process: set TASKPORT_REDIS_PORT to a free "
-                "port (0 = any), or REDIS_URL to use that Redis")
-        with open(self.logfile, "ab") as out:
-            self._proc = subprocess.Popen(
-                self._command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        self._wait_ready(timeout)
+        try:
+            if port_in_use(self.port):
+                raise EmbeddedRedisError(
+                    f"port {self.port} on {HOST} is in use by another process: set TASKPORT_REDIS_PORT to a free "
+                    "port (0 = any), or REDIS_URL to use that Redis")
+            with open(self.logfile, "ab") as out:
+                self._proc = subprocess.Popen(
+                    self._command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+            self._wait_ready(timeout)
+        except BaseException:
+            self.close()
+            raise
         log.info("embedded redis-server pid %d on %s, data in %s", self._proc.pid, self.url, self.dir)
         return self
 
@@ -253,9 +257,9 @@ def terminate(pid: int, timeout: float) -> None:
 
 
 def session_members(sid: int) -> list[int]:
-    """Pids in session ``sid`` (Linux; empty elsewhere). A child started with ``start_new_session``
-    leads its own session, and everything it starts stays in it, even an RQ work horse that moves to
-    its own process group: killing the session leaves no orphan behind."""
+    """Live (not zombie) pids in session ``sid`` (Linux; empty elsewhere). A child started with
+    ``start_new_session`` leads its own session and everything it starts stays in it, even an RQ work
+    horse that moves to its own process group: killing the session leaves no orphan behind."""
     proc = Path("/proc")
     if not proc.is_dir():
         return []
@@ -263,18 +267,22 @@ def session_members(sid: int) -> list[int]:
     for entry in proc.iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                if os.getsid(int(entry.name)) == sid:
+                if os.getsid(int(entry.name)) == sid and alive(int(entry.name)):
                     members.append(int(entry.name))
     return members
 
 
-def kill_session(sid: int, sig: int = signal.SIGKILL) -> None:
-    """Send ``sig`` to the session's leader group and to every other member of the session."""
+def kill_session(sid: int, sig: int = signal.SIGKILL, timeout: float = 5.0) -> None:
+    """Send ``sig`` to the session's leader group and to every other member of the session; with
+    SIGKILL, wait (up to ``timeout`` s) until none of them is alive any more."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(sid, sig)
     for pid in session_members(sid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while sig == signal.SIGKILL and session_members(sid) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _proc_state(pid: int) -> str | None:

@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 from gunicorn.glogging import Logger as _GunicornBaseLogger
 
@@ -57,7 +57,7 @@ def task_logger(logger: logging.Logger, task_id: str) -> logging.LoggerAdapter:
     return TaskLogger(logger, {"task_id": task_id})
 
 
-def make_handler(procname: str) -> logging.Handler:
+def make_handler(procname: str) -> logging.StreamHandler[TextIO]:
     """A stderr handler in the common format, for the process named ``procname`` (web, worker...)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(UTCFormatter(FORMAT))

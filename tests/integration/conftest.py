@@ -1,0 +1,74 @@
+"""Integration fixtures: a real redis-server, real processes (see harness.py).
+
+- ``redis_server``: one embedded redis-server per test module (starting one takes ~0.1 s); a test may
+  stop, kill or restart it: the next ``redis_conn`` brings it back.
+- ``redis_conn``: a client of ``redis_server``, which it empties first (FLUSHALL).
+- ``redis_factory``: ``redis_factory(fsync="always")`` starts a private server in a new dir.
+- ``stack``: a Stack against ``redis_server`` (emptied first); every process stops at teardown.
+On a failing test the tail of every stack process's log is added to the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.integration.harness import RedisServer, Stack, reap_all
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_conn(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    if not redis_server.running:
+        redis_server.start()
+    conn = redis_server.client()
+    conn.flushall()
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    servers: list[RedisServer] = []
+
+    def make(fsync: str = "everysec", directory: Path | None = None) -> RedisServer:
+        server = RedisServer(directory or tmp_path / f"redis-{len(servers) + 1}", fsync=fsync).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def stack(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(redis_server.url, tmp_path / "stack")
+    yield s
+    s.stop_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_orphans() -> Iterator[None]:
+    yield
+    reap_all()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    stack = getattr(item, "funcargs", {}).get("stack")
+    if report.when == "call" and report.failed and isinstance(stack, Stack):
+        report.sections.append(("stack process logs", stack.log_tails()))
+    return report

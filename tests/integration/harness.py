@@ -1,0 +1,313 @@
+"""Real processes for integration tests: a real redis-server, and web/worker/scheduler started the way
+production starts them (``python -m app.cli web|worker|scheduler``) with the environment a Config gives.
+
+Readiness is always polled (GET /healthz, the RQ worker registry, the scheduler's key), never slept
+for. Every process leads its own session; stopping or killing one takes its whole session down, so
+an RQ work horse (which moves to its own process group) never outlives its worker and no test leaves
+an orphan behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+import requests
+from rq import Worker
+from rq_scheduler import Scheduler
+
+from app.config import Config
+from app.connection import connect
+from app.embedded import EmbeddedRedis, free_port, kill_session
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_VARIABLES = frozenset(f.metadata["env"] for f in fields(Config))
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+
+T = TypeVar("T")
+
+# Every process any Stack ever started, so a session-end sweep can make sure none survives.
+SPAWNED: list[Proc] = []
+
+
+class WaitTimeout(AssertionError):
+    """``wait_until`` gave up."""
+
+
+def wait_until(
+    predicate: Callable[[], T | None],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    message: str | Callable[[], str] = "condition",
+    ignore: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Poll ``predicate`` until it returns something truthy and return that; fail after ``timeout`` s.
+
+    ``message`` (or a callable building it, e.g. with log tails) says what was awaited; exceptions of
+    the ``ignore`` types count as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except ignore:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = message() if callable(message) else message
+            raise WaitTimeout(f"timed out after {timeout} s waiting for {text}")
+        time.sleep(interval)
+
+
+class RedisServer:
+    """The embedded redis-server on a free port with its data in ``directory``."""
+
+    def __init__(self, directory: Path, fsync: str = "everysec") -> None:
+        self.config = Config.from_env({}, data_dir=directory, redis_fsync=fsync)
+        self.embedded = EmbeddedRedis(self.config)
+
+    @property
+    def url(self) -> str:
+        return self.embedded.url
+
+    @property
+    def port(self) -> int:
+        return self.embedded.port
+
+    @property
+    def pid(self) -> int | None:
+        return self.embedded.pid
+
+    @property
+    def running(self) -> bool:
+        return self.embedded.running
+
+    @property
+    def dir(self) -> Path:
+        return self.embedded.dir
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new client; pass e.g. ``decode_responses=True``."""
+        return redis.Redis.from_url(self.url, **{"socket_timeout": 5, **kwargs})
+
+    def start(self) -> RedisServer:
+        self.embedded.start()
+        return self
+
+    def stop(self) -> None:
+        """Clean shutdown (the AOF is flushed)."""
+        self.embedded.stop()
+
+    def kill9(self) -> None:
+        """Crash: SIGKILL, nothing flushed beyond what the fsync policy already wrote."""
+        self.embedded.kill()
+
+    def restart(self, kill: bool = False) -> RedisServer:
+        """Stop (or ``kill=True``: crash) and start again on the same port and files."""
+        if kill:
+            self.kill9()
+        else:
+            self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        self.embedded.close()
+
+
+@dataclass
+class Proc:
+    """One process started by a Stack; its stdout and stderr go to ``log_path``."""
+
+    role: str
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    returncode: int | None = field(default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def describe(self) -> str:
+        state = "running" if self.alive else f"exited {self.popen.returncode}"
+        return f"----- {self.name} (pid {self.pid}, {state}) {self.log_path}\n{self.tail()}"
+
+
+def as_procs(procs: Proc | Iterable[Proc]) -> list[Proc]:
+    return [procs] if isinstance(procs, Proc) else list(procs)
+
+
+class Stack:
+    """web, workers and scheduler as real processes against one Redis.
+
+    ``overrides`` are Config fields (``worker_class="simple"``, ``stall_timeout=2``...); ``configure``
+    changes them for processes started afterwards.
+    """
+
+    DEFAULTS: dict[str, Any] = {"web_concurrency": 1, "web_threads": 8, "host": "127.0.0.1", "log_level": "INFO"}
+
+    def __init__(self, redis_url: str, workdir: Path, **overrides: Any) -> None:
+        self.workdir = workdir
+        self.logdir = workdir / "logs"
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self._overrides: dict[str, Any] = {
+            **self.DEFAULTS, "redis_url": redis_url, "port": free_port(), "data_dir": workdir / "data", **overrides}
+        self.config = Config.from_env({}, **self._overrides)
+        self.procs: list[Proc] = []
+        self._seq = itertools.count(1)
+
+    def configure(self, **overrides: Any) -> Config:
+        """Change settings for the processes started from now on; returns the new Config."""
+        self._overrides.update(overrides)
+        self.config = Config.from_env({}, **self._overrides)
+        return self.config
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.port}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def redis(self) -> redis.Redis:
+        """A client configured like the service's own (short timeouts)."""
+        return connect(self.config)
+
+    def environ(self) -> dict[str, str]:
+        """The inherited environment minus any taskport setting, plus this stack's Config."""
+        inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
+        return {**inherited, **self.config.child_environ(), "PYTHONUNBUFFERED": "1"}
+
+    # -- starting ---------------------------------------------------------------------------------
+    def spawn(self, role: str, *args: str, name: str | None = None) -> Proc:
+        """Start ``python -m app.cli <role> <args>`` in its own session; does not wait for readiness."""
+        name = name or f"{role}-{next(self._seq)}"
+        log_path = self.logdir / f"{name}.log"
+        with open(log_path, "ab") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", role, *args], cwd=REPO_ROOT, env=self.environ(),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = Proc(role, name, popen, log_path)
+        self.procs.append(proc)
+        SPAWNED.append(proc)
+        return proc
+
+    def start_web(self, timeout: float = START_TIMEOUT) -> Proc:
+        """gunicorn on ``base_url``; returns once GET /healthz answers 200."""
+        proc = self.spawn("web")
+        self._wait_ready([proc], lambda: requests.get(self.url("/healthz"), timeout=1).status_code == 200,
+                         timeout, "the web to answer /healthz")
+        return proc
+
+    def start_worker(self, n: int = 1, name: str | None = None, timeout: float = START_TIMEOUT) -> list[Proc]:
+        """``n`` RQ worker processes; returns once every one is in RQ's worker registry.
+
+        Their RQ names are ``name`` (``name-1``, ``name-2``... when ``n > 1``) or generated ones.
+        """
+        base = name or f"w{uuid.uuid4().hex[:6]}"
+        names = [base] if n == 1 and name else [f"{base}-{i}" for i in range(1, n + 1)]
+        procs = [self.spawn("worker", "--name", rq_name, name=f"worker-{rq_name}") for rq_name in names]
+        conn = self.redis()
+        try:
+            self._wait_ready(procs, lambda: set(names) <= {w.name for w in Worker.all(connection=conn)},
+                             timeout, f"workers {names} to register")
+        finally:
+            conn.close()
+        return procs
+
+    def start_scheduler(self, name: str | None = None, timeout: float = START_TIMEOUT) -> Proc:
+        """rq-scheduler; returns once it has registered itself in Redis."""
+        sched_name = name or f"s{uuid.uuid4().hex[:6]}"
+        proc = self.spawn("scheduler", "--name", sched_name, name=f"scheduler-{sched_name}")
+        conn = self.redis()
+        try:
+            key = Scheduler.redis_scheduler_namespace_prefix + sched_name
+            self._wait_ready([proc], lambda: conn.exists(key), timeout, f"scheduler {sched_name} to register")
+        finally:
+            conn.close()
+        return proc
+
+    def _wait_ready(self, procs: Sequence[Proc], ready: Callable[[], Any], timeout: float, what: str) -> None:
+        def check() -> Any:
+            for proc in procs:
+                if not proc.alive:
+                    raise AssertionError(f"{proc.name} exited ({proc.popen.returncode}) before it was ready:\n"
+                                         f"{proc.describe()}")
+            return ready()
+
+        wait_until(check, timeout=timeout, interval=0.05, ignore=(requests.RequestException, redis.RedisError),
+                   message=lambda: f"{what}\n" + "\n".join(p.describe() for p in procs))
+
+    # -- stopping ---------------------------------------------------------------------------------
+    def stop(self, procs: Proc | Iterable[Proc], timeout: float = STOP_TIMEOUT) -> list[int | None]:
+        """SIGTERM to each process group (gunicorn's graceful stop, RQ's warm shutdown), wait up to
+        ``timeout`` s, then SIGKILL whatever is left of their sessions. Returns the exit codes."""
+        targets = as_procs(procs)
+        for proc in targets:
+            if proc.alive:
+                _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in targets:
+            try:
+                proc.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self._reap(proc)
+        return [proc.returncode for proc in targets]
+
+    def kill9(self, procs: Proc | Iterable[Proc]) -> None:
+        """Crash: SIGKILL every process of each session at once (a worker and its work horse alike)."""
+        for proc in as_procs(procs):
+            self._reap(proc)
+
+    def stop_all(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop every process this stack started; nothing survives it."""
+        self.stop([p for p in self.procs if p.alive or p.returncode is None], timeout)
+
+    def log_tails(self, lines: int = 40) -> str:
+        return "\n".join(p.describe() for p in self.procs)
+
+    @staticmethod
+    def _reap(proc: Proc) -> None:
+        kill_session(proc.pid)
+        proc.popen.wait()
+        proc.returncode = proc.popen.returncode
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reap_all() -> None:
+    """Last resort at the end of the test session: kill every session any Stack ever started."""
+    for proc in SPAWNED:
+        if proc.returncode is None:  # never reaped by its Stack (a reaped pid may belong to someone else now)
+            Stack._reap(proc)
