@@ -10,8 +10,9 @@ from app.config import Config
 
 def create_app(config: Config | None = None, conn: redis.Redis | None = None) -> Flask:
     """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
-    from app import errors
-    from app.api import health, tasks
+    from app import dashboard, errors, metrics
+    from app.api import docs, events, health, page, tasks
+    from app.api import metrics as metrics_api
     from app.logs import setup_logging
     from app.runtime import Runtime
     from workers import processors
@@ -22,8 +23,11 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    Runtime.build(config, conn).init_app(app)
+    rt = Runtime.build(config, conn)
+    rt.init_app(app)
+    metrics.init_app(app, rt.redis)  # first, so its hooks time every request
     errors.init_app(app)
-    app.register_blueprint(tasks.bp)
-    app.register_blueprint(health.bp)
+    dashboard.init_app(app, config, rt.redis)
+    for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp):
+        app.register_blueprint(blueprint)
     return app

@@ -1,0 +1,251 @@
+"""GET /api/v1/openapi.json: the OpenAPI 3 document of every endpoint, built once per app.
+
+Bodies come from the marshmallow schemas of :mod:`app.schemas` (through apispec's marshmallow
+plugin); every registered task type contributes its payload schema (``Payload.<type>``) and an
+example submit, so the document also lists the known types (the page at ``/`` reads them from here).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from apispec.ext.marshmallow.common import resolve_schema_cls
+from flask import Blueprint, Flask, Response, current_app
+from marshmallow import Schema, missing
+
+from app import schemas
+from app.api import JSON as JSON_UTF8
+from app.errors import PROBLEM_JSON
+from app.runtime import runtime
+from workers import processors
+
+bp = Blueprint("docs", __name__, url_prefix="/api/v1")
+EXTENSION = "taskport.openapi"
+_lock = threading.Lock()
+TASK_ID: Any = "TaskId"  # a parameter component's name: apispec turns it into a $ref
+JSON = "application/json"  # media type keys name the type; the responses add "; charset=utf-8"
+
+# Curated examples for the built-in types; other types get their schema's defaults.
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "demo.sleep": {"seconds": 10, "steps": 20, "items": 50, "fail_items": [7, 21], "fail_code": None},
+    "orders.split": {
+        "order_code": "SO-1001", "account_status": "active",
+        "items": [{"item_code": "A-1", "quantity": 2, "warehouse": "main"},
+                  {"item_code": "B-7", "quantity": 1, "warehouse": "north"},
+                  {"item_code": "C-3", "quantity": 0}],
+    },  # fmt: skip
+    "orders.export": {"rows": 10000, "format": "csv", "start_date": "2026-01-01", "end_date": "2026-06-30"},
+}
+DESCRIPTION = """Submit long-running work, then poll its status, stream its progress (SSE), fetch its result
+or cancel it. Errors are RFC 9457 problem details (`application/problem+json`). Timestamps are ISO 8601 UTC.
+Authentication is `Authorization: Bearer <api key>`; with no keys configured the service runs in open mode."""
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The OpenAPI document (JSON), rendered on the first request and cached for the app's life."""
+    return Response(openapi_bytes(current_app), content_type=JSON_UTF8)
+
+
+def openapi_bytes(app: Flask) -> bytes:
+    """The app's serialized document, built once (under a lock, so concurrent first requests build it once)."""
+    cached = app.extensions.get(EXTENSION)
+    if cached is None:
+        with _lock:
+            cached = app.extensions.get(EXTENSION)
+            if cached is None:
+                cached = app.extensions[EXTENSION] = orjson.dumps(build_spec(bool(runtime().members.keys)).to_dict())
+    return cached  # type: ignore[no-any-return]
+
+
+class _Names:
+    """Schema component names: class name minus ``Schema``, qualified by module when two classes clash."""
+
+    def __init__(self) -> None:
+        self.names: dict[type, str] = {}
+
+    def __call__(self, schema: Any) -> str:
+        cls = resolve_schema_cls(schema)
+        cls = cls[0] if isinstance(cls, list) else cls
+        if cls not in self.names:
+            base = cls.__name__.removesuffix("Schema") or cls.__name__
+            taken = base in self.names.values()
+            self.names[cls] = f"{cls.__module__}.{base}" if taken else base
+        return self.names[cls]
+
+
+def build_spec(keys_configured: bool) -> APISpec:
+    """The whole document: components first (so nested schemas reuse them), then every path."""
+    spec = APISpec(title="taskport", version="1", openapi_version="3.0.3",
+                   plugins=[MarshmallowPlugin(schema_name_resolver=_Names())],
+                   info={"description": DESCRIPTION})
+    _components(spec)
+    security: list[dict[str, list[str]]] = [{"bearerAuth": []}] if keys_configured else [{}]
+    _task_paths(spec, security)
+    _other_paths(spec)
+    return spec
+
+
+def _components(spec: APISpec) -> None:
+    c = spec.components
+    c.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
+    c.security_scheme("basicAuth", {"type": "http", "scheme": "basic"})
+    for name, schema in (("Items", schemas.ItemsSchema), ("Error", schemas.ErrorSchema),
+                         ("Links", schemas.LinksSchema), ("StatusDocument", schemas.StatusDocumentSchema),
+                         ("SubmitRequest", schemas.SubmitSchema), ("Problem", schemas.ProblemSchema),
+                         ("TaskConflict", schemas.TaskConflictSchema), ("Duplicate", schemas.DuplicateSchema),
+                         ("ResultFile", schemas.ResultFileSchema), ("Failure", schemas.FailureSchema),
+                         ("Result", schemas.ResultSchema), ("HistoryPage", schemas.HistoryPageSchema)):
+        c.schema(name, schema=schema)
+    _payload_schemas(spec)
+    c.header("RetryAfter", {"description": "seconds to wait before asking again", "schema": {"type": "integer"}})
+    c.header("Location", {"description": "path of the task", "schema": {"type": "string"}})
+    c.parameter("TaskId", "path", {"name": "task_id", "schema": {"type": "string", "format": "uuid"},
+                                   "description": "a task id; any other string answers 404"})
+    for name, code, text, body in (
+        ("BadRequest", 400, "the body is not JSON or not a JSON object", "Problem"),
+        ("Unauthorized", 401, "missing or unknown API key", "Problem"),
+        ("NotFound", 404, "task not found or expired (unknown, someone else's or gone)", "Problem"),
+        ("TaskConflict", 409, "the task's state does not allow this", "TaskConflict"),
+        ("PayloadTooLarge", 413, "the body is over the size limit", "Problem"),
+        ("UnsupportedMediaType", 415, "the body is not application/json", "Problem"),
+        ("ValidationFailed", 422, "invalid fields (paths under `errors`)", "Problem"),
+        ("InternalError", 500, "an internal error occurred (details only in the log)", "Problem"),
+    ):
+        c.response(name, _content(PROBLEM_JSON, f"{code}: {text}", body))
+    c.response("Unavailable", _content(PROBLEM_JSON, "Redis is unreachable: retry later", "Problem", retry=True))
+    c.response("Gone", _content(JSON, "EXPIRED: the status document (no result)", "StatusDocument"))
+    c.response("StillRunning", _content(JSON, "PENDING or PROCESSING: the status document", "StatusDocument", True))
+
+
+def _content(media: str, description: str, schema: Any, retry: bool = False) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description, "content": {media: {"schema": schema}}}
+    if retry:
+        response["headers"] = {"Retry-After": "RetryAfter"}
+    return response
+
+
+def _payload_schemas(spec: APISpec) -> None:
+    """``Payload.<type>`` per registered type (a schema shared by two types is added once and referenced)."""
+    added: dict[type, str] = {}
+    for task_type in processors.known_types():
+        proc = processors.get(task_type)
+        assert proc is not None
+        name = f"Payload.{task_type}"
+        cls = type(proc.schema)
+        if cls in added:
+            spec.components.schema(name, {"allOf": [{"$ref": f"#/components/schemas/{added[cls]}"}]})
+        else:
+            spec.components.schema(name, schema=proc.schema)
+            added[cls] = name
+
+
+def example_payload(task_type: str, schema: Schema) -> dict[str, Any]:
+    """A payload to start from: the curated example, else every field that has a default."""
+    if task_type in EXAMPLES:
+        return EXAMPLES[task_type]
+    example: dict[str, Any] = {}
+    for name, field in schema.fields.items():
+        default = field.load_default
+        if default is not missing:
+            example[field.data_key or name] = default() if callable(default) else default
+    return example
+
+
+def _submit_body() -> dict[str, Any]:
+    variants, examples = [], {}
+    for task_type in processors.known_types():
+        proc = processors.get(task_type)
+        assert proc is not None
+        variants.append({"allOf": [
+            {"$ref": "#/components/schemas/SubmitRequest"},
+            {"type": "object", "properties": {"type": {"type": "string", "enum": [task_type]},
+                                              "payload": {"$ref": f"#/components/schemas/Payload.{task_type}"}}},
+        ]})  # fmt: skip
+        examples[task_type] = {"summary": task_type,
+                               "value": {"type": task_type, "payload": example_payload(task_type, proc.schema)}}
+    schema: dict[str, Any] = {"oneOf": variants} if variants else {"$ref": "#/components/schemas/SubmitRequest"}
+    return {"required": True, "content": {JSON: {"schema": schema, "examples": examples}}}
+
+
+def _op(summary: str, responses: dict[str | int, Any], security: list[dict[str, list[str]]] | None = None,
+        **extra: Any) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {str(k): v for k, v in responses.items()}, **extra}
+    if security is not None:
+        op["security"] = security
+        op["responses"].setdefault("401", "Unauthorized")
+        op["responses"].setdefault("503", "Unavailable")
+        op["responses"].setdefault("500", "InternalError")
+    return op
+
+
+def _header(name: str, description: str) -> dict[str, Any]:
+    return {"in": "header", "name": name, "required": False, "schema": {"type": "string"}, "description": description}
+
+
+def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
+    submit = _op("Submit a task", {
+        202: {**_content(JSON, "accepted: the status document (PENDING)", "StatusDocument", True),
+              "headers": {"Location": "Location", "Retry-After": "RetryAfter"}},
+        409: {**_content(PROBLEM_JSON, "duplicate: the dedup key is held by another task", "Duplicate"),
+              "headers": {"Location": "Location", "X-Task-Deduplicated": {"schema": {"type": "string",
+                                                                                      "enum": ["true"]}}}},
+        400: "BadRequest", 413: "PayloadTooLarge", 415: "UnsupportedMediaType", 422: "ValidationFailed",
+    }, security, requestBody=_submit_body(),
+        parameters=[_header("Idempotency-Key", "same as `dedup_key` (both given and different: 422)")])
+    history = _op("The caller's tasks, newest first", {
+        200: _content(JSON, "a page of status documents", "HistoryPage"), 422: "ValidationFailed",
+    }, security, parameters=[{"in": "query", "schema": schemas.HistoryQuerySchema}])
+    spec.path("/api/v1/tasks", operations={"post": submit, "get": history})
+    poll_hint = {"description": "while PENDING or PROCESSING", "schema": {"type": "integer"}}
+    status = _op("A task's status document", {
+        200: {**_content(JSON, "the status document", "StatusDocument"), "headers": {"Retry-After": poll_hint}},
+        404: "NotFound", 410: "Gone",
+    }, security)
+    cancel = _op("Cancel a PENDING or PROCESSING task", {
+        204: {"description": "cancelled"}, 404: "NotFound", 409: "TaskConflict"}, security)
+    spec.path("/api/v1/tasks/{task_id}", parameters=[TASK_ID], operations={"get": status, "delete": cancel})
+    _result_paths(spec, security)
+    events = _op("Live status documents (Server-Sent Events)", {
+        200: {"description": "`event: status`, `id: <seq>`, `data: <status document>` per change, starting with "
+                             "the current document; `: keep-alive` comments; ends after the terminal event",
+              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+        404: "NotFound", 410: "Gone",
+    }, security, parameters=[_header("Last-Event-ID", "resume: only states after this id are sent")])
+    spec.path("/api/v1/tasks/{task_id}/events", parameters=[TASK_ID], operations={"get": events})
+
+
+def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
+    result = _op("The result of a COMPLETED task", {
+        200: _content(JSON, "the result document", "Result"), 202: "StillRunning", 404: "NotFound",
+        409: "TaskConflict", 410: "Gone"}, security)
+    spec.path("/api/v1/tasks/{task_id}/result", parameters=[TASK_ID], operations={"get": result})
+    file = _op("Download the file of a COMPLETED task whose result is a file", {
+        200: {"description": "the file as an attachment, with its own content type (`result.file.content_type`)",
+              "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+        202: "StillRunning", 404: "NotFound", 409: "TaskConflict", 410: "Gone"}, security)
+    spec.path("/api/v1/tasks/{task_id}/result/file", parameters=[TASK_ID], operations={"get": file})
+
+
+def _other_paths(spec: APISpec) -> None:
+    up = {"type": "object", "properties": {"status": {"type": "string"}}}
+    spec.path("/healthz", operations={"get": _op("The process is up", {200: _content(JSON, "up", up)})})
+    spec.path("/readyz", operations={"get": _op("Redis answers", {
+        200: _content(JSON, "ready", up), 503: "Unavailable"})})
+    spec.path("/api/v1/openapi.json", operations={"get": _op("This document", {
+        200: _content(JSON, "the OpenAPI document", {"type": "object"})})})
+    spec.path("/metrics", operations={"get": _op("Prometheus metrics", {
+        200: _content("text/plain; version=0.0.4", "Prometheus text format", {"type": "string"})})})
+    dashboard = _op("rq-dashboard, for operators", {
+        200: _content("text/html", "the dashboard", {"type": "string"}),
+        401: _content(PROBLEM_JSON, "operator credentials missing or wrong (`WWW-Authenticate: Basic`)", "Problem"),
+        404: _content(PROBLEM_JSON, "dashboard disabled (no operator password configured)", "Problem"),
+    })
+    dashboard["security"] = [{"basicAuth": []}]
+    spec.path("/rq/", operations={"get": dashboard})
+    spec.path("/", operations={"get": _op("A page to submit a task and watch it progress", {
+        200: _content("text/html", "the page", {"type": "string"})})})
