@@ -1,0 +1,255 @@
+"""GET /api/v1/tasks/{id}/events (SSE) on the test client with fakeredis pub/sub.
+
+Each test drives a stream by hand: it reads one chunk (one event or comment) from the unbuffered
+response, writes to the store in between, and reads on. Heartbeat and poll intervals are long unless
+a test is about them, so every event comes from a pub/sub message and nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from app import create_app, keys
+from app.runtime import EXTENSION
+from app.store import TaskStore
+
+LONG = 30.0
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
+def make_app(config, conn, heartbeat=LONG, poll=LONG, **settings):
+    return create_app(dataclasses.replace(config, sse_heartbeat=heartbeat, sse_poll=poll, **settings), conn=conn)
+
+
+@pytest.fixture
+def app(config, conn):
+    return make_app(config, conn)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def store(app) -> TaskStore:
+    return app.extensions[EXTENSION].service.store
+
+
+@pytest.fixture
+def task_id(client) -> str:
+    return client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
+
+
+class Stream:
+    """An open event stream: ``next()`` is the next chunk; always closed by the fixture's ``with``."""
+
+    def __init__(self, client, task_id: str, **headers: str) -> None:
+        self.response = client.get(f"/api/v1/tasks/{task_id}/events", headers=headers, buffered=False)
+        self.chunks: Iterator[bytes] = iter(self.response.response)
+
+    def next(self) -> bytes:
+        return next(self.chunks)
+
+    def event(self) -> tuple[str, int, dict]:
+        return parse(self.next())
+
+    def rest(self) -> list[bytes]:
+        return list(self.chunks)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.response.close()
+
+
+def parse(chunk: bytes) -> tuple[str, int, dict]:
+    """(event name, id, data) of one event chunk."""
+    assert chunk.endswith(b"\n\n")
+    lines = dict(line.split(": ", 1) for line in chunk.decode().strip().split("\n"))
+    return lines["event"], int(lines["id"]), orjson.loads(lines["data"])
+
+
+def subscribers(conn, task_id: str) -> int:
+    return dict(conn.pubsub_numsub(keys.events(task_id)))[keys.events(task_id).encode()]
+
+
+def test_first_event_is_the_current_status_document(client, task_id):
+    with Stream(client, task_id) as stream:
+        assert stream.response.status_code == 200
+        assert stream.response.headers["Content-Type"] == "text/event-stream"
+        assert stream.response.headers["Cache-Control"] == "no-cache"
+        assert stream.response.headers["X-Accel-Buffering"] == "no"
+        name, seq, doc = stream.event()
+    assert (name, seq) == ("status", 0)
+    assert doc == client.get(f"/api/v1/tasks/{task_id}").get_json()
+
+
+def test_each_change_is_an_event_and_the_stream_ends_after_the_terminal_one(client, store, task_id):
+    with Stream(client, task_id) as stream:
+        stream.event()
+        store.start(task_id, "run-1")
+        assert stream.event()[1:] == (1, stream_doc(client, task_id))
+        store.report(task_id, "run-1", 40, "item 4 of 10", {"total": 10, "succeeded": 3, "failed": 1})
+        _, seq, doc = stream.event()
+        assert seq == 2 and doc["progress"] == 40 and doc["message"] == "item 4 of 10"
+        assert doc["items"] == {"total": 10, "succeeded": 3, "failed": 1}
+        store.complete(task_id, "run-1", {"ok": True}, items=None, failures=[], error_code=None)
+        _, seq, doc = stream.event()
+        assert seq == 3 and doc["status"] == "COMPLETED" and doc["progress"] == 100
+        assert stream.rest() == []
+
+
+def stream_doc(client, task_id: str) -> dict:
+    return client.get(f"/api/v1/tasks/{task_id}").get_json()
+
+
+def test_a_cancel_is_the_terminal_event(client, task_id):
+    with Stream(client, task_id) as stream:
+        stream.event()
+        assert client.delete(f"/api/v1/tasks/{task_id}").status_code == 204
+        assert stream.event()[2]["status"] == "CANCELLED"
+        assert stream.rest() == []
+
+
+def test_failed_is_terminal_with_its_error(client, store, task_id):
+    with Stream(client, task_id) as stream:
+        stream.event()
+        store.start(task_id, "run-1")
+        stream.event()
+        store.fail(task_id, "run-1", 10001, "bill unpaid")
+        _, _, doc = stream.event()
+        assert doc["status"] == "FAILED" and doc["error"] == {"code": 10001, "message": "bill unpaid"}
+        assert stream.rest() == []
+
+
+def test_an_idle_stream_sends_keep_alive_comments(config, conn):
+    client = make_app(config, conn, heartbeat=0.02).test_client()
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
+    with Stream(client, task_id) as stream:
+        stream.event()
+        assert stream.next() == KEEP_ALIVE
+        assert stream.next() == KEEP_ALIVE
+
+
+def test_a_lost_message_is_caught_up_by_the_poll(config, conn):
+    app = make_app(config, conn, poll=0.02)
+    client = app.test_client()
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
+    with Stream(client, task_id) as stream:
+        stream.event()
+        conn.hset(keys.task(task_id), mapping={"progress": 7, "seq": 5})  # a write whose PUBLISH got lost
+        _, seq, doc = stream.event()
+    assert seq == 5 and doc["progress"] == 7
+
+
+def test_expiry_passing_mid_stream_ends_it_as_expired(config, conn):
+    client = make_app(config, conn, poll=0.02).test_client()
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
+    with Stream(client, task_id) as stream:
+        stream.event()
+        conn.hset(keys.task(task_id), "expires_at", "2000-01-01T00:00:00.000Z")  # due, housekeeping not run yet
+        _, seq, doc = stream.event()
+        assert seq == 0 and doc["status"] == "EXPIRED" and doc["error"]["code"] == -4
+        assert stream.rest() == []
+
+
+def advance(store: TaskStore, task_id: str) -> None:
+    """Two changes: PROCESSING (seq 1), then progress 50 (seq 2)."""
+    store.start(task_id, "run-1")
+    store.report(task_id, "run-1", 50, "half way")
+
+
+def test_reconnect_behind_gets_the_current_document_then_continues(client, store, task_id):
+    advance(store, task_id)
+    with Stream(client, task_id, **{"Last-Event-ID": "1"}) as stream:
+        _, seq, doc = stream.event()
+        assert seq == 2 and doc["progress"] == 50
+        store.complete(task_id, "run-1", None, items=None, failures=[], error_code=None)
+        assert stream.event()[1] == 3
+        assert stream.rest() == []
+
+
+def test_reconnect_up_to_date_gets_no_snapshot_only_later_changes(client, store, task_id):
+    advance(store, task_id)
+    with Stream(client, task_id, **{"Last-Event-ID": "2"}) as stream:
+        assert stream.next() == KEEP_ALIVE  # opens the stream without repeating event 2
+        store.report(task_id, "run-1", 60, "more")
+        _, seq, doc = stream.event()
+        assert seq == 3 and doc["progress"] == 60
+
+
+def test_reconnect_after_the_terminal_event_ends_without_events(client, task_id):
+    client.delete(f"/api/v1/tasks/{task_id}")
+    seq = stream_doc_seq(client, task_id)
+    with Stream(client, task_id, **{"Last-Event-ID": str(seq)}) as stream:
+        assert stream.response.status_code == 200
+        assert [c for c in stream.rest() if not c.startswith(b":")] == []
+
+
+def stream_doc_seq(client, task_id: str) -> int:
+    with Stream(client, task_id) as stream:
+        return stream.event()[1]
+
+
+@pytest.mark.parametrize("last_id", ["not-a-number", "-1", "999"])
+def test_a_last_event_id_this_task_never_had_gets_the_snapshot(client, task_id, last_id):
+    with Stream(client, task_id, **{"Last-Event-ID": last_id}) as stream:
+        assert stream.event()[1] == 0
+
+
+@pytest.mark.parametrize("task_id", [str(uuid.uuid4()), "not-a-uuid"])
+def test_unknown_task_is_404_problem_before_streaming(client, task_id):
+    r = client.get(f"/api/v1/tasks/{task_id}/events")
+    assert r.status_code == 404
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert r.get_json()["detail"] == "task not found or expired"
+
+
+def test_expired_task_is_410_with_its_status_document_like_status(client, conn, task_id):
+    conn.hset(keys.task(task_id), "expires_at", "2000-01-01T00:00:00.000Z")
+    r = client.get(f"/api/v1/tasks/{task_id}/events")
+    status = client.get(f"/api/v1/tasks/{task_id}")
+    assert r.status_code == status.status_code == 410
+    assert r.headers["Content-Type"].startswith("application/json")
+    assert r.get_json() == status.get_json() and r.get_json()["status"] == "EXPIRED"
+    assert subscribers(conn, task_id) == 0
+
+
+def test_someone_elses_task_is_404_and_no_key_is_401(config, conn):
+    client = make_app(config, conn, api_keys="ka:alice,kb:bob").test_client()
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}},
+                          headers={"Authorization": "Bearer ka"}).get_json()["task_id"]
+    assert client.get(f"/api/v1/tasks/{task_id}/events", headers={"Authorization": "Bearer kb"}).status_code == 404
+    assert client.get(f"/api/v1/tasks/{task_id}/events").status_code == 401
+    with Stream(client, task_id, Authorization="Bearer ka") as stream:
+        assert stream.event()[2]["task_id"] == task_id
+
+
+def test_the_subscription_is_released_when_the_client_goes_away(client, conn, task_id):
+    stream = Stream(client, task_id)
+    stream.event()
+    assert subscribers(conn, task_id) == 1
+    stream.response.close()
+    assert subscribers(conn, task_id) == 0
+
+
+def test_the_subscription_is_released_when_closed_before_the_first_chunk(client, conn, task_id):
+    response = client.get(f"/api/v1/tasks/{task_id}/events", buffered=False)
+    assert subscribers(conn, task_id) == 1
+    response.close()
+    assert subscribers(conn, task_id) == 0
+
+
+def test_the_subscription_is_released_when_the_stream_ends(client, conn, task_id):
+    with Stream(client, task_id) as stream:
+        stream.event()
+        client.delete(f"/api/v1/tasks/{task_id}")
+        stream.rest()
+        assert subscribers(conn, task_id) == 0

@@ -1,0 +1,168 @@
+"""GET /api/v1/openapi.json: a well-formed OpenAPI 3 document covering every route and contract status code."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from app import create_app
+from app.api import docs
+from workers import processors
+
+PROBLEM = "application/problem+json"
+JSON = "application/json"
+
+# (path, method) -> status codes the contract (docs/api) names for it.
+CONTRACT: dict[tuple[str, str], set[str]] = {
+    ("/api/v1/tasks", "post"): {"202", "400", "401", "409", "413", "415", "422", "503"},
+    ("/api/v1/tasks", "get"): {"200", "401", "422"},
+    ("/api/v1/tasks/{task_id}", "get"): {"200", "404", "410"},
+    ("/api/v1/tasks/{task_id}", "delete"): {"204", "404", "409"},
+    ("/api/v1/tasks/{task_id}/result", "get"): {"200", "202", "404", "409", "410"},
+    ("/api/v1/tasks/{task_id}/result/file", "get"): {"200", "202", "404", "409", "410"},
+    ("/api/v1/tasks/{task_id}/events", "get"): {"200", "404", "410"},
+    ("/healthz", "get"): {"200"},
+    ("/readyz", "get"): {"200", "503"},
+    ("/api/v1/openapi.json", "get"): {"200"},
+    ("/metrics", "get"): {"200"},
+    ("/rq/", "get"): {"200", "401", "404"},
+    ("/", "get"): {"200"},
+}
+
+
+@pytest.fixture
+def app(config, conn):
+    return create_app(config, conn=conn)
+
+
+@pytest.fixture
+def spec(app) -> dict[str, Any]:
+    r = app.test_client().get("/api/v1/openapi.json")
+    assert r.status_code == 200 and r.headers["Content-Type"] == "application/json; charset=utf-8"
+    return r.get_json()
+
+
+def resolve(spec: dict[str, Any], node: Any) -> Any:
+    """Follow a local ``$ref`` (repeatedly) to the object it names."""
+    while isinstance(node, dict) and "$ref" in node:
+        target: Any = spec
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def all_refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [ref for value in node.values() for ref in all_refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in all_refs(value)]
+    return []
+
+
+def test_the_document_is_openapi_3_with_info_paths_and_components(spec):
+    assert spec["openapi"].startswith("3.")
+    assert spec["info"]["title"] == "taskport" and spec["info"]["version"]
+    assert spec["paths"] and spec["components"]["schemas"]
+
+
+def test_every_reference_resolves(spec):
+    refs = all_refs(spec)
+    assert refs
+    for ref in refs:
+        assert ref.startswith("#/components/"), ref
+        assert resolve(spec, {"$ref": ref}) is not None
+
+
+@pytest.mark.parametrize(("path", "method"), sorted(CONTRACT))
+def test_every_contract_endpoint_has_its_status_codes(spec, path, method):
+    operation = spec["paths"][path][method]
+    assert operation["summary"]
+    assert CONTRACT[(path, method)] <= set(operation["responses"])
+
+
+def test_errors_are_problem_json_and_api_successes_are_json(spec):
+    for path, item in spec["paths"].items():
+        if not path.startswith("/api/v1/tasks"):
+            continue
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            for code, response in operation["responses"].items():
+                content = resolve(spec, response).get("content", {})
+                if code in ("400", "401", "404", "409", "413", "415", "422", "500", "503"):
+                    assert list(content) == [PROBLEM], (path, method, code)
+                elif code in ("200", "202", "410") and not path.endswith(("/events", "/file")):
+                    assert list(content) == [JSON], (path, method, code)
+
+
+def test_sse_and_file_responses_name_their_media_types(spec):
+    events = spec["paths"]["/api/v1/tasks/{task_id}/events"]["get"]
+    assert list(events["responses"]["200"]["content"]) == ["text/event-stream"]
+    assert "Last-Event-ID" in [p["name"] for p in events["parameters"]]
+    file = spec["paths"]["/api/v1/tasks/{task_id}/result/file"]["get"]
+    assert file["responses"]["200"]["content"]["*/*"]["schema"]["format"] == "binary"
+
+
+def test_bodies_come_from_the_schemas(spec):
+    schemas = spec["components"]["schemas"]
+    submit = spec["paths"]["/api/v1/tasks"]["post"]
+    assert resolve(spec, submit["responses"]["202"])["content"][JSON]["schema"]["$ref"].endswith("/StatusDocument")
+    assert set(schemas["StatusDocument"]["properties"]) >= {"task_id", "status", "progress", "items", "error", "links"}
+    assert set(schemas["Duplicate"]["properties"]) >= {"task_id", "status", "duplicate", "existing"}
+    assert set(schemas["Result"]["properties"]) >= {"result", "failures", "error_code", "completed_at"}
+    assert set(schemas["HistoryPage"]["properties"]) == {"tasks", "next_cursor"}
+    assert set(schemas["Problem"]["properties"]) >= {"type", "title", "status", "detail", "errors"}
+    history = spec["paths"]["/api/v1/tasks"]["get"]
+    assert {p["name"] for p in history["parameters"]} == {"status", "type", "limit", "cursor"}
+
+
+def test_every_task_type_has_its_payload_schema_and_a_valid_example(spec):
+    body = spec["paths"]["/api/v1/tasks"]["post"]["requestBody"]["content"][JSON]
+    assert len(body["schema"]["oneOf"]) == len(processors.known_types())
+    assert set(body["examples"]) == set(processors.known_types()) >= {"demo.sleep", "orders.split", "orders.export"}
+    for task_type, example in body["examples"].items():
+        assert f"Payload.{task_type}" in spec["components"]["schemas"]
+        assert example["value"]["type"] == task_type
+        processors.validate(task_type, example["value"]["payload"])  # raises if the example is invalid
+    split = spec["components"]["schemas"]["Payload.orders.split"]
+    assert set(split["required"]) == {"order_code", "items"}
+
+
+def test_every_route_of_the_app_is_documented(app, spec):
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static" or rule.endpoint.startswith("rq_dashboard."):
+            continue
+        path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"{\1}", rule.rule)
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert method.lower() in spec["paths"].get(path, {}), f"{method} {path} is not documented"
+
+
+def test_security_follows_the_configured_keys(config, conn, spec):
+    assert spec["paths"]["/api/v1/tasks"]["post"]["security"] == [{}]
+    keyed = create_app(config.__class__.from_env({}, redis_url="redis://fake", data_dir=config.data_dir,
+                                                 api_keys="k:alice"), conn=conn)
+    doc = keyed.test_client().get("/api/v1/openapi.json").get_json()
+    assert doc["paths"]["/api/v1/tasks"]["post"]["security"] == [{"bearerAuth": []}]
+    assert doc["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
+
+
+def test_the_document_is_built_once_per_app(app, monkeypatch):
+    client = app.test_client()
+    first = client.get("/api/v1/openapi.json").data
+    monkeypatch.setattr(docs, "build_spec", lambda *a: pytest.fail("rebuilt"))
+    assert client.get("/api/v1/openapi.json").data == first
+
+
+def test_example_payload_falls_back_to_the_schema_defaults():
+    from marshmallow import Schema, fields
+
+    class Custom(Schema):
+        name = fields.String(required=True)
+        count = fields.Integer(load_default=3)
+        tags = fields.List(fields.String(), load_default=list)
+
+    assert docs.example_payload("custom.type", Custom()) == {"count": 3, "tags": []}
