@@ -20,7 +20,7 @@ from marshmallow import Schema, missing
 from app import schemas
 from app.api import JSON as JSON_UTF8
 from app.errors import PROBLEM_JSON
-from app.runtime import runtime
+from app.runtime import EXTENSION as RUNTIME
 from workers import processors
 
 bp = Blueprint("docs", __name__, url_prefix="/api/v1")
@@ -58,23 +58,36 @@ def openapi_bytes(app: Flask) -> bytes:
         with _lock:
             cached = app.extensions.get(EXTENSION)
             if cached is None:
-                cached = app.extensions[EXTENSION] = orjson.dumps(build_spec(bool(runtime().members.keys)).to_dict())
+                keys_configured = bool(app.extensions[RUNTIME].members.keys)
+                cached = app.extensions[EXTENSION] = orjson.dumps(build_spec(keys_configured).to_dict())
     return cached  # type: ignore[no-any-return]
 
 
+# The schemas added under their own names; nested schemas of these reuse the same components.
+NAMED_SCHEMAS: tuple[tuple[str, type[Schema]], ...] = (
+    ("Items", schemas.ItemsSchema), ("Error", schemas.ErrorSchema), ("Links", schemas.LinksSchema),
+    ("StatusDocument", schemas.StatusDocumentSchema), ("SubmitRequest", schemas.SubmitSchema),
+    ("Problem", schemas.ProblemSchema), ("TaskConflict", schemas.TaskConflictSchema),
+    ("Duplicate", schemas.DuplicateSchema), ("ResultFile", schemas.ResultFileSchema),
+    ("Failure", schemas.FailureSchema), ("Result", schemas.ResultSchema), ("HistoryPage", schemas.HistoryPageSchema),
+)
+
+
 class _Names:
-    """Schema component names: class name minus ``Schema``, qualified by module when two classes clash."""
+    """Names of nested schemas: class name minus ``Schema``, qualified by module when the name is taken
+    (by another class, or by one of :data:`NAMED_SCHEMAS`), so user processors' schemas never clash."""
 
     def __init__(self) -> None:
         self.names: dict[type, str] = {}
+        self.taken = {name for name, _ in NAMED_SCHEMAS}
 
     def __call__(self, schema: Any) -> str:
         cls = resolve_schema_cls(schema)
         cls = cls[0] if isinstance(cls, list) else cls
         if cls not in self.names:
             base = cls.__name__.removesuffix("Schema") or cls.__name__
-            taken = base in self.names.values()
-            self.names[cls] = f"{cls.__module__}.{base}" if taken else base
+            self.names[cls] = f"{cls.__module__}.{base}" if base in self.taken else base
+            self.taken.add(self.names[cls])
         return self.names[cls]
 
 
@@ -94,12 +107,7 @@ def _components(spec: APISpec) -> None:
     c = spec.components
     c.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
     c.security_scheme("basicAuth", {"type": "http", "scheme": "basic"})
-    for name, schema in (("Items", schemas.ItemsSchema), ("Error", schemas.ErrorSchema),
-                         ("Links", schemas.LinksSchema), ("StatusDocument", schemas.StatusDocumentSchema),
-                         ("SubmitRequest", schemas.SubmitSchema), ("Problem", schemas.ProblemSchema),
-                         ("TaskConflict", schemas.TaskConflictSchema), ("Duplicate", schemas.DuplicateSchema),
-                         ("ResultFile", schemas.ResultFileSchema), ("Failure", schemas.FailureSchema),
-                         ("Result", schemas.ResultSchema), ("HistoryPage", schemas.HistoryPageSchema)):
+    for name, schema in NAMED_SCHEMAS:
         c.schema(name, schema=schema)
     _payload_schemas(spec)
     c.header("RetryAfter", {"description": "seconds to wait before asking again", "schema": {"type": "integer"}})

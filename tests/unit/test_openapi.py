@@ -166,3 +166,25 @@ def test_example_payload_falls_back_to_the_schema_defaults():
         tags = fields.List(fields.String(), load_default=list)
 
     assert docs.example_payload("custom.type", Custom()) == {"count": 3, "tags": []}
+
+
+def test_user_schemas_whose_names_clash_get_their_own_components(monkeypatch):
+    from marshmallow import Schema, fields
+
+    class ErrorSchema(Schema):  # same name as the status document's error
+        reason = fields.String()
+
+    class OrderItemSchema(Schema):  # same name as orders.split's item
+        sku = fields.String()
+
+    class ClashSchema(Schema):
+        error = fields.Nested(ErrorSchema)
+        items = fields.List(fields.Nested(OrderItemSchema))
+
+    proc = processors.Processor("user.clash", lambda payload, ctx: {}, ClashSchema(), 60, 0, "default")
+    monkeypatch.setitem(processors._REGISTRY, "user.clash", proc)
+    names = docs.build_spec(False).to_dict()["components"]["schemas"]  # a clash would warn, and warnings fail
+    assert names["Error"]["properties"].keys() == {"code", "message"}
+    assert names[f"{__name__}.Error"]["properties"].keys() == {"reason"}
+    assert names[f"{__name__}.OrderItem"]["properties"].keys() == {"sku"}
+    assert "item_code" in names["OrderItem"]["properties"]
