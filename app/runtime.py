@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
 from flask import Flask, current_app
+from redis import Redis
 
 from app.auth import Members
 from app.config import Config
@@ -19,13 +19,13 @@ EXTENSION = "taskport"
 @dataclass(frozen=True)
 class Runtime:
     config: Config
-    redis: redis.Redis
+    redis: Redis
     service: TaskService
     members: Members
     results: ResultStore
 
     @classmethod
-    def build(cls, config: Config, conn: redis.Redis | None = None) -> Runtime:
+    def build(cls, config: Config, conn: Redis | None = None) -> Runtime:
         conn = conn if conn is not None else connect(config)
         return cls(config, conn, TaskService(conn, config), Members(config), result_store(config))
 

@@ -54,7 +54,7 @@ def _items_fields(items: dict[str, int] | None) -> list[Any]:
 
 class TaskStore:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
-        self.redis = conn
+        self.redis: Any = conn  # redis-py's bytes|str unions say nothing here: replies are bytes (no decoding)
         self.config = config
         self._scripts = {name: conn.register_script(src) for name, src in scripts.ALL.items()}
 
@@ -251,7 +251,7 @@ class TaskStore:
             pipe.hget(keys.task(task_id), "status")
         statuses = [s.decode() if s else None for s in pipe.execute()]
         stamp = iso(now)
-        tomb = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
+        tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
         unfinished = ["error_code", ErrorCode.EXPIRED, "error_message", ERROR_MESSAGES[ErrorCode.EXPIRED],
                       "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", stamp]
         for task_id, status in zip(task_ids, statuses, strict=True):
@@ -286,8 +286,8 @@ class TaskStore:
             requeue(pipe)
             return S.PENDING if pipe.execute()[0][0] == 1 else None
         lost = ERROR_MESSAGES[ErrorCode.WORKER_LOST]
-        fields = ["error_code", ErrorCode.WORKER_LOST, "error_message", lost, "message", lost]
-        ok, _ = self._terminal(task.id, (S.PROCESSING,), S.FAILED, fields, stale_before_ms=stale_before_ms)
+        failed: list[Any] = ["error_code", ErrorCode.WORKER_LOST, "error_message", lost, "message", lost]
+        ok, _ = self._terminal(task.id, (S.PROCESSING,), S.FAILED, failed, stale_before_ms=stale_before_ms)
         return S.FAILED if ok else None
 
     def running(self, limit: int = 10_000) -> list[str]:

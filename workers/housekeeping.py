@@ -46,7 +46,7 @@ class PassReport:
 
 class Housekeeper:
     def __init__(self, conn: redis.Redis, config: Config, results: ResultStore | None = None) -> None:
-        self.redis = conn
+        self.redis: Any = conn
         self.config = config
         self.store = TaskStore(conn, config)
         self.jobs = JobQueue(conn, config)

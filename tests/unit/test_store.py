@@ -69,7 +69,8 @@ def test_progress_is_monotonic_and_only_from_the_owning_run(store):
     new = new_task()
     store.create(new)
     run_id = started(store, new)
-    assert store.report(new.task_id, run_id, 40, "item 4 of 10", {"total": 10, "succeeded": 3, "failed": 1}) == S.PROCESSING
+    counts = {"total": 10, "succeeded": 3, "failed": 1}
+    assert store.report(new.task_id, run_id, 40, "item 4 of 10", counts) == S.PROCESSING
     assert store.report(new.task_id, run_id, 20, "late") == S.PROCESSING
     assert store.report(new.task_id, "intruder", 90, "no") == S.PROCESSING
     task = store.get(new.task_id)
