@@ -267,7 +267,8 @@ class Stack:
     def stop(self, procs: Proc | Iterable[Proc], timeout: float = STOP_TIMEOUT) -> list[int | None]:
         """SIGTERM to each process group (gunicorn's graceful stop, RQ's warm shutdown), wait up to
         ``timeout`` s, then SIGKILL whatever is left of their sessions. Returns the exit codes."""
-        targets = as_procs(procs)
+        requested = as_procs(procs)
+        targets = [proc for proc in requested if proc.returncode is None]
         for proc in targets:
             if proc.alive:
                 _signal_group(proc.pid, signal.SIGTERM)
@@ -278,7 +279,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 pass
             self._reap(proc)
-        return [proc.returncode for proc in targets]
+        return [proc.returncode for proc in requested]
 
     def kill9(self, procs: Proc | Iterable[Proc]) -> None:
         """Crash: SIGKILL every process of each session at once (a worker and its work horse alike)."""
@@ -287,13 +288,17 @@ class Stack:
 
     def stop_all(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every process this stack started; nothing survives it."""
-        self.stop([p for p in self.procs if p.alive or p.returncode is None], timeout)
+        self.stop(self.procs, timeout)
 
     def log_tails(self, lines: int = 40) -> str:
         return "\n".join(p.describe() for p in self.procs)
 
     @staticmethod
     def _reap(proc: Proc) -> None:
+        """SIGKILL what is left of the process's session and collect its exit code (once: after that
+        the pid may belong to someone else)."""
+        if proc.returncode is not None:
+            return
         kill_session(proc.pid)
         proc.popen.wait()
         proc.returncode = proc.popen.returncode
@@ -309,5 +314,4 @@ def _signal_group(pgid: int, sig: int) -> None:
 def reap_all() -> None:
     """Last resort at the end of the test session: kill every session any Stack ever started."""
     for proc in SPAWNED:
-        if proc.returncode is None:  # never reaped by its Stack (a reaped pid may belong to someone else now)
-            Stack._reap(proc)
+        Stack._reap(proc)
