@@ -6,8 +6,9 @@ with the status it found. Keys arrive in KEYS[] (built by app.keys), never built
 
 from __future__ import annotations
 
-# Create a task unless the member's dedup key is held by a live task.
-# Atomic so that N concurrent identical submits create exactly one task.
+# Create a task unless the member's dedup key is held.
+# Atomic so that N concurrent identical submits create exactly one task. The caller runs it in one
+# MULTI with the RQ enqueue, so the task and its job reach Redis (and its append-only file) together.
 # KEYS: dedup, task, payload, history, expiry, members, stats
 # ARGV: task_id, dedup_window_s, key_ttl_s, created_ms, expiry_ms, payload_json, member,
 #       field1, value1, ...  (the task hash)
@@ -103,16 +104,4 @@ redis.call('PUBLISH', KEYS[6], seq)
 return {1, status}
 """
 
-# Give up a task that could not be queued (Redis failed between create and enqueue): remove every
-# trace so a retried submit is not answered with a duplicate of a task that will never run.
-# KEYS: dedup, task, payload, history, expiry
-# ARGV: task_id
-DISCARD = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
-return 1
-"""
-
-ALL = {"submit": SUBMIT, "start": START, "progress": PROGRESS, "transition": TRANSITION, "discard": DISCARD}
+ALL = {"submit": SUBMIT, "start": START, "progress": PROGRESS, "transition": TRANSITION}

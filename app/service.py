@@ -59,25 +59,15 @@ class TaskService:
             dedup_digest=dedup_digest(task_type, payload, dedup_key), priority=priority or proc.priority,
             max_attempts=proc.retries + 1,
         )
-        created, holder, task = self.store.create(new)
+        created, holder, task = self.store.create(
+            new, lambda pipe: self.jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=pipe))
         tlog = task_logger(log, holder)
         if not created:
+            self.jobs.remove(new.task_id)  # the job queued beside the refused task: it has nothing to run
             tlog.info("duplicate submit of %s by %s", task_type, member)
             return Submitted(False, self.store.get(holder), holder)
-        try:
-            self.jobs.enqueue(new.task_id, new.priority, proc.timeout)
-        except redis.RedisError:
-            tlog.error("could not queue the task; discarding it")
-            self._discard_quietly(new)
-            raise
         tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
         return Submitted(True, task, new.task_id)
-
-    def _discard_quietly(self, new: NewTask) -> None:
-        try:
-            self.store.discard(new)
-        except redis.RedisError:
-            task_logger(log, new.task_id).exception("could not discard the unqueued task")
 
     def find(self, member: str, task_id: str) -> Task:
         """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""

@@ -7,6 +7,7 @@ round trip (HGETALL, or a pipeline when the result is needed too).
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +60,24 @@ class TaskStore:
         self._scripts = {name: conn.register_script(src) for name, src in scripts.ALL.items()}
 
     def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
-        return self._scripts[name](keys=keys_, args=args, client=client)
+        """Run a script now (EVALSHA, loading it on NOSCRIPT), or queue it on a caller's pipeline.
+
+        On a pipeline it goes as EVAL with its source: an EVALSHA that met an empty script cache (a
+        restarted Redis) would fail inside MULTI while the rest of the transaction still applied, and
+        redis-py's own remedy costs a SCRIPT EXISTS round trip on every execute.
+        """
+        if client is None:
+            return self._scripts[name](keys=keys_, args=args)
+        return client.eval(scripts.ALL[name], len(keys_), *keys_, *args)
 
     # -- submit ---------------------------------------------------------------------------------
-    def create(self, new: NewTask) -> tuple[bool, str, Task | None]:
-        """Create the task unless its dedup key is held.
+    def create(self, new: NewTask, enqueue: Callable[[Any], None]) -> tuple[bool, str, Task | None]:
+        """Create the task unless its dedup key is held, and queue its job, in one MULTI round trip.
 
-        Returns (created, id of the task holding the key, the new task as written or None).
+        ``enqueue(pipeline)`` adds the job's commands. On a duplicate the job is queued all the same
+        (MULTI cannot branch on the script's answer): the caller removes it, and a worker that gets
+        there first finds no task and does nothing. Returns (created, id of the task holding the key,
+        the new task as written or None).
         """
         c = self.config
         created = now_ms()
@@ -76,26 +88,22 @@ class TaskStore:
             "created_at", stamp, "updated_at", stamp, "expires_at", iso(created + c.task_ttl * 1000), "seq", 0,
         ]  # fmt: skip
         key_ttl = c.task_ttl + c.tombstone_ttl
-        answer = self._run(
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
+        self._run(
             "submit",
             [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
              keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS],
             [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
              orjson.dumps(new.payload), new.member, *fields],
+            client=pipe,
         )  # fmt: skip
+        enqueue(pipe)
+        answer = pipe.execute()[0]
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
             return True, new.task_id, Task.from_hash(written)
         return False, answer[1].decode(), None
-
-    def discard(self, new: NewTask) -> None:
-        """Remove every trace of a task that could not be queued."""
-        self._run(
-            "discard",
-            [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
-             keys.history(new.member), keys.EXPIRY],
-            [new.task_id],
-        )
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, task_id: str) -> Task | None:

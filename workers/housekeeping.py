@@ -61,6 +61,7 @@ class Housekeeper:
             return report
         started = time.perf_counter()
         run(report)
+        self.redis.hincrby(keys.STATS, f"housekeeping_{name}", 1)
         log.info("housekeeping %s: %s in %.3f s", name, report.counts or "nothing to do", time.perf_counter() - started)
         return report
 

@@ -1,20 +1,31 @@
-"""``taskport scheduler``: rq-scheduler, which enqueues periodic jobs when they fall due.
+"""``taskport scheduler``: rq-scheduler, which enqueues the housekeeping passes when they fall due,
+plus the housekeeper: a SimpleWorker child process that runs them from their own queue.
 
 Any number of scheduler processes may run: rq-scheduler takes a lock in Redis for each pass, so only
-one of them enqueues at a time, and a periodic job registered under a fixed id is replaced, not
-duplicated, when a scheduler restarts.
+one of them enqueues at a time; a periodic job registered under a fixed id is replaced, not
+duplicated, when a scheduler restarts; and each pass takes a per-interval lock (see
+workers.housekeeping), so even a pass enqueued twice runs once per interval.
+
+Why a queue of its own, served by the scheduler's own child: housekeeping must run when every task
+worker is busy with hour-long exports, or dead (that is when stall recovery is needed most).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import multiprocessing.process
 import warnings
+from datetime import UTC, datetime
 
+from rq import Queue, SimpleWorker
 from rq_scheduler import Scheduler
 
 from app.config import Config
 from app.connection import connect, wait_for_redis
 from app.logs import setup_logging
+from workers.housekeeping import PASSES
+from workers.housekeeping import QUEUE as HOUSEKEEPING_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +43,47 @@ def quiet_known_warnings() -> None:
         module=r"rq_scheduler\.")
 
 
+def job_id(name: str) -> str:
+    return f"taskport-housekeeping-{name}"
+
+
 def register_jobs(scheduler: Scheduler, config: Config) -> None:
-    """Register the periodic jobs. Housekeeping (expiry, stall recovery, monitoring) registers here,
-    each job under a fixed id and with a ``result_ttl``, so a restart replaces it and no result piles up.
+    """Register the housekeeping passes, each under a fixed id so a restart replaces it.
+
+    They keep rq-scheduler's default ``result_ttl`` (-1): a periodic job's hash must outlive each run,
+    since rq-scheduler re-enqueues that same job at every interval (with 0 RQ would delete it).
     """
+    interval = config.housekeeping_interval
+    for name in PASSES:
+        scheduler.schedule(
+            scheduled_time=datetime.now(UTC).replace(tzinfo=None), func=f"workers.housekeeping.{name}_pass",
+            interval=interval, id=job_id(name), queue_name=HOUSEKEEPING_QUEUE, timeout=max(60, interval * 5),
+            description=f"housekeeping: {name}")
+
+
+def run_housekeeper(config: Config) -> None:
+    """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
+    setup_logging(config, "housekeeper")
+    conn = connect(config)
+    wait_for_redis(conn)
+    worker = SimpleWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
+    worker.work(with_scheduler=True, logging_level=config.log_level.upper())
+
+
+def start_housekeeper(config: Config) -> multiprocessing.process.BaseProcess:
+    child = multiprocessing.get_context("spawn").Process(
+        target=run_housekeeper, args=(config,), name="taskport-housekeeper", daemon=True)
+    child.start()
+    return child
+
+
+def stop_housekeeper(child: multiprocessing.process.BaseProcess) -> None:
+    if child.is_alive():
+        child.terminate()  # SIGTERM: RQ's warm shutdown, the running pass finishes
+        child.join(15)
+    if child.is_alive():
+        child.kill()
+        child.join()
 
 
 def build_scheduler(config: Config, name: str | None = None) -> Scheduler:
@@ -52,6 +100,11 @@ def main(config: Config, name: str | None = None) -> int:
     setup_logging(config, "scheduler")
     quiet_known_warnings()
     scheduler = build_scheduler(config, name)
-    log.info("scheduler %s polling every %s s", scheduler.name, config.scheduler_interval)
-    scheduler.run()
+    log.info("scheduler %s polling every %s s; housekeeping every %s s", scheduler.name,
+             config.scheduler_interval, config.housekeeping_interval)
+    housekeeper = start_housekeeper(config)
+    try:
+        scheduler.run()
+    finally:
+        stop_housekeeper(housekeeper)
     return 0

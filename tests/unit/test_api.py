@@ -69,7 +69,7 @@ def test_status_then_result_after_the_worker_ran(client, conn, config):
     assert result["result"]["shipments"] == [{"warehouse": "main", "items": [{"item_code": "x", "quantity": 2}]}]
 
 
-def test_duplicate_submit_is_409_naming_the_existing_task(client):
+def test_duplicate_submit_is_409_naming_the_existing_task(client, conn):
     first = submit(client, {"type": "demo.sleep", "payload": {"seconds": 1, "steps": 2}})
     second = submit(client, {"type": "demo.sleep", "payload": {"steps": 2, "seconds": 1}})
     assert first.status_code == 202 and second.status_code == 409
@@ -78,6 +78,7 @@ def test_duplicate_submit_is_409_naming_the_existing_task(client):
     assert second.headers["Location"] == first.headers["Location"]
     assert body["status"] == "DUPLICATE" and body["duplicate"] is True
     assert body["task_id"] == first.get_json()["task_id"] == body["existing"]["task_id"]
+    assert conn.lrange("rq:queue:default", 0, -1) == [body["task_id"].encode()]  # the refused one's job is gone
 
 
 def test_idempotency_key_header_and_dedup_key(client):

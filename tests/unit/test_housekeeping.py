@@ -27,8 +27,7 @@ def hk(conn, config):
 def make(hk, max_attempts=1):
     new = NewTask(task_id=str(uuid.uuid4()), member="public", type="demo.sleep", payload={},
                   dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=max_attempts)
-    hk.store.create(new)
-    hk.jobs.enqueue(new.task_id, "default", 60)
+    hk.store.create(new, lambda pipe: hk.jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
     return new.task_id
 
 

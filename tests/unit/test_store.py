@@ -20,6 +20,10 @@ def new_task(member: str = "public", digest: str | None = None, type_: str = "de
                    dedup_digest=digest or task_id, priority="default", max_attempts=2)
 
 
+def create(store, new: NewTask):
+    return store.create(new, lambda pipe: None)
+
+
 def started(store, new: NewTask) -> str:
     run_id = uuid.uuid4().hex
     assert isinstance(store.start(new.task_id, run_id), Started)
@@ -28,7 +32,7 @@ def started(store, new: NewTask) -> str:
 
 def test_create_writes_task_payload_and_indexes(store, conn, config):
     new = new_task()
-    created, holder, task = store.create(new)
+    created, holder, task = create(store, new)
     assert created and holder == new.task_id
     assert task == store.get(new.task_id)
     assert task.status == S.PENDING and task.attempts == 0 and task.max_attempts == 2
@@ -42,21 +46,21 @@ def test_create_writes_task_payload_and_indexes(store, conn, config):
 def test_duplicate_names_the_holder_and_writes_nothing(store, conn):
     first = new_task(digest="same")
     second = new_task(digest="same")
-    store.create(first)
-    created, holder, task = store.create(second)
+    create(store, first)
+    created, holder, task = create(store, second)
     assert (created, holder, task) == (False, first.task_id, None)
     assert not conn.exists(keys.task(second.task_id), keys.payload(second.task_id))
     assert conn.zscore(keys.history("public"), second.task_id) is None
 
 
 def test_dedup_is_per_member(store):
-    assert store.create(new_task(member="a", digest="d"))[0]
-    assert store.create(new_task(member="b", digest="d"))[0]
+    assert create(store, new_task(member="a", digest="d"))[0]
+    assert create(store, new_task(member="b", digest="d"))[0]
 
 
 def test_start_is_a_compare_and_set(store):
     new = new_task()
-    store.create(new)
+    create(store, new)
     first = store.start(new.task_id, "run-1")
     assert isinstance(first, Started)
     assert first.payload == {"seconds": 0}
@@ -67,7 +71,7 @@ def test_start_is_a_compare_and_set(store):
 
 def test_progress_is_monotonic_and_only_from_the_owning_run(store):
     new = new_task()
-    store.create(new)
+    create(store, new)
     run_id = started(store, new)
     counts = {"total": 10, "succeeded": 3, "failed": 1}
     assert store.report(new.task_id, run_id, 40, "item 4 of 10", counts) == S.PROCESSING
@@ -80,7 +84,7 @@ def test_progress_is_monotonic_and_only_from_the_owning_run(store):
 
 def test_heartbeat_moves_running_score(store, conn):
     new = new_task()
-    store.create(new)
+    create(store, new)
     run_id = started(store, new)
     conn.zadd(keys.RUNNING, {new.task_id: 1})
     assert store.report(new.task_id, run_id, None) == S.PROCESSING
@@ -89,7 +93,7 @@ def test_heartbeat_moves_running_score(store, conn):
 
 def test_complete_writes_result_and_starts_the_result_clock(store, conn, config):
     new = new_task()
-    store.create(new)
+    create(store, new)
     run_id = started(store, new)
     assert store.complete(new.task_id, run_id, {"ok": 1}, items=None, failures=[], error_code=None)
     task, stored = store.get_with_result(new.task_id)
@@ -103,7 +107,7 @@ def test_complete_writes_result_and_starts_the_result_clock(store, conn, config)
 
 def test_cancel_wins_over_a_late_finish(store, conn):
     new = new_task()
-    store.create(new)
+    create(store, new)
     run_id = started(store, new)
     assert store.cancel(new.task_id) == (True, S.PROCESSING)
     assert not store.complete(new.task_id, run_id, {"late": True}, items=None, failures=[], error_code=None)
@@ -115,7 +119,7 @@ def test_cancel_wins_over_a_late_finish(store, conn):
 
 def test_fail_records_the_error(store):
     new = new_task()
-    store.create(new)
+    create(store, new)
     run_id = started(store, new)
     assert store.fail(new.task_id, run_id, 10001, "bill unpaid")
     doc = store.get(new.task_id).to_doc(iso(now_ms()))
@@ -124,7 +128,7 @@ def test_fail_records_the_error(store):
 
 def test_retry_returns_to_pending_and_a_new_run_counts_an_attempt(store):
     new = new_task()
-    store.create(new)
+    create(store, new)
     run_id = started(store, new)
     assert store.retry(new.task_id, run_id, "again")
     assert store.get(new.task_id).status == S.PENDING
@@ -133,17 +137,9 @@ def test_retry_returns_to_pending_and_a_new_run_counts_an_attempt(store):
     assert not store.retry(new.task_id, run_id, "stale run")
 
 
-def test_discard_removes_every_trace(store, conn):
-    new = new_task()
-    store.create(new)
-    store.discard(new)
-    assert not conn.exists(keys.task(new.task_id), keys.payload(new.task_id), keys.dedup("public", new.dedup_digest))
-    assert conn.zscore(keys.EXPIRY, new.task_id) is None
-
-
 def test_read_past_expires_at_is_expired_before_housekeeping(store):
     new = new_task()
-    _, _, task = store.create(new)
+    _, _, task = create(store, new)
     doc = task.to_doc("9999-01-01T00:00:00.000Z")
     assert doc["status"] == S.EXPIRED and doc["error"]["code"] == -4
 
@@ -154,7 +150,7 @@ def test_history_pages_newest_first_with_filters(store, monkeypatch):
     made = []
     for i in range(7):
         new = new_task(type_="demo.sleep" if i % 2 else "orders.split")
-        store.create(new)
+        create(store, new)
         made.append(new.task_id)
     page = store.history("public", limit=3)
     assert [t.id for t in page.tasks] == made[::-1][:3]
@@ -167,7 +163,7 @@ def test_history_pages_newest_first_with_filters(store, monkeypatch):
 
 def test_history_cursor_is_stable_for_tasks_created_in_the_same_millisecond(store, monkeypatch):
     monkeypatch.setattr("app.store.now_ms", lambda: 1_800_000_000_000)
-    made = {store.create(new_task())[1] for _ in range(9)}
+    made = {create(store, new_task())[1] for _ in range(9)}
     seen, cursor = [], None
     while True:
         page = store.history("public", limit=4, cursor=cursor, now_iso="2000-01-01T00:00:00.000Z")

@@ -6,6 +6,7 @@
   across worker processes. Retries twice, so ``fail_times`` 2 completes and 3 fails with -1.
 - ``test.slow``: sleeps ``seconds`` without any checkpoint (plain ``time.sleep``) under a 1 s job
   timeout, to exercise RQ's hard timeout (-2).
+- ``test.nap``: sleeps cooperatively with progress and one retry: what a killed worker leaves behind.
 """
 
 from __future__ import annotations
@@ -58,3 +59,17 @@ def slow(payload: dict, ctx: TaskContext) -> dict:
     """Sleep without checkpoints, so only the job timeout can stop it."""
     time.sleep(payload["seconds"])
     return {"slept": payload["seconds"]}
+
+
+class NapSchema(Schema):
+    seconds = fields.Float(required=True, validate=validate.Range(0, 600))
+
+
+@processor("test.nap", schema=NapSchema, timeout=600, retries=1)
+def nap(payload: dict, ctx: TaskContext) -> dict:
+    """Sleep cooperatively with progress, retried once: the task a killed worker leaves behind."""
+    steps = max(1, int(payload["seconds"] * 10))
+    for step in range(steps):
+        ctx.sleep(payload["seconds"] / steps)
+        ctx.progress(step + 1, steps)
+    return {"slept": payload["seconds"], "pid": os.getpid()}
