@@ -1,0 +1,1 @@
+"""taskport's benchmark harness (``make bench``): see bench/README.md."""

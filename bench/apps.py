@@ -1,0 +1,36 @@
+"""The bench's WSGI app: taskport's own app plus the two baseline routes, served with ``taskport web``'s flags.
+
+    /bench/hello   a hello-world JSON answer: the framework ceiling (gunicorn + Flask + our JSON helper)
+    /bench/get     exactly one Redis GET of a small key, answered as JSON: the floor of a status read
+
+Both render through ``app.api.json_response``, like every taskport view, so the only difference from
+a status read is what the view does in between.
+"""
+
+from __future__ import annotations
+
+from flask import Flask, Response
+
+from app import create_app
+from app.api import json_response
+from app.runtime import runtime
+
+GET_KEY = "tp:bench:get"
+GET_VALUE = "a small value of about the size of a status field"
+
+
+def hello() -> Response:
+    return json_response({"hello": "world"})
+
+
+def one_get() -> Response:
+    value = runtime().redis.get(GET_KEY)
+    return json_response({"value": value.decode() if value is not None else None})
+
+
+def create_bench_app() -> Flask:
+    """``create_app()`` from the environment, plus the baseline routes."""
+    app = create_app()
+    app.add_url_rule("/bench/hello", "bench_hello", hello, methods=["GET"])
+    app.add_url_rule("/bench/get", "bench_get", one_get, methods=["GET"])
+    return app

@@ -1,0 +1,132 @@
+"""Creating many tasks (and bare RQ jobs) fast, through the product's own code, a pipeline per batch.
+
+:class:`PipelinedStore` is taskport's ``TaskStore`` whose script calls join a pipeline instead of
+running one round trip each, so ``create()`` itself (its key names, fields and script arguments) is
+what writes the task: the bench cannot drift from the product's layout. Its answers are not read
+back, so it assumes every create succeeds (payloads are unique: the dedup key is never held).
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+from rq import Queue
+
+from app import scripts
+from app.config import Config
+from app.jobs import JobQueue
+from app.service import dedup_digest
+from app.store import NewTask, TaskStore
+from workers import processors
+
+TASK_TYPE = "demo.sleep"
+MEMBER = "public"
+
+
+def noop_payload(n: int) -> dict[str, Any]:
+    """A unique no-op payload (``fail_items`` only matters when ``items`` > 0), as the API's validation
+    leaves it (validated once; then only the unique number changes)."""
+    global _template
+    if _template is None:
+        _template = processors.validate(TASK_TYPE, {"seconds": 0, "steps": 1, "fail_items": [0]})
+    return {**_template, "fail_items": [n]}
+
+
+_template: dict[str, Any] | None = None
+
+
+class _Batch:
+    """Stands in for the store's client: ``pipeline()`` hands out the batch's own (already MULTI'd)
+    pipeline, whose ``multi()`` is then a no-op and whose ``execute()`` is deferred to the batch's end."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> _Batch:
+        return self
+
+    def multi(self) -> None:
+        pass
+
+    def execute(self) -> list[Any]:
+        return [[1]]  # "created": payloads are unique, the dedup key is never held
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
+class PipelinedStore(TaskStore):
+    """A TaskStore whose script calls (and whatever ``create()`` queues with them) join ``self.pipe``;
+    every answer reads as "created"."""
+
+    pipe: Any = None
+
+    def use(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self.redis = _Batch(pipe)  # type: ignore[assignment]
+
+    def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+        self.pipe.eval(scripts.ALL[name], len(keys_), *keys_, *args)
+        return [1]
+
+
+# TaskStore.create(new) queued nothing; TaskStore.create(new, enqueue) queues the job in the same MULTI.
+_CREATE_ENQUEUES = "enqueue" in inspect.signature(TaskStore.create).parameters
+
+
+def new_task(n: int, base: int = 0) -> NewTask:
+    proc = processors.get(TASK_TYPE)
+    assert proc is not None
+    payload = noop_payload(base + n)
+    return NewTask(task_id=str(uuid.uuid4()), member=MEMBER, type=TASK_TYPE, payload=payload,
+                   dedup_digest=dedup_digest(TASK_TYPE, payload, None), priority=proc.priority,
+                   max_attempts=proc.retries + 1)
+
+
+def _chunks(n: int, size: int) -> Iterator[range]:
+    for start in range(0, n, size):
+        yield range(start, min(n, start + size))
+
+
+def create_tasks(conn: redis.Redis, config: Config, n: int, *, enqueue: bool, base: int = 0,
+                 batch: int = 1000) -> list[str]:
+    """Create ``n`` PENDING no-op tasks (and, with ``enqueue``, their RQ jobs, as a submit would) in
+    pipelined batches; returns their ids."""
+    processors.load(config.processor_modules)
+    store = PipelinedStore(conn, config)
+    jobs = JobQueue(conn, config)
+    proc = processors.get(TASK_TYPE)
+    assert proc is not None
+    ids: list[str] = []
+    for chunk in _chunks(n, batch):
+        pipe = conn.pipeline(transaction=True)
+        pipe.multi()  # RQ's enqueue_job with a caller's pipeline expects an explicit MULTI
+        store.use(pipe)
+        for i in chunk:
+            new = new_task(i, base)
+
+            def job(p: Any, new: NewTask = new) -> None:
+                if enqueue:
+                    jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=p)
+
+            if _CREATE_ENQUEUES:
+                store.create(new, job)  # type: ignore[call-arg]
+            else:
+                store.create(new)
+                job(pipe)
+            ids.append(new.task_id)
+        pipe.execute()
+    return ids
+
+
+def enqueue_noops(conn: redis.Redis, n: int, queue: str = "default", batch: int = 1000) -> None:
+    """``n`` bare RQ jobs of ``bench.noop.noop`` with RQ's defaults, ``enqueue_many`` a batch at a time."""
+    q = Queue(queue, connection=conn)
+    for chunk in _chunks(n, batch):
+        with conn.pipeline() as pipe:
+            q.enqueue_many([Queue.prepare_data("bench.noop.noop") for _ in chunk], pipeline=pipe)
+            pipe.execute()

@@ -1,0 +1,138 @@
+"""``make bench``: start the real stack, measure everything beside its baseline, print the table, write JSON.
+
+Order (each phase starts from what it needs; the HTTP phases run while no worker exists, so the
+workers neither steal CPU nor drain the submitted tasks):
+  1. load generator ceiling (canned server), then hello / submit / one-GET / status over HTTP;
+  2. round trips in-process (counting connections) and INFO commandstats;
+  3. per worker class (fork = the default, simple, spawn): bare RQ and taskport throughput on no-op
+     jobs with the same class and process count, then submit -> COMPLETED latency with idle workers;
+  4. Redis memory per finished task over 10,000 tasks; 5. the housekeeping expiry pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench import measure_http, measure_redis, measure_workers, report
+from bench.stack import REPO, Stack
+
+RESULTS = REPO / "bench" / "results"
+WORKER_CLASSES = ("fork", "simple", "spawn")
+LATENCY_SAMPLES = {"fork": 200, "simple": 200, "spawn": 30}
+T = TypeVar("T")
+
+
+def phase(name: str, run: Callable[[], T], timings: dict[str, float]) -> T:
+    print(f"bench: {name}...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    value = run()
+    timings[name] = round(time.perf_counter() - started, 1)
+    print(f"bench: {name} done in {timings[name]} s", file=sys.stderr, flush=True)
+    return value
+
+
+def workers_phase(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
+    processes = stack.config.workers
+    found: dict[str, Any] = {}
+    for cls in args.worker_classes:
+        entry: dict[str, Any] = {"processes": processes}
+        for name, bare in (("bare_rq", True), ("taskport", False)):
+            result = measure_workers.throughput(stack, cls, processes, bare=bare, warmup=args.worker_warmup,
+                                                window=args.duration)
+            entry[name] = result.as_dict()
+        workers = stack.start_workers(cls, processes)
+        try:
+            samples = max(10, int(LATENCY_SAMPLES[cls] * args.scale))
+            entry["latency"] = measure_workers.submit_to_completed(stack, samples)
+        finally:
+            stack.stop(*workers)
+        found[cls] = entry
+    return found
+
+
+def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    phase("start gunicorn", stack.start_web, timings)
+    out["loadgen_ceiling"] = phase("load generator ceiling", lambda: measure_http.loadgen_ceiling(
+        stack, args.conns, args.warmup, args.duration), timings)
+    out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
+        stack, args.conns, args.warmup, args.duration), timings)
+    out["round_trips"] = phase("round trips (in-process)", lambda: measure_redis.round_trips(stack), timings)
+    out["delivery_round_trips"] = phase("round trips per RQ delivery (in-process SimpleWorker)",
+                                        lambda: measure_redis.worker_round_trips(stack), timings)
+    out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
+    out["memory"] = phase("memory per finished task", lambda: measure_redis.memory_per_task(
+        stack, n=args.memory_tasks), timings)
+    out["housekeeping"] = phase("housekeeping expiry pass", lambda: measure_redis.housekeeping(
+        stack, live=args.live_tasks), timings)
+    return out
+
+
+def table(out: dict[str, Any]) -> list[report.Row]:
+    return [*report.http_rows(out["http"], out["loadgen_ceiling"]), *report.worker_rows(out["workers"]),
+            *report.redis_rows(out["round_trips"], out["delivery_round_trips"], out["memory"], out["housekeeping"])]
+
+
+def environment(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=False).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "app", "workers"], cwd=REPO, capture_output=True,
+                                text=True, check=False).stdout.strip())
+    c = stack.config
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit + ("+dirty" if dirty else ""),
+            "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "gunicorn_workers": c.web_concurrency, "gunicorn_threads": c.web_threads, "rq_workers": c.workers,
+            "conns": args.conns, "warmup_s": args.warmup, "duration_s": args.duration,
+            "workers_during_http": "none running (started only after the HTTP phases)"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="taskport benchmarks (see bench/README.md)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement window")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of HTTP warm-up before each window")
+    parser.add_argument("--worker-warmup", type=float, default=1.0, help="seconds skipped after the first job")
+    parser.add_argument("--conns", type=int, default=16, help="load generator connections (= 2 workers x 8 threads)")
+    parser.add_argument("--memory-tasks", type=int, default=10_000)
+    parser.add_argument("--live-tasks", type=int, default=100_000)
+    parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, fewer tasks")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs of every process)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")
+    args = parser.parse_args(argv)
+    args.scale = 1.0
+    if args.quick:
+        args.duration, args.warmup, args.worker_warmup, args.scale = 1.0, 0.5, 0.5, 0.2
+        args.memory_tasks, args.live_tasks = 1000, 10_000
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    with Stack(keep=args.keep) as stack:
+        if args.keep:
+            print(f"bench: logs in {stack.dir}", file=sys.stderr)
+        out = measure(stack, args, timings)
+        meta = environment(stack, args)
+    rows = table(out)
+    meta["total_seconds"] = round(time.perf_counter() - started, 1)
+    text = report.markdown(rows)
+    print(text)
+    failed = [r.measure for r in rows if r.verdict == "FAIL"]
+    print(f"\n{sum(r.verdict == 'PASS' for r in rows)} targets pass, {len(failed)} fail; "
+          f"{meta['total_seconds']} s in all ({meta['commit']}, {meta['cpus']} CPUs)")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({"meta": meta, "timings_s": timings, "rows": report.rows_json(rows),
+                                       "table_markdown": text, "raw": out}, indent=2) + "\n")
+    print(f"bench: wrote {args.output}", file=sys.stderr)
+    return 0

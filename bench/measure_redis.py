@@ -1,0 +1,210 @@
+"""Redis-side figures: round trips (counted exactly, in-process), memory per finished task, housekeeping.
+
+Round trips: the real code runs in this process over a real redis-server connection whose connections
+count ``send_packed_command`` calls (:mod:`bench.counting`): submit and status through Flask's test
+client on ``create_app(config, conn)``, an execution through ``workers.runner.Runner(config, conn).run``,
+and a whole RQ delivery through an in-process ``SimpleWorker(...).work(burst=True)`` (RQ's round trips
+plus ours; a burst on empty queues is subtracted as the worker's fixed cost).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import redis
+from rq import SimpleWorker
+
+from app import create_app, keys
+from app.config import Config
+from app.service import TaskService
+from app.states import QUEUES
+from app.store import TaskStore
+from app.task import now_ms
+from bench.counting import CountingConnection, command_delta, commandstats, counting_client, per_op
+from bench.fill import MEMBER, TASK_TYPE, create_tasks, enqueue_noops, noop_payload
+from bench.stack import Stack
+from workers import runner as runner_module
+from workers.housekeeping import Housekeeper, PassReport
+
+
+class Counted:
+    """Round trips (client side) and commands (server side) over a block of ``ops`` operations."""
+
+    def __init__(self, plain: redis.Redis, ops: int) -> None:
+        self.plain = plain
+        self.ops = ops
+        self.result: dict[str, Any] = {}
+
+    def __enter__(self) -> Counted:
+        CountingConnection.reset()
+        self.before = commandstats(self.plain)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        trips = CountingConnection.reset()
+        delta = command_delta(self.before, commandstats(self.plain))
+        self.result = {"round_trips": round(trips / self.ops, 3), "ops": self.ops,
+                       "commands": per_op(delta, self.ops),
+                       "commands_total": round(sum(delta.values()) / self.ops, 2)}
+
+
+def round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
+    """Per submit, per status read, per execution (Runner.run), all in-process on counting connections."""
+    config = stack.config
+    plain = stack.client()
+    conn = counting_client(config)
+    app = create_app(config, conn)
+    logging.getLogger().setLevel(logging.WARNING)  # no INFO line per request on the bench's terminal
+    client = app.test_client()
+
+    def submit(i: int) -> str:
+        answer = client.post("/api/v1/tasks", json={"type": TASK_TYPE, "payload": noop_payload(i)})
+        assert answer.status_code == 202, answer.get_data(as_text=True)
+        return str(answer.get_json()["task_id"])
+
+    warm = [submit(50_000_000 + i) for i in range(5)]  # connection made, scripts loaded
+    client.get(f"/api/v1/tasks/{warm[0]}")
+    with Counted(plain, n) as submits:
+        ids = [submit(60_000_000 + i) for i in range(n)]
+    with Counted(plain, n) as reads:
+        for task_id in ids:
+            assert client.get(f"/api/v1/tasks/{task_id}").status_code == 200
+    runner = runner_module.Runner(config, conn)
+    runner.run(warm[0])
+    with Counted(plain, n) as runs:
+        for task_id in ids:
+            runner.run(task_id)
+    completed = sum(1 for t in TaskStore(plain, config).get_many(ids) if t and t.status == "COMPLETED")
+    assert completed == n, f"only {completed} of {n} tasks COMPLETED"
+    plain.close()
+    return {"submit": submits.result, "status": reads.result, "execution": runs.result}
+
+
+def worker_round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
+    """One RQ delivery end to end (SimpleWorker, in-process): taskport's no-op task vs bare RQ's no-op."""
+    config = stack.config
+    plain = stack.client()
+    conn = counting_client(config)
+    runner_module._runner = runner_module.Runner(config, conn)  # run_task uses this process's Runner
+
+    def burst(fill: int, bare: bool) -> Counted:
+        plain.flushall()
+        if fill and bare:
+            enqueue_noops(plain, fill)
+        elif fill:
+            create_tasks(plain, config, fill, enqueue=True, base=70_000_000)
+        with Counted(plain, max(fill, 1)) as counted:
+            SimpleWorker(list(QUEUES), connection=conn).work(burst=True, logging_level="WARNING")
+        return counted
+
+    out = {}
+    for name, bare in (("taskport", False), ("bare_rq", True)):
+        fixed, full = burst(0, bare), burst(n, bare)
+        out[name] = {"round_trips": round((full.result["round_trips"] * n - fixed.result["round_trips"]) / n, 2),
+                     "commands_total": round((full.result["commands_total"] * n - fixed.result["commands_total"]) / n,
+                                             2)}
+    runner_module._runner = None
+    plain.flushall()
+    plain.close()
+    return out
+
+
+def memory_per_task(stack: Stack, n: int = 10_000, worker_class: str = "simple", processes: int = 2
+                    ) -> dict[str, Any]:
+    """INFO used_memory delta over ``n`` tasks submitted through ``TaskService.submit`` (in-process, the
+    API's own path minus HTTP) and run to COMPLETED by real workers; with a per-key-kind breakdown."""
+    plain = stack.client()
+    plain.flushall()
+    workers = stack.start_workers(worker_class, processes)
+    try:
+        time.sleep(0.5)
+        before = int(plain.info("memory")["used_memory"])
+        service = TaskService(plain, stack.config)
+        started = time.perf_counter()
+        for i in range(n):
+            service.submit(MEMBER, TASK_TYPE, noop_payload(80_000_000 + i), None, None)
+        _wait_completed(plain, n, timeout=240)
+        elapsed = time.perf_counter() - started
+        time.sleep(0.5)  # workers back to idle: no job in flight
+        after = int(plain.info("memory")["used_memory"])
+    finally:
+        stack.stop(*workers)
+    breakdown = key_breakdown(plain, n)
+    plain.close()
+    return {"tasks": n, "bytes_per_task": round((after - before) / n, 1), "used_memory_before": before,
+            "used_memory_after": after, "seconds": round(elapsed, 1), "worker_class": worker_class,
+            "processes": processes, "breakdown_bytes_per_task": breakdown}
+
+
+def _wait_completed(conn: redis.Redis, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while int(conn.hget(keys.STATS, "completed") or 0) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not all {n} tasks COMPLETED within {timeout} s")
+        time.sleep(0.1)
+
+
+def _kind(key: str) -> str:
+    if key.startswith(keys.PREFIX + "task:"):
+        return "task " + (key.rsplit("}", 1)[1].lstrip(":") or "hash")
+    if key.startswith(keys.PREFIX + "dedup:"):
+        return "dedup key (held 300 s)"
+    if key.startswith("rq:"):
+        return "rq " + key.split(":")[1]
+    return key
+
+
+def key_breakdown(conn: redis.Redis, n: int) -> dict[str, float]:
+    """MEMORY USAGE of every key, summed per kind of key, per task."""
+    names = [k.decode() for k in conn.scan_iter(count=5000)]
+    pipe = conn.pipeline(transaction=False)
+    for name in names:
+        pipe.memory_usage(name, samples=0)
+    sizes: dict[str, int] = {}
+    for name, size in zip(names, pipe.execute(), strict=True):
+        sizes[_kind(name)] = sizes.get(_kind(name), 0) + int(size or 0)
+    return {kind: round(size / n, 1) for kind, size in sorted(sizes.items(), key=lambda kv: -kv[1])}
+
+
+def housekeeping(stack: Stack, live: int = 100_000, expired: int = 1000) -> dict[str, Any]:
+    """``Housekeeper.expire`` over ``expired`` due tasks among ``live``: finished ones (the common case:
+    results past their time), then, for the record, unfinished ones (PENDING, their RQ jobs queued)."""
+    config = stack.config
+    plain = stack.client()
+    plain.flushall()
+    started = time.perf_counter()
+    ids = create_tasks(plain, config, live, enqueue=False, base=90_000_000)
+    store = TaskStore(plain, config)
+    for task_id in ids[:expired]:
+        run_id = uuid.uuid4().hex
+        store.start(task_id, run_id)
+        store.complete(task_id, run_id, {"slept": 0, "items": 0}, items=None, failures=[], error_code=None)
+    setup = time.perf_counter() - started
+    finished = _expire(plain, config, ids[:expired], "expired_completed")
+    pending = create_tasks(plain, config, expired, enqueue=True, base=95_000_000)
+    unfinished = _expire(plain, config, pending, "expired_pending")
+    out = {"live_tasks": int(plain.zcard(keys.EXPIRY)), "setup_seconds": round(setup, 1),
+           "finished": finished, "unfinished": unfinished}
+    plain.flushall()
+    plain.close()
+    return out
+
+
+def _expire(conn: redis.Redis, config: Config, due: list[str], expect: str) -> dict[str, Any]:
+    now = now_ms()
+    pipe = conn.pipeline(transaction=False)
+    for task_id in due:
+        pipe.zadd(keys.EXPIRY, {task_id: now - 1000}, xx=True)
+    pipe.execute()
+    housekeeper = Housekeeper(conn, config)
+    report = PassReport("expire")
+    started = time.perf_counter()
+    housekeeper.expire(report, now=now)
+    seconds = time.perf_counter() - started
+    touched = report.counts.get("due", 0)
+    if touched != len(due) or report.counts.get(expect, 0) != len(due):
+        raise AssertionError(f"expiry pass touched {report.counts}, expected {len(due)} {expect}")
+    return {"seconds": round(seconds, 4), "touched": touched, "counts": report.counts}

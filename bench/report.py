@@ -1,0 +1,103 @@
+"""The bench's table: every figure beside its baseline, the ratio, the issue's target and PASS/FAIL."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KIB = 1024
+
+
+@dataclass
+class Row:
+    measure: str
+    value: str
+    baseline: str = ""
+    ratio: str = ""
+    target: str = ""
+    verdict: str = ""  # PASS, FAIL, or "" (for the record)
+
+    def cells(self) -> list[str]:
+        return [self.measure, self.value, self.baseline, self.ratio, self.target, self.verdict]
+
+
+def _check(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _ratio(value: float, baseline: float) -> float:
+    return value / baseline if baseline else 0.0
+
+
+def http_rows(http: dict[str, Any], ceiling: dict[str, Any]) -> list[Row]:
+    hello, submit, get, status = http["hello"], http["submit"], http["get"], http["status"]
+    rows = [Row("load generator ceiling (canned server) vs gunicorn hello", f"{ceiling['rps']:,.0f} req/s",
+                f"{hello['rps']:,.0f} req/s", f"{_ratio(ceiling['rps'], hello['rps']):.1f}×",
+                "≫ 1× (not the bottleneck)", _check(ceiling["rps"] >= 3 * hello["rps"]))]
+    for name, measured, base, base_name, target in (
+        ("submit POST /api/v1/tasks", submit, hello, "GET /bench/hello", 0.5),
+        ("status GET /api/v1/tasks/{id}", status, get, "GET /bench/get (1 GET)", 0.85),
+    ):
+        ratio = _ratio(measured["rps"], base["rps"])
+        rows.append(Row(f"{name} throughput vs {base_name}", f"{measured['rps']:,.0f} req/s",
+                        f"{base['rps']:,.0f} req/s", f"{ratio:.2f}×", f"≥ {target}×", _check(ratio >= target)))
+        rows.append(Row(f"{name} latency p50 / p99", f"{measured['p50_ms']:.1f} / {measured['p99_ms']:.1f} ms",
+                        f"{base['p50_ms']:.1f} / {base['p99_ms']:.1f} ms",
+                        f"{_ratio(measured['p50_ms'], base['p50_ms']):.2f}× p50"))
+    return rows
+
+
+def worker_rows(workers: dict[str, Any]) -> list[Row]:
+    rows = []
+    for cls, found in workers.items():
+        ours, bare = found["taskport"], found["bare_rq"]
+        ratio = _ratio(ours["jobs_per_s"], bare["jobs_per_s"])
+        default = cls == "fork"
+        label = f"worker throughput, {cls} ({found['processes']} processes), no-op task vs bare RQ no-op"
+        rows.append(Row(label if default else label + " (for the record)", f"{ours['jobs_per_s']:,.0f} jobs/s",
+                        f"{bare['jobs_per_s']:,.0f} jobs/s", f"{ratio:.2f}×", "≥ 1.0×",
+                        _check(ratio >= 1.0) if default else f"({_check(ratio >= 1.0)})"))
+    for cls, found in workers.items():
+        lat = found["latency"]
+        default = cls == "fork"
+        rows.append(Row(f"submit → COMPLETED, idle {cls} worker, p50 / p99" + ("" if default else " (for the record)"),
+                        f"{lat['p50_ms']:.1f} / {lat['p99_ms']:.1f} ms", target="p50 ≤ 15 ms",
+                        verdict=_check(lat["p50_ms"] <= 15) if default else f"({_check(lat['p50_ms'] <= 15)})"))
+    return rows
+
+
+def redis_rows(trips: dict[str, Any], delivery: dict[str, Any], memory: dict[str, Any],
+               housekeeping: dict[str, Any]) -> list[Row]:
+    sub, st, ex = trips["submit"], trips["status"], trips["execution"]
+    ours, bare = delivery["taskport"], delivery["bare_rq"]
+    per_task = memory["bytes_per_task"]
+    fin, unfin = housekeeping["finished"], housekeeping["unfinished"]
+    live = f"{housekeeping['live_tasks']:,}"
+    return [
+        Row("Redis round trips per submit", f"{sub['round_trips']:g}", ratio=f"{sub['commands_total']:g} commands",
+            target="≤ 3", verdict=_check(sub["round_trips"] <= 3)),
+        Row("Redis round trips per status read", f"{st['round_trips']:g}", ratio=f"{st['commands_total']:g} commands",
+            target="= 1", verdict=_check(st["round_trips"] == 1)),
+        Row("Redis round trips per execution (Runner.run, no-op)", f"{ex['round_trips']:g}",
+            ratio=f"{ex['commands_total']:g} commands"),
+        Row("Redis round trips per RQ delivery (SimpleWorker, whole) vs bare RQ", f"{ours['round_trips']:g}",
+            f"{bare['round_trips']:g}", f"{ours['commands_total']:g} vs {bare['commands_total']:g} commands"),
+        Row(f"Redis memory per finished small task ({memory['tasks']:,} tasks, all keys)",
+            f"{per_task:,.0f} B", target=f"≤ {KIB} B", verdict=_check(per_task <= KIB)),
+        Row(f"housekeeping expiry pass: {fin['touched']:,} finished due among {live}",
+            f"{fin['seconds'] * 1000:,.0f} ms",
+            target="< 1 s", verdict=_check(fin["seconds"] < 1)),
+        Row(f"housekeeping expiry pass: {unfin['touched']:,} unfinished (queued) due (for the record)",
+            f"{unfin['seconds'] * 1000:,.0f} ms", target="< 1 s", verdict=f"({_check(unfin['seconds'] < 1)})"),
+    ]
+
+
+def markdown(rows: list[Row]) -> str:
+    head = ["Measure", "taskport", "Baseline", "Ratio / detail", "Target", "Result"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row.cells()) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def rows_json(rows: list[Row]) -> list[dict[str, str]]:
+    return [asdict(r) for r in rows]

@@ -1,0 +1,177 @@
+"""The real stack the bench measures: an embedded redis-server in a temp dir, gunicorn, RQ workers.
+
+gunicorn runs with exactly the argv ``taskport web`` execs (``app.cli.web_command``), only the WSGI app
+swapped for ``bench.apps:create_bench_app()``; taskport workers are ``python -m app.cli worker``; the
+bare-RQ baseline is RQ's own ``rq worker`` CLI with the same worker class and queues. Every child leads
+its own session, and stopping one kills whatever is left in that session (an RQ work horse included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import redis
+from rq import Worker
+
+from app.cli import web_command
+from app.config import Config
+from app.embedded import EmbeddedRedis, free_port, kill_session
+from app.states import QUEUES
+
+REPO = Path(__file__).resolve().parents[1]
+APP_SPEC = "app:create_app()"
+BENCH_APP_SPEC = "bench.apps:create_bench_app()"
+RQ_CLASSES = {"fork": "rq.worker.Worker", "simple": "rq.worker.SimpleWorker", "spawn": "rq.worker.SpawnWorker"}
+# Settings a caller may change from the environment to try another configuration; everything else is
+# taskport's default (the bench owns REDIS_URL, PORT, the data dir, the worker class and open mode).
+PASSED_THROUGH = ("WEB_CONCURRENCY", "TASKPORT_WEB_THREADS", "TASKPORT_WORKERS", "TASKPORT_LOG_LEVEL",
+                  "TASKPORT_REDIS_FSYNC", "TASKPORT_PROGRESS_INTERVAL", "TASKPORT_HEARTBEAT_INTERVAL")
+
+
+def bench_web_command(config: Config) -> list[str]:
+    """``taskport web``'s gunicorn argv with the bench app in place of taskport's (and nothing else changed)."""
+    argv = web_command(config)
+    if argv.count(APP_SPEC) != 1:
+        raise RuntimeError(f"app.cli.web_command no longer names {APP_SPEC!r} once: update bench/stack.py")
+    return [BENCH_APP_SPEC if a == APP_SPEC else a for a in argv]
+
+
+class Child:
+    """A process the stack started (own session, output to a log file)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        self.log = log
+        with open(log, "ab") as out:
+            self.popen = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the session (warm shutdown), then SIGKILL whatever is left in it."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout)
+        kill_session(self.popen.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class Stack:
+    def __init__(self, keep: bool = False) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="taskport-bench-"))
+        self.keep = keep
+        env = {k: os.environ[k] for k in PASSED_THROUGH if os.environ.get(k)}
+        base = Config.from_env(env, data_dir=self.dir, host="127.0.0.1", port=free_port(), api_keys="")
+        self.redis_server = EmbeddedRedis(base, port=None)
+        self.config = base
+        self.children: list[Child] = []
+        self.web: Child | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> Stack:
+        self.redis_server.start()
+        self.config = replace(self.config, redis_url=self.redis_server.url)
+        return self
+
+    def close(self) -> None:
+        for child in list(self.children):
+            child.stop(timeout=5)
+        self.redis_server.close()
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis.from_url(self.redis_server.url, **{"socket_timeout": 30, **kwargs})
+
+    def environ(self, config: Config | None = None) -> dict[str, str]:
+        inherited = {k: v for k, v in os.environ.items()
+                     if not (k.startswith("TASKPORT_") or k in ("REDIS_URL", "PORT", "WEB_CONCURRENCY"))}
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        return {**inherited, **(config or self.config).child_environ(), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+    def spawn(self, name: str, argv: list[str], config: Config | None = None) -> Child:
+        child = Child(name, argv, self.environ(config), self.dir / f"{name}.log")
+        self.children.append(child)
+        return child
+
+    def stop(self, *children: Child) -> None:
+        for child in children:
+            child.stop()
+            if child in self.children:
+                self.children.remove(child)
+
+    # -- web ------------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.port}"
+
+    def start_web(self, timeout: float = 60.0) -> Child:
+        self.web = self.spawn("web", bench_web_command(self.config))
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.web.alive:
+                raise RuntimeError(f"gunicorn exited at start:\n{self.web.tail()}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(self.base_url + "/bench/hello", timeout=1) as response:
+                    if response.status == 200:
+                        return self.web
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn did not answer within {timeout} s:\n{self.web.tail()}")
+            time.sleep(0.1)
+
+    # -- workers --------------------------------------------------------------------------------
+    def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0) -> list[Child]:
+        """``count`` taskport workers (``python -m app.cli worker``) or, with ``bare``, plain ``rq worker``s
+        of the same class on the same queues; returns once all of them are registered in Redis."""
+        config = replace(self.config, worker_class=worker_class)
+        conn = self.client()
+        before = {w.name for w in Worker.all(connection=conn)}
+        started = []
+        for i in range(count):
+            kind = "rq" if bare else "taskport"
+            name = f"{kind}-{worker_class}-{i}-{os.getpid()}-{time.monotonic_ns()}"
+            if bare:
+                argv = [sys.executable, "-m", "rq.cli", "worker", "--url", self.redis_server.url, "--with-scheduler",
+                        "--worker-class", RQ_CLASSES[worker_class], "--name", name, *QUEUES]
+            else:
+                argv = [sys.executable, "-m", "app.cli", "worker", "--name", name]
+            started.append(self.spawn(f"worker-{name}", argv, config))
+        deadline = time.monotonic() + timeout
+        while len({w.name for w in Worker.all(connection=conn)} - before) < count:
+            dead = [c for c in started if not c.alive]
+            if dead:
+                raise RuntimeError(f"a worker exited at start:\n{dead[0].tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workers did not register within {timeout} s:\n{started[0].tail()}")
+            time.sleep(0.05)
+        conn.close()
+        return started
