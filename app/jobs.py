@@ -1,7 +1,9 @@
 """The RQ side of a task: one job per task (job id = task id) whose only argument is the task id.
 
 RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
-result (``result_ttl=0``) and a failed job is forgotten after ``FAILED_JOB_TTL``.
+result (``result_ttl=0``) and a failed job is forgotten after ``FAILED_JOB_TTL``. A queued job has no
+TTL of its own: housekeeping removes it when its task expires (a job that vanished while its id sat
+in a queue would be skipped silently).
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ class JobQueue:
             timeout=timeout,  # RQ raises JobTimeoutException in run_task, which fails the task with -2
             result_ttl=0,
             failure_ttl=FAILED_JOB_TTL,
-            ttl=self.config.task_ttl,
             description=f"task {task_id}",
         )
         pipe = pipeline if pipeline is not None else self.redis.pipeline()
@@ -51,8 +52,11 @@ class JobQueue:
         """Drop a queued (or retry-scheduled) job so it never starts."""
         try:
             Job.fetch(task_id, connection=self.redis).delete()
-        except NoSuchJobError:
-            pass
+        except NoSuchJobError:  # the hash is gone; its id may still sit in a queue
+            pipe = self.redis.pipeline(transaction=False)
+            for queue in self.queues.values():
+                queue.remove(task_id, pipeline=pipe)
+            pipe.execute()
 
     def stop(self, task_id: str) -> None:
         """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""

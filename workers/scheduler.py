@@ -12,9 +12,12 @@ worker is busy with hour-long exports, or dead (that is when stall recovery is n
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.process
+import signal
+import sys
 import warnings
 from datetime import UTC, datetime
 
@@ -28,6 +31,7 @@ from workers.housekeeping import PASSES
 from workers.housekeeping import QUEUE as HOUSEKEEPING_QUEUE
 
 log = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
 
 def quiet_known_warnings() -> None:
@@ -63,6 +67,7 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
 
 def run_housekeeper(config: Config) -> None:
     """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
+    _die_with_parent()
     setup_logging(config, "housekeeper")
     conn = connect(config)
     wait_for_redis(conn)
@@ -70,9 +75,16 @@ def run_housekeeper(config: Config) -> None:
     worker.work(with_scheduler=True, logging_level=config.log_level.upper())
 
 
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the scheduler dies, even by SIGKILL, so no housekeeper is orphaned."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def start_housekeeper(config: Config) -> multiprocessing.process.BaseProcess:
+    # not a daemon: RQ's worker starts a child of its own (its scheduler, for alert retries)
     child = multiprocessing.get_context("spawn").Process(
-        target=run_housekeeper, args=(config,), name="taskport-housekeeper", daemon=True)
+        target=run_housekeeper, args=(config,), name="taskport-housekeeper")
     child.start()
     return child
 
