@@ -10,6 +10,7 @@ A line that concerns a task carries its id (log through :func:`task_logger`); ev
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import MutableMapping
@@ -32,9 +33,21 @@ class TaskIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "task_id"):
-            record.task_id = NO_TASK
+            record.task_id = _task_id_in_library_line(record)
         record.procname = self.procname
         return True
+
+
+_TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def _task_id_in_library_line(record: logging.LogRecord) -> str:
+    """RQ names the job (id = task id) in its own lines ("default: Job OK (2f1c...)"): stamp it."""
+    if record.name.startswith("rq."):
+        found = _TASK_ID.search(record.getMessage())
+        if found:
+            return found.group(0)
+    return NO_TASK
 
 
 class UTCFormatter(logging.Formatter):

@@ -1,0 +1,42 @@
+"""The common log format: every line that concerns a task carries its id."""
+
+from __future__ import annotations
+
+import logging
+
+from app.logs import TaskIdFilter, make_handler, task_logger
+
+TASK = "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21"
+
+
+def render(record: logging.LogRecord) -> str:
+    handler = make_handler("worker")
+    assert all(f.filter(record) for f in handler.filters)  # type: ignore[union-attr]
+    return handler.format(record)
+
+
+def record(name: str, msg: str, **extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord(name, logging.INFO, __file__, 1, msg, None, None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_task_logger_stamps_its_task():
+    adapter = task_logger(logging.getLogger("workers.runner"), TASK)
+    _, kwargs = adapter.process("started", {})
+    assert render(record("workers.runner", "started", **kwargs["extra"])).count(f"task_id={TASK}") == 1
+
+
+def test_rq_lines_get_the_job_id_they_name():
+    assert f"task_id={TASK}" in render(record("rq.worker", f"default: Job OK ({TASK})"))
+
+
+def test_other_lines_show_a_dash():
+    assert "task_id=- " in render(record("app.auth", f"not a task line {TASK}"))
+    assert "task_id=- " in render(record("rq.worker", "*** Listening on high, default, low..."))
+
+
+def test_filter_keeps_an_explicit_task_id():
+    rec = record("rq.worker", f"mentions {TASK}", task_id="other")
+    TaskIdFilter("worker").filter(rec)
+    assert rec.task_id == "other"
