@@ -315,3 +315,71 @@ def reap_all() -> None:
     """Last resort at the end of the test session: kill every session any Stack ever started."""
     for proc in SPAWNED:
         Stack._reap(proc)
+
+
+# -- HTTP --------------------------------------------------------------------------------------------
+
+TASKS = "/api/v1/tasks"
+
+
+class Api:
+    """A requests session on a web process (as the member of ``key`` when given) with the calls HTTP
+    tests repeat: submit a task, read its status, await a status. Close it (or use ``with``)."""
+
+    def __init__(self, base_url: str, key: str | None = None, timeout: float = 10.0) -> None:
+        self.base_url = base_url
+        self.timeout = timeout
+        self.session = requests.Session()
+        if key is not None:
+            self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("timeout", self.timeout)
+        return self.session.request(method, self.base_url + path, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> requests.Response:
+        return self.request("POST", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> requests.Response:
+        return self.request("DELETE", path, **kwargs)
+
+    def submit(self, type_: str, payload: dict[str, Any] | None = None, **fields: Any) -> requests.Response:
+        """POST a task; ``fields`` are the other body fields (dedup_key, priority) or ``headers``."""
+        headers = fields.pop("headers", None)
+        return self.post(TASKS, json={"type": type_, "payload": payload or {}, **fields}, headers=headers)
+
+    def create(self, type_: str, payload: dict[str, Any] | None = None, **fields: Any) -> str:
+        """Submit a task that must be accepted (202); returns its id."""
+        response = self.submit(type_, payload, **fields)
+        assert response.status_code == 202, (response.status_code, response.text)
+        return str(response.json()["task_id"])
+
+    def status(self, task_id: str) -> dict[str, Any]:
+        """The status document (200, or 410 once expired)."""
+        response = self.get(f"{TASKS}/{task_id}")
+        assert response.status_code in (200, 410), (response.status_code, response.text)
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    def wait_for(self, task_id: str, *statuses: str, timeout: float = 10.0) -> dict[str, Any]:
+        """Poll the status until it is one of ``statuses``; returns that document."""
+        last: dict[str, Any] = {}
+
+        def reached() -> dict[str, Any] | None:
+            last.update(self.status(task_id))
+            return dict(last) if last["status"] in statuses else None
+
+        return wait_until(reached, timeout=timeout, interval=0.02,
+                          message=lambda: f"task {task_id} to be {' or '.join(statuses)}; last seen {last}")
