@@ -63,25 +63,40 @@ def loadgen_ceiling(stack: Stack, conns: int, warmup: float, duration: float) ->
         server.wait(10)
 
 
-def http_phases(stack: Stack, conns: int, warmup: float, duration: float) -> dict[str, Any]:
-    """hello, submit (no worker runs: they are not started yet), one GET, status reads of the submitted
-    tasks. Baseline and measured run back to back."""
+def best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest round, with every round's throughput beside it: interference from other processes on
+    the machine only ever slows a round down, so the best of N is the closest to an undisturbed run (the
+    same rule for the baseline and the measured side)."""
+    top = dict(max(rounds, key=lambda r: float(r["rps"])))
+    top["rounds_rps"] = [r["rps"] for r in rounds]
+    return top
+
+
+def http_phases(stack: Stack, conns: int, warmup: float, duration: float, rounds: int) -> dict[str, Any]:
+    """hello and submit, then one GET and status reads of the submitted tasks, each pair alternating for
+    ``rounds`` rounds. No worker runs meanwhile (none is started before the worker phases), so workers
+    neither steal CPU nor change the tasks being read."""
     conn = stack.client()
     conn.set(GET_KEY, GET_VALUE)
     env = stack.environ()
     port = stack.config.port
-    out: dict[str, Any] = {}
-    out["hello"] = with_commands(conn, lambda: loadgen(port, "hello", conns=conns, warmup=warmup,
-                                                       duration=duration, env=env))
-    out["submit"] = with_commands(conn, lambda: loadgen(port, "submit", conns=conns, warmup=warmup,
-                                                        duration=duration, base=0, env=env))
-    ids = [m.decode() for m in conn.zrange(keys.history("public"), 0, 19_999)]
+    found: dict[str, list[dict[str, Any]]] = {"hello": [], "submit": [], "get": [], "status": []}
     ids_file = stack.dir / "task-ids.txt"
+
+    def one(kind: str, i: int) -> None:
+        found[kind].append(with_commands(conn, lambda: loadgen(
+            port, kind, conns=conns, warmup=warmup if i == 0 else min(warmup, 1.0), duration=duration,
+            ids_file=str(ids_file) if kind == "status" else None, base=i * 10_000_000, env=env)))
+
+    for i in range(rounds):
+        one("hello", i)
+        one("submit", i)
+    ids = [m.decode() for m in conn.zrange(keys.history("public"), 0, 19_999)]
     ids_file.write_text("\n".join(ids))
-    out["get"] = with_commands(conn, lambda: loadgen(port, "get", conns=conns, warmup=warmup, duration=duration,
-                                                     env=env))
-    out["status"] = with_commands(conn, lambda: loadgen(port, "status", conns=conns, warmup=warmup,
-                                                        duration=duration, ids_file=str(ids_file), env=env))
-    out["status"]["distinct_tasks_read"] = len(ids)
+    for i in range(rounds):
+        one("get", i)
+        one("status", i)
     conn.close()
+    out = {kind: best(results) for kind, results in found.items()}
+    out["status"]["distinct_tasks_read"] = len(ids)
     return out
