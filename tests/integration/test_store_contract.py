@@ -1,0 +1,290 @@
+"""One contract for TaskStore, run against fakeredis (what the unit tests use) and the real redis-server.
+
+Every behaviour here is one the service relies on; running the same test on both backends shows where
+the fake differs from Redis (Lua replies, MULTI with EVAL, TTLs, pub/sub from scripts, sorted-set
+paging) before a unit test passes on the fake for the wrong reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+from rq.job import Job
+
+from app import keys
+from app.config import Config
+from app.jobs import JobQueue
+from app.states import TaskStatus
+from app.store import NewTask, Started, TaskStore
+from app.task import iso, now_ms
+from tests.integration.harness import wait_until
+
+S = TaskStatus
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+def conn(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    if request.param == "fakeredis":
+        client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+        yield client
+        client.close()
+    else:
+        yield request.getfixturevalue("redis_conn")  # the module's real server, emptied
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config.from_env({}, redis_url="redis://unused", data_dir=tmp_path, task_ttl=3600, result_ttl=600,
+                           tombstone_ttl=7200, dedup_window=300)
+
+
+@pytest.fixture
+def store(conn: redis.Redis, config: Config) -> TaskStore:
+    return TaskStore(conn, config)
+
+
+def new_task(member: str = "public", digest: str | None = None, type_: str = "demo.sleep") -> NewTask:
+    task_id = str(uuid.uuid4())
+    return NewTask(task_id=task_id, member=member, type=type_, payload={"seconds": 0, "label": "é"},
+                   dedup_digest=digest or task_id, priority="default", max_attempts=2)
+
+
+def no_job(pipe: Any) -> None:
+    pass
+
+
+def create(store: TaskStore, new: NewTask) -> tuple[bool, str, Any]:
+    return store.create(new, no_job)
+
+
+def running(store: TaskStore, new: NewTask) -> str:
+    create(store, new)
+    run_id = uuid.uuid4().hex
+    assert isinstance(store.start(new.task_id, run_id), Started)
+    return run_id
+
+
+class TestTaskStoreContract:
+    def test_create_writes_the_task_its_payload_indexes_and_ttls(self, store: TaskStore, conn: redis.Redis,
+                                                                 config: Config) -> None:
+        new = new_task()
+        created, holder, task = create(store, new)
+        assert created and holder == new.task_id
+        assert task == store.get(new.task_id)
+        assert (task.status, task.attempts, task.max_attempts, task.progress, task.seq) == (S.PENDING, 0, 2, 0, 0)
+        assert conn.get(keys.payload(new.task_id)) == '{"seconds":0,"label":"é"}'.encode()
+        assert conn.zscore(keys.history("public"), new.task_id) is not None
+        assert conn.zscore(keys.EXPIRY, new.task_id) == pytest.approx(now_ms() + config.task_ttl * 1000, abs=5000)
+        assert conn.sismember(keys.MEMBERS, "public")
+        lifetime = config.task_ttl + config.tombstone_ttl
+        assert lifetime - 5 <= conn.ttl(keys.task(new.task_id)) <= lifetime
+        assert lifetime - 5 <= conn.ttl(keys.payload(new.task_id)) <= lifetime
+        assert config.dedup_window - 5 <= conn.ttl(keys.dedup("public", new.dedup_digest)) <= config.dedup_window
+        assert store.stats()["submitted"] == 1
+
+    def test_create_queues_the_rq_job_in_the_same_transaction(self, store: TaskStore, conn: redis.Redis,
+                                                              config: Config) -> None:
+        jobs = JobQueue(conn, config)
+        new = new_task()
+        created, _, _ = store.create(new, lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
+        assert created
+        job = Job.fetch(new.task_id, connection=conn)
+        assert job.args == (new.task_id,) and job.timeout == 60
+        assert jobs.queues["default"].job_ids == [new.task_id]
+        jobs.remove(new.task_id)
+        assert jobs.queues["default"].job_ids == [] and not Job.exists(new.task_id, connection=conn)
+
+    def test_a_duplicate_names_the_holder_and_writes_nothing(self, store: TaskStore, conn: redis.Redis) -> None:
+        first, second = new_task(digest="same"), new_task(digest="same")
+        create(store, first)
+        assert create(store, second) == (False, first.task_id, None)
+        assert not conn.exists(keys.task(second.task_id), keys.payload(second.task_id))
+        assert conn.zscore(keys.history("public"), second.task_id) is None
+        assert conn.zscore(keys.EXPIRY, second.task_id) is None
+        assert store.stats()["submitted"] == 1
+
+    def test_dedup_is_per_member_and_outlives_the_task(self, store: TaskStore) -> None:
+        first = new_task(member="a", digest="d")
+        run_id = running(store, first)
+        assert create(store, new_task(member="b", digest="d"))[0]
+        assert store.cancel(first.task_id) == (True, S.PROCESSING)
+        assert store.complete(first.task_id, run_id, {}, items=None, failures=[], error_code=None) is False
+        assert create(store, new_task(member="a", digest="d"))[:2] == (False, first.task_id)
+
+    def test_start_is_a_compare_and_set(self, store: TaskStore, conn: redis.Redis) -> None:
+        new = new_task()
+        create(store, new)
+        first = store.start(new.task_id, "run-1")
+        assert isinstance(first, Started)
+        assert first.payload == {"seconds": 0, "label": "é"}
+        assert (first.task.status, first.task.attempts, first.task.run_id, first.task.seq) == (
+            S.PROCESSING, 1, "run-1", 1)
+        assert first.task.started_at and first.task.started_at == first.task.updated_at
+        assert conn.zscore(keys.RUNNING, new.task_id) is not None
+        assert store.start(new.task_id, "run-2") == S.PROCESSING
+        assert store.get(new.task_id).run_id == "run-1"
+        assert store.start(str(uuid.uuid4()), "run-3") == ""
+
+    def test_progress_is_monotonic_throttle_free_and_only_from_the_owning_run(self, store: TaskStore) -> None:
+        new = new_task()
+        run_id = running(store, new)
+        counts = {"total": 10, "succeeded": 3, "failed": 1}
+        assert store.report(new.task_id, run_id, 40, "item 4 of 10", counts) == S.PROCESSING
+        assert store.report(new.task_id, run_id, 20, "going back") == S.PROCESSING
+        assert store.report(new.task_id, "intruder", 90, "not mine") == S.PROCESSING
+        assert store.report(new.task_id, run_id, None) == S.PROCESSING  # a bare heartbeat
+        task = store.get(new.task_id)
+        assert (task.progress, task.message, task.items) == (40, "going back", counts)
+        assert task.seq == 3  # start + two progress writes; the intruder and the heartbeat wrote nothing
+        assert store.report(str(uuid.uuid4()), run_id, 10) == ""
+
+    def test_every_write_announces_its_seq_on_the_task_channel(self, store: TaskStore, conn: redis.Redis) -> None:
+        new = new_task()
+        create(store, new)
+        pubsub = conn.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(keys.events(new.task_id))
+            run_id = uuid.uuid4().hex
+            store.start(new.task_id, run_id)
+            store.report(new.task_id, run_id, 50, "half")
+            store.complete(new.task_id, run_id, {"ok": True}, items=None, failures=[], error_code=None)
+            seen: list[int] = []
+
+            def announced() -> bool:
+                message = pubsub.get_message(timeout=0.1)  # None for the subscription's own confirmation
+                if message is not None:
+                    seen.append(int(message["data"]))
+                return len(seen) >= 3
+
+            wait_until(announced, timeout=5, interval=0, message=lambda: f"three announcements, got {seen}")
+            assert seen == [1, 2, 3]
+        finally:
+            pubsub.close()
+
+    def test_complete_writes_the_result_and_starts_the_result_clock(self, store: TaskStore, conn: redis.Redis,
+                                                                     config: Config) -> None:
+        new = new_task()
+        run_id = running(store, new)
+        failures = [{"item": "B", "code": 10002, "message": "bad"}]
+        items = {"total": 2, "succeeded": 1, "failed": 1}
+        assert store.complete(new.task_id, run_id, {"ok": 1}, items=items, failures=failures, error_code=10002)
+        task, stored = store.get_with_result(new.task_id)
+        assert task is not None
+        assert (task.status, task.progress, task.items, task.error_code) == (S.COMPLETED, 100, items, None)
+        assert stored == {"result": {"ok": 1}, "failures": failures, "error_code": 10002}
+        assert not conn.exists(keys.payload(new.task_id))
+        assert conn.zscore(keys.RUNNING, new.task_id) is None
+        assert conn.zscore(keys.EXPIRY, new.task_id) == pytest.approx(now_ms() + config.result_ttl * 1000, abs=5000)
+        assert task.completed_at and task.expires_at > task.completed_at
+        kept = config.result_ttl + config.tombstone_ttl
+        assert kept - 5 <= conn.ttl(keys.task(new.task_id)) <= kept
+        assert config.result_ttl - 5 <= conn.ttl(keys.result(new.task_id)) <= config.result_ttl
+        assert not store.complete(new.task_id, run_id, {"twice": 1}, items=None, failures=[], error_code=None)
+
+    def test_cancel_wins_over_a_late_finish(self, store: TaskStore, conn: redis.Redis) -> None:
+        new = new_task()
+        run_id = running(store, new)
+        assert store.cancel(new.task_id) == (True, S.PROCESSING)
+        assert not store.complete(new.task_id, run_id, {"late": True}, items=None, failures=[], error_code=None)
+        assert not store.fail(new.task_id, run_id, 10001, "late")
+        assert not store.retry(new.task_id, run_id, "late")
+        assert store.report(new.task_id, run_id, 99, "late") == S.CANCELLED
+        task = store.get(new.task_id)
+        assert (task.status, task.progress, task.message) == (S.CANCELLED, 0, "cancelled")
+        assert not conn.exists(keys.result(new.task_id), keys.payload(new.task_id))
+        assert store.cancel(new.task_id) == (False, S.CANCELLED)
+        assert store.cancel(str(uuid.uuid4())) == (False, "")
+
+    def test_fail_then_retry_then_a_new_run_counts_an_attempt(self, store: TaskStore, conn: redis.Redis) -> None:
+        new = new_task()
+        run_id = running(store, new)
+        assert store.retry(new.task_id, run_id, "again")
+        assert store.get(new.task_id).status == S.PENDING
+        assert conn.exists(keys.payload(new.task_id))  # a retry keeps the payload for the next run
+        again = store.start(new.task_id, "run-2")
+        assert isinstance(again, Started) and again.task.attempts == 2
+        assert store.fail(new.task_id, "run-2", 10001, "bill unpaid")
+        doc = store.get(new.task_id).to_doc(iso(now_ms()))
+        assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
+        assert conn.zscore(keys.FAILURES, new.task_id) is not None
+        assert store.stats()["retried"] == 1 and store.stats()["failed"] == 1
+
+    def test_scripts_survive_an_emptied_script_cache(self, store: TaskStore, conn: redis.Redis) -> None:
+        new = new_task()
+        create(store, new)
+        conn.script_flush()  # what a restarted Redis looks like to a long-lived process
+        assert isinstance(store.start(new.task_id, "run"), Started)
+        conn.script_flush()
+        assert create(store, new_task())[0]
+
+    def test_recovery_only_takes_a_task_whose_heartbeat_stopped(self, store: TaskStore, conn: redis.Redis,
+                                                                config: Config) -> None:
+        jobs = JobQueue(conn, config)
+        new = new_task()
+        running(store, new)
+        task = store.get(new.task_id)
+        assert store.recover(task, now_ms() - 60_000, lambda pipe: None) is None  # beat is newer: left alone
+        conn.zadd(keys.RUNNING, {new.task_id: 1})
+        requeue = lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe)  # noqa: E731
+        assert store.recover(task, now_ms(), requeue) == S.PENDING
+        assert store.get(new.task_id).status == S.PENDING
+        assert jobs.queues["default"].job_ids == [new.task_id]
+        again = store.start(new.task_id, "run-2")
+        assert isinstance(again, Started) and again.task.attempts == 2
+        conn.zadd(keys.RUNNING, {new.task_id: 1})
+        assert store.recover(again.task, now_ms(), requeue) == S.FAILED  # no attempt left: -3
+        assert store.get(new.task_id).error_code == -3
+
+    def test_expiry_tombstones_finished_tasks_and_fails_unfinished_ones(self, store: TaskStore, conn: redis.Redis,
+                                                                        config: Config) -> None:
+        done, pending = new_task(), new_task()
+        run_id = running(store, done)
+        store.complete(done.task_id, run_id, {"ok": 1}, items=None, failures=[], error_code=None)
+        create(store, pending)
+        later = now_ms() + 10 * config.task_ttl * 1000
+        assert sorted(store.due(keys.EXPIRY, later, 10)) == sorted([done.task_id, pending.task_id])
+        assert sorted(store.expire_batch([done.task_id, pending.task_id], later)) == sorted(
+            [(done.task_id, S.COMPLETED), (pending.task_id, S.PENDING)])
+        tomb, failed = store.get(done.task_id), store.get(pending.task_id)
+        assert tomb.status == failed.status == S.EXPIRED
+        assert failed.error_code == -4 and tomb.error_code is None
+        assert not conn.exists(keys.result(done.task_id), keys.payload(pending.task_id))
+        assert config.tombstone_ttl - 5 <= conn.ttl(keys.task(done.task_id)) <= config.tombstone_ttl
+        assert store.expire_batch([done.task_id], later) == []  # a tombstone is not expired twice
+
+    def test_history_pages_newest_first_with_filters(self, store: TaskStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        clock = iter(range(1_800_000_000_000, 1_800_000_100_000, 1000))
+        monkeypatch.setattr("app.store.now_ms", lambda: next(clock))
+        made = []
+        for i in range(7):
+            new = new_task(type_="demo.sleep" if i % 2 else "orders.split")
+            create(store, new)
+            made.append(new.task_id)
+        now = "2027-01-15T08:00:00.000Z"  # after the tasks were made, before they expire
+        page = store.history("public", limit=3, now_iso=now)
+        assert [t.id for t in page.tasks] == made[::-1][:3] and page.next_cursor
+        rest = store.history("public", limit=10, cursor=page.next_cursor, now_iso=now)
+        assert [t.id for t in rest.tasks] == made[::-1][3:] and rest.next_cursor is None
+        only = store.history("public", limit=10, type_="orders.split", now_iso=now)
+        assert [t.id for t in only.tasks] == made[::-2]
+        assert store.history("public", limit=10, status=S.COMPLETED, now_iso=now).tasks == []
+        assert store.history("someone-else", limit=10, now_iso=now).tasks == []
+
+    def test_history_cursor_is_stable_within_one_millisecond(self, store: TaskStore,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr("app.store.now_ms", lambda: 1_800_000_000_000)
+        made = {create(store, new_task())[1] for _ in range(9)}
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.history("public", limit=4, cursor=cursor, now_iso="2000-01-01T00:00:00.000Z")
+            seen += [t.id for t in page.tasks]
+            if not (cursor := page.next_cursor):
+                break
+        assert sorted(seen) == sorted(made) and len(seen) == 9
