@@ -116,6 +116,11 @@ def test_a_foreign_process_on_the_port_is_a_clear_error(tmp_path: Path) -> None:
             EmbeddedRedis(Config.from_env({}, data_dir=tmp_path), port=port).start()
 
 
+def task_workers(conn: redis.Redis) -> list[Worker]:
+    """The RQ workers serving task queues (not the scheduler's housekeeper, which serves only its own)."""
+    return [w for w in Worker.all(connection=conn) if "default" in w.queue_names()]
+
+
 # -- the harness's Stack -----------------------------------------------------------------------------
 
 
@@ -123,7 +128,7 @@ def test_stack_processes_start_ready_and_leave_nothing_behind(stack: Stack, redi
     stack.start_web()
     workers = stack.start_worker(n=2, name="pair")
     stack.start_scheduler()
-    assert {w.name for w in Worker.all(connection=redis_conn)} == {"pair-1", "pair-2"}
+    assert {w.name for w in task_workers(redis_conn)} == {"pair-1", "pair-2"}
     members = {pid for p in stack.procs for pid in session_members(p.pid)}
     assert len(members) >= len(stack.procs)
 
@@ -206,7 +211,7 @@ def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[.
     up = up_factory()
     up.wait_for("taskport is up: http://127.0.0.1:")
     conn = redis.Redis.from_url(up.redis_url())
-    wait_until(lambda: len(Worker.all(connection=conn)) == 2, message="both workers to register")
+    wait_until(lambda: len(task_workers(conn)) == 2, message="both workers to register")
     conn.close()
     children = up.child_pids()
     assert len(children) == 4  # web, worker.1, worker.2, scheduler
