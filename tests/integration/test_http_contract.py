@@ -434,7 +434,8 @@ def read_events(response: requests.Response) -> list[dict[str, Any]]:
     """Every event of an SSE stream until the server ends it ("data" parsed as JSON)."""
     events: list[dict[str, Any]] = []
     current: dict[str, Any] = {}
-    for line in response.iter_lines(chunk_size=1, decode_unicode=True):
+    for raw in response.iter_lines(chunk_size=1):
+        line = raw.decode()
         if not line:
             if current:
                 events.append(current)

@@ -22,7 +22,7 @@ from app.config import Config
 from app.jobs import JobQueue
 from app.states import TaskStatus
 from app.store import NewTask, Started, TaskStore
-from app.task import iso, now_ms
+from app.task import Task, iso, now_ms
 from tests.integration.harness import wait_until
 
 S = TaskStatus
@@ -63,6 +63,12 @@ def create(store: TaskStore, new: NewTask) -> tuple[bool, str, Any]:
     return store.create(new, no_job)
 
 
+def read(store: TaskStore, task_id: str) -> Task:
+    task = store.get(task_id)
+    assert task is not None, f"task {task_id} is gone"
+    return task
+
+
 def running(store: TaskStore, new: NewTask) -> str:
     create(store, new)
     run_id = uuid.uuid4().hex
@@ -76,7 +82,7 @@ class TestTaskStoreContract:
         new = new_task()
         created, holder, task = create(store, new)
         assert created and holder == new.task_id
-        assert task == store.get(new.task_id)
+        assert task == read(store, new.task_id)
         assert (task.status, task.attempts, task.max_attempts, task.progress, task.seq) == (S.PENDING, 0, 2, 0, 0)
         assert conn.get(keys.payload(new.task_id)) == '{"seconds":0,"label":"é"}'.encode()
         assert conn.zscore(keys.history("public"), new.task_id) is not None
@@ -128,7 +134,7 @@ class TestTaskStoreContract:
         assert first.task.started_at and first.task.started_at == first.task.updated_at
         assert conn.zscore(keys.RUNNING, new.task_id) is not None
         assert store.start(new.task_id, "run-2") == S.PROCESSING
-        assert store.get(new.task_id).run_id == "run-1"
+        assert read(store, new.task_id).run_id == "run-1"
         assert store.start(str(uuid.uuid4()), "run-3") == ""
 
     def test_progress_is_monotonic_throttle_free_and_only_from_the_owning_run(self, store: TaskStore) -> None:
@@ -139,7 +145,7 @@ class TestTaskStoreContract:
         assert store.report(new.task_id, run_id, 20, "going back") == S.PROCESSING
         assert store.report(new.task_id, "intruder", 90, "not mine") == S.PROCESSING
         assert store.report(new.task_id, run_id, None) == S.PROCESSING  # a bare heartbeat
-        task = store.get(new.task_id)
+        task = read(store, new.task_id)
         assert (task.progress, task.message, task.items) == (40, "going back", counts)
         assert task.seq == 3  # start + two progress writes; the intruder and the heartbeat wrote nothing
         assert store.report(str(uuid.uuid4()), run_id, 10) == ""
@@ -195,7 +201,7 @@ class TestTaskStoreContract:
         assert not store.fail(new.task_id, run_id, 10001, "late")
         assert not store.retry(new.task_id, run_id, "late")
         assert store.report(new.task_id, run_id, 99, "late") == S.CANCELLED
-        task = store.get(new.task_id)
+        task = read(store, new.task_id)
         assert (task.status, task.progress, task.message) == (S.CANCELLED, 0, "cancelled")
         assert not conn.exists(keys.result(new.task_id), keys.payload(new.task_id))
         assert store.cancel(new.task_id) == (False, S.CANCELLED)
@@ -205,12 +211,12 @@ class TestTaskStoreContract:
         new = new_task()
         run_id = running(store, new)
         assert store.retry(new.task_id, run_id, "again")
-        assert store.get(new.task_id).status == S.PENDING
+        assert read(store, new.task_id).status == S.PENDING
         assert conn.exists(keys.payload(new.task_id))  # a retry keeps the payload for the next run
         again = store.start(new.task_id, "run-2")
         assert isinstance(again, Started) and again.task.attempts == 2
         assert store.fail(new.task_id, "run-2", 10001, "bill unpaid")
-        doc = store.get(new.task_id).to_doc(iso(now_ms()))
+        doc = read(store, new.task_id).to_doc(iso(now_ms()))
         assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
         assert conn.zscore(keys.FAILURES, new.task_id) is not None
         assert store.stats()["retried"] == 1 and store.stats()["failed"] == 1
@@ -228,18 +234,18 @@ class TestTaskStoreContract:
         jobs = JobQueue(conn, config)
         new = new_task()
         running(store, new)
-        task = store.get(new.task_id)
+        task = read(store, new.task_id)
         assert store.recover(task, now_ms() - 60_000, lambda pipe: None) is None  # beat is newer: left alone
         conn.zadd(keys.RUNNING, {new.task_id: 1})
         requeue = lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe)  # noqa: E731
         assert store.recover(task, now_ms(), requeue) == S.PENDING
-        assert store.get(new.task_id).status == S.PENDING
+        assert read(store, new.task_id).status == S.PENDING
         assert jobs.queues["default"].job_ids == [new.task_id]
         again = store.start(new.task_id, "run-2")
         assert isinstance(again, Started) and again.task.attempts == 2
         conn.zadd(keys.RUNNING, {new.task_id: 1})
         assert store.recover(again.task, now_ms(), requeue) == S.FAILED  # no attempt left: -3
-        assert store.get(new.task_id).error_code == -3
+        assert read(store, new.task_id).error_code == -3
 
     def test_expiry_tombstones_finished_tasks_and_fails_unfinished_ones(self, store: TaskStore, conn: redis.Redis,
                                                                         config: Config) -> None:
@@ -251,7 +257,7 @@ class TestTaskStoreContract:
         assert sorted(store.due(keys.EXPIRY, later, 10)) == sorted([done.task_id, pending.task_id])
         assert sorted(store.expire_batch([done.task_id, pending.task_id], later)) == sorted(
             [(done.task_id, S.COMPLETED), (pending.task_id, S.PENDING)])
-        tomb, failed = store.get(done.task_id), store.get(pending.task_id)
+        tomb, failed = read(store, done.task_id), read(store, pending.task_id)
         assert tomb.status == failed.status == S.EXPIRED
         assert failed.error_code == -4 and tomb.error_code is None
         assert not conn.exists(keys.result(done.task_id), keys.payload(pending.task_id))
@@ -266,7 +272,7 @@ class TestTaskStoreContract:
             new = new_task(type_="demo.sleep" if i % 2 else "orders.split")
             create(store, new)
             made.append(new.task_id)
-        now = "2027-01-15T08:00:00.000Z"  # after the tasks were made, before they expire
+        now = "2027-01-15T08:30:00.000Z"  # after the tasks were made, before they expire (1 h)
         page = store.history("public", limit=3, now_iso=now)
         assert [t.id for t in page.tasks] == made[::-1][:3] and page.next_cursor
         rest = store.history("public", limit=10, cursor=page.next_cursor, now_iso=now)

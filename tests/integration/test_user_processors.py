@@ -4,6 +4,7 @@ web and the worker processes from the working directory), used over HTTP like a 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_a_user_processor_runs_over_http(api: Api) -> None:
     assert result.json()["failures"] == [] and result.json()["error_code"] is None
 
 
-INVALID = [
+INVALID: list[tuple[dict[str, Any], str]] = [
     ({}, "payload.text"),
     ({"text": 5}, "payload.text"),
     ({"text": "x" * 1001}, "payload.text"),
