@@ -28,6 +28,7 @@ from bench.stack import REPO, Stack
 
 RESULTS = REPO / "bench" / "results"
 WORKER_CLASSES = ("fork", "simple", "spawn")
+PARTS = ("http", "trips", "workers", "memory", "housekeeping")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -67,25 +68,42 @@ def workers_phase(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
 
 def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    phase("start gunicorn", stack.start_web, timings)
-    out["loadgen_ceiling"] = phase("load generator ceiling", lambda: measure_http.loadgen_ceiling(
-        stack, args.conns, min(args.warmup, 1.0), min(args.duration, 3.0)), timings)
-    out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
-        stack, args.conns, args.warmup, args.duration, args.rounds), timings)
-    out["round_trips"] = phase("round trips (in-process)", lambda: measure_redis.round_trips(stack), timings)
-    out["delivery_round_trips"] = phase("round trips per RQ delivery (in-process SimpleWorker)",
-                                        lambda: measure_redis.worker_round_trips(stack), timings)
-    out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
-    out["memory"] = phase("memory per finished task", lambda: measure_redis.memory_per_task(
-        stack, n=args.memory_tasks), timings)
-    out["housekeeping"] = phase("housekeeping expiry pass", lambda: measure_redis.housekeeping(
-        stack, live=args.live_tasks), timings)
+    only = set(args.only)
+    if only & {"http", "workers"}:
+        phase("start gunicorn", stack.start_web, timings)
+    if "http" in only:
+        out["loadgen_ceiling"] = phase("load generator ceiling", lambda: measure_http.loadgen_ceiling(
+            stack, args.conns, min(args.warmup, 1.0), min(args.duration, 3.0)), timings)
+        out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
+            stack, args.conns, args.warmup, args.duration, args.rounds), timings)
+    if "trips" in only:
+        out["round_trips"] = phase("round trips (in-process)", lambda: measure_redis.round_trips(stack), timings)
+        out["delivery_round_trips"] = phase("round trips per RQ delivery (in-process SimpleWorker)",
+                                            lambda: measure_redis.worker_round_trips(stack), timings)
+    if "workers" in only:
+        out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
+    if "memory" in only:
+        out["memory"] = phase("memory per finished task", lambda: measure_redis.memory_per_task(
+            stack, n=args.memory_tasks), timings)
+    if "housekeeping" in only:
+        out["housekeeping"] = phase("housekeeping expiry pass", lambda: measure_redis.housekeeping(
+            stack, live=args.live_tasks), timings)
     return out
 
 
 def table(out: dict[str, Any]) -> list[report.Row]:
-    return [*report.http_rows(out["http"], out["loadgen_ceiling"]), *report.worker_rows(out["workers"]),
-            *report.redis_rows(out["round_trips"], out["delivery_round_trips"], out["memory"], out["housekeeping"])]
+    rows: list[report.Row] = []
+    if "http" in out:
+        rows += report.http_rows(out["http"], out["loadgen_ceiling"])
+    if "workers" in out:
+        rows += report.worker_rows(out["workers"])
+    if "round_trips" in out:
+        rows += report.trips_rows(out["round_trips"], out["delivery_round_trips"])
+    if "memory" in out:
+        rows += report.memory_rows(out["memory"])
+    if "housekeeping" in out:
+        rows += report.housekeeping_rows(out["housekeeping"])
+    return rows
 
 
 def environment(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
@@ -112,6 +130,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-tasks", type=int, default=10_000)
     parser.add_argument("--live-tasks", type=int, default=100_000)
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)
+    parser.add_argument("--only", nargs="+", default=list(PARTS), choices=PARTS,
+                        help="measure only these parts (to iterate on one; the default is all of them)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, fewer tasks")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs of every process)")
     parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")

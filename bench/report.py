@@ -66,13 +66,9 @@ def worker_rows(workers: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def redis_rows(trips: dict[str, Any], delivery: dict[str, Any], memory: dict[str, Any],
-               housekeeping: dict[str, Any]) -> list[Row]:
+def trips_rows(trips: dict[str, Any], delivery: dict[str, Any]) -> list[Row]:
     sub, st, ex = trips["submit"], trips["status"], trips["execution"]
     ours, bare = delivery["taskport"], delivery["bare_rq"]
-    per_task = memory["bytes_per_task"]
-    fin, unfin = housekeeping["finished"], housekeeping["unfinished"]
-    live = f"{housekeeping['live_tasks']:,}"
     return [
         Row("Redis round trips per submit", f"{sub['round_trips']:g}", ratio=f"{sub['commands_total']:g} commands",
             target="≤ 3", verdict=_check(sub["round_trips"] <= 3)),
@@ -82,11 +78,21 @@ def redis_rows(trips: dict[str, Any], delivery: dict[str, Any], memory: dict[str
             ratio=f"{ex['commands_total']:g} commands"),
         Row("Redis round trips per RQ delivery (SimpleWorker, whole) vs bare RQ", f"{ours['round_trips']:g}",
             f"{bare['round_trips']:g}", f"{ours['commands_total']:g} vs {bare['commands_total']:g} commands"),
-        Row(f"Redis memory per finished small task ({memory['tasks']:,} tasks, all keys)",
-            f"{per_task:,.0f} B", target=f"≤ {KIB} B", verdict=_check(per_task <= KIB)),
+    ]
+
+
+def memory_rows(memory: dict[str, Any]) -> list[Row]:
+    per_task = memory["bytes_per_task"]
+    return [Row(f"Redis memory per finished small task ({memory['tasks']:,} tasks, all keys)",
+                f"{per_task:,.0f} B", target=f"≤ {KIB} B", verdict=_check(per_task <= KIB))]
+
+
+def housekeeping_rows(housekeeping: dict[str, Any]) -> list[Row]:
+    fin, unfin = housekeeping["finished"], housekeeping["unfinished"]
+    live = f"{housekeeping['live_tasks']:,}"
+    return [
         Row(f"housekeeping expiry pass: {fin['touched']:,} finished due among {live}",
-            f"{fin['seconds'] * 1000:,.0f} ms",
-            target="< 1 s", verdict=_check(fin["seconds"] < 1)),
+            f"{fin['seconds'] * 1000:,.0f} ms", target="< 1 s", verdict=_check(fin["seconds"] < 1)),
         Row(f"housekeeping expiry pass: {unfin['touched']:,} unfinished (queued) due (for the record)",
             f"{unfin['seconds'] * 1000:,.0f} ms", target="< 1 s", verdict=f"({_check(unfin['seconds'] < 1)})"),
     ]
