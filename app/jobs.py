@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 import redis
-from rq import Queue
+from rq import Callback, Queue
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
@@ -20,6 +20,7 @@ from app.config import Config
 from app.states import QUEUES
 
 RUN_TASK = "workers.runner.run_task"
+ON_STOPPED = Callback("workers.runner.on_stopped")  # the worker removes what a killed work horse wrote
 FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashboard
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class JobQueue:
             result_ttl=0,
             failure_ttl=FAILED_JOB_TTL,
             description=f"task {task_id}",
+            on_stopped=ON_STOPPED,
         )
         pipe = pipeline if pipeline is not None else self.redis.pipeline()
         queue.enqueue_job(job, pipeline=pipe)
@@ -52,6 +54,10 @@ class JobQueue:
         """Drop a queued (or retry-scheduled) job so it never starts."""
         try:
             Job.fetch(task_id, connection=self.redis).delete()
+        except ValueError:
+            # RQ's own race: a worker took the job meanwhile and its execution record went away under
+            # the delete. The delivery finds the task not PENDING and does nothing.
+            log.info("job %s was taken by a worker while being removed", task_id)
         except NoSuchJobError:  # the hash is gone; its id may still sit in a queue
             pipe = self.redis.pipeline(transaction=False)
             for queue in self.queues.values():

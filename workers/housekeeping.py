@@ -88,8 +88,7 @@ class Housekeeper:
             self.jobs.remove(task_id)
         elif previous == TaskStatus.PROCESSING:
             self.jobs.stop(task_id)
-        if previous in (TaskStatus.COMPLETED, TaskStatus.PROCESSING):
-            self.results.delete(task_id)
+        self.results.delete(task_id)  # the result file, or what a stopped or lost run left behind
         tlog.info("expired (was %s)", previous)
 
     # -- crash recovery -------------------------------------------------------------------------

@@ -48,6 +48,8 @@ class Runner:
             return None
         task = started.task
         tlog.info("started %s, attempt %d of %d", task.type, task.attempts, task.max_attempts)
+        if task.attempts > 1:
+            self.results.delete(task_id)  # whatever an earlier, lost attempt left half-written
         ctx = TaskContext(
             task_id,
             lambda progress, message, items: self.store.report(task_id, run_id, progress, message, items),
@@ -141,6 +143,14 @@ def prepare(config: Config) -> Runner:
     global _runner
     _runner = Runner(config)
     return _runner
+
+
+def on_stopped(job: Any, connection: Any) -> None:
+    """RQ calls this in the worker once it killed a cancelled task's work horse (fork and spawn
+    workers): the horse had no chance to clean up, so its partial files go here."""
+    runner = _runner or prepare(Config.from_env())
+    runner.results.delete(job.id)
+    task_logger(log, job.id).info("work horse stopped; its partial files were removed")
 
 
 def run_task(task_id: str) -> Retry | None:
