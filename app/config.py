@@ -57,7 +57,6 @@ class Config:
     alert_webhook: str = _setting("TASKPORT_ALERT_WEBHOOK", "", "URL that gets a JSON POST on failure alerts")
     alert_failures: int = _setting("TASKPORT_ALERT_FAILURES", 10, "failures within the window that alert")
     alert_window: int = _setting("TASKPORT_ALERT_WINDOW", 300, "seconds of the failure-alert window")
-    events_maxlen: int = _setting("TASKPORT_EVENTS_MAXLEN", 200, "events kept per task for SSE resume")
     redis_timeout: float = _setting("TASKPORT_REDIS_TIMEOUT", 2.0, "socket timeout for Redis calls, seconds")
     dashboard_user: str = _setting("TASKPORT_DASHBOARD_USER", "admin", "operator user for /rq")
     dashboard_password: str = _setting("TASKPORT_DASHBOARD_PASSWORD", "", "operator password; empty = /rq off")

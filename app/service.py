@@ -50,14 +50,18 @@ class TaskService:
         self.jobs = JobQueue(conn, config)
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
-               priority: str | None) -> Submitted:
-        """Create and queue a task (payload already validated), or name the task holding the dedup key."""
+               priority: str | None, submitted: dict[str, Any] | None = None) -> Submitted:
+        """Create and queue a task, or name the task holding the dedup key.
+
+        ``payload`` is the validated payload the processor gets; the dedup hash covers ``submitted``,
+        the payload as the client sent it (the contract's "canonical JSON of the payload").
+        """
         proc = processors.get(task_type)
         assert proc is not None, "validated before"
+        digest = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
         new = NewTask(
-            task_id=str(uuid.uuid4()), member=member, type=task_type, payload=payload,
-            dedup_digest=dedup_digest(task_type, payload, dedup_key), priority=priority or proc.priority,
-            max_attempts=proc.retries + 1,
+            task_id=str(uuid.uuid4()), member=member, type=task_type, payload=payload, dedup_digest=digest,
+            priority=priority or proc.priority, max_attempts=proc.retries + 1,
         )
         created, holder, task = self.store.create(
             new, lambda pipe: self.jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=pipe))

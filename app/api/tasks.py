@@ -35,7 +35,7 @@ def submit() -> Response:
         raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
     dedup_key = _dedup_key(data["dedup_key"])
     payload = _validated_payload(data["type"], data["payload"])
-    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"])
+    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"], submitted=data["payload"])
     location = {"Location": task_path(outcome.task_id)}
     if outcome.created:
         assert outcome.task is not None
@@ -139,8 +139,10 @@ def result_file(task_id: str) -> Response:
         handle = runtime().results.open(task.id, info["name"])
     except FileNotFoundError:
         raise NotFound("the result file is gone") from None
-    return send_file(handle, mimetype=info["content_type"], as_attachment=True, download_name=info["name"],
-                     max_age=0)
+    response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
+    response.headers["Content-Type"] = info["content_type"]  # as recorded (Flask would add a second charset)
+    response.content_length = info["size"]
+    return response
 
 
 @bp.delete("/tasks/<task_id>")
@@ -148,7 +150,9 @@ def cancel(task_id: str) -> Response:
     """Cancel a PENDING or PROCESSING task: 204; 409 once it has ended."""
     rt = runtime()
     rt.service.cancel(rt.members.current(), task_id)
-    return Response(status=204)
+    response = Response(status=204)
+    del response.headers["Content-Type"]  # no body, no type
+    return response
 
 
 @bp.get("/tasks")

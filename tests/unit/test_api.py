@@ -81,6 +81,12 @@ def test_duplicate_submit_is_409_naming_the_existing_task(client, conn):
     assert conn.lrange("rq:queue:default", 0, -1) == [body["task_id"].encode()]  # the refused one's job is gone
 
 
+def test_dedup_hash_covers_the_payload_as_sent(client):
+    assert submit(client, {"type": "demo.sleep", "payload": {"steps": 3, "seconds": 0}}).status_code == 202
+    assert submit(client, {"type": "demo.sleep", "payload": {"seconds": 0, "steps": 3}}).status_code == 409
+    assert submit(client, {"type": "demo.sleep", "payload": {"seconds": 0.0, "steps": 3}}).status_code == 202
+
+
 def test_idempotency_key_header_and_dedup_key(client):
     a = submit(client, {"type": "demo.sleep"}, headers={"Idempotency-Key": "k1"})
     b = submit(client, {"type": "demo.sleep", "payload": {"seconds": 2}, "dedup_key": "k1"})
@@ -138,7 +144,8 @@ def test_unknown_and_malformed_ids_are_404(client):
 
 def test_cancel_pending_then_409(client, conn, config):
     doc = submit(client, {"type": "demo.sleep"}).get_json()
-    assert client.delete(doc["links"]["self"]).status_code == 204
+    deleted = client.delete(doc["links"]["self"])
+    assert deleted.status_code == 204 and "Content-Type" not in deleted.headers and deleted.data == b""
     assert client.get(doc["links"]["self"]).get_json()["status"] == "CANCELLED"
     assert not conn.exists(f"rq:job:{doc['task_id']}")
     again = client.delete(doc["links"]["self"])
@@ -175,6 +182,8 @@ def test_export_file_is_streamed_as_attachment(client, conn, config):
     with client.get(result["file"]["url"]) as r:
         assert r.status_code == 200 and "attachment" in r.headers["Content-Disposition"]
         assert r.data.count(b"\n") == 6 and len(r.data) == result["file"]["size"]
+        assert r.headers["Content-Type"] == "text/csv; charset=utf-8"
+        assert int(r.headers["Content-Length"]) == result["file"]["size"]
 
 
 def test_history_newest_first_with_filters_and_422(client):
