@@ -9,6 +9,8 @@ exceptions, and it records every one of them.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import uuid
 from typing import Any
@@ -20,6 +22,7 @@ from rq.timeouts import JobTimeoutException
 from app.config import Config
 from app.connection import connect
 from app.logs import task_logger
+from app.process import die_with_parent
 from app.results import ResultStore, result_store
 from app.states import ERROR_MESSAGES, ErrorCode
 from app.store import Started, TaskStore
@@ -37,9 +40,14 @@ class Runner:
         self.config = config
         self.store = TaskStore(conn if conn is not None else connect(config), config)
         self.results = results if results is not None else result_store(config)
+        self.owner_pid = os.getpid()
         processors.load(config.processor_modules)
 
     def run(self, task_id: str) -> Retry | None:
+        if os.getpid() != self.owner_pid:
+            # a forked work horse: it must not outlive its worker (an orphan would hold on to the task
+            # and to a process manager's pipes); stall recovery then takes the task over
+            die_with_parent(signal.SIGKILL)
         tlog = task_logger(log, task_id)
         run_id = uuid.uuid4().hex
         started = self.store.start(task_id, run_id)

@@ -12,12 +12,10 @@ worker is busy with hour-long exports, or dead (that is when stall recovery is n
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import multiprocessing.process
 import signal
-import sys
 import warnings
 from datetime import UTC, datetime
 
@@ -27,11 +25,11 @@ from rq_scheduler import Scheduler
 from app.config import Config
 from app.connection import connect, wait_for_redis
 from app.logs import setup_logging
+from app.process import die_with_parent
 from workers.housekeeping import PASSES
 from workers.housekeeping import QUEUE as HOUSEKEEPING_QUEUE
 
 log = logging.getLogger(__name__)
-PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
 
 def quiet_known_warnings() -> None:
@@ -67,18 +65,12 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
 
 def run_housekeeper(config: Config) -> None:
     """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)  # RQ's warm shutdown when the scheduler goes, however it goes
     setup_logging(config, "housekeeper")
     conn = connect(config)
     wait_for_redis(conn)
     worker = SimpleWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
     worker.work(with_scheduler=True, logging_level=config.log_level.upper())
-
-
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM when the scheduler dies, even by SIGKILL, so no housekeeper is orphaned."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def start_housekeeper(config: Config) -> multiprocessing.process.BaseProcess:
