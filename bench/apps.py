@@ -25,7 +25,7 @@ def hello() -> Response:
 
 def one_get() -> Response:
     value = runtime().redis.get(GET_KEY)
-    return json_response({"value": value.decode() if value is not None else None})
+    return json_response({"value": value.decode() if isinstance(value, bytes) else value})
 
 
 def create_bench_app() -> Flask:

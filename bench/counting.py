@@ -48,6 +48,11 @@ def counting_client(config: Config) -> redis.Redis:
     return conn
 
 
+def text(value: object) -> str:
+    """A Redis reply (bytes) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def commandstats(conn: redis.Redis) -> dict[str, int]:
     """calls per command name, as the server counts them."""
     info = conn.info("commandstats")

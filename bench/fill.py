@@ -114,9 +114,9 @@ def create_tasks(conn: redis.Redis, config: Config, n: int, *, enqueue: bool, ba
                     jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=p)
 
             if _CREATE_ENQUEUES:
-                store.create(new, job)  # type: ignore[call-arg]
+                store.create(new, job)
             else:
-                store.create(new)
+                store.create(new)  # type: ignore[call-arg]  # the signature before submit queued in its MULTI
                 job(pipe)
             ids.append(new.task_id)
         pipe.execute()

@@ -27,6 +27,7 @@ from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
 
 RESULTS = REPO / "bench" / "results"
+RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("fork", "simple", "spawn")
 PARTS = ("http", "trips", "workers", "memory", "housekeeping")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
@@ -134,6 +135,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="measure only these parts (to iterate on one; the default is all of them)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, fewer tasks")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs of every process)")
+    parser.add_argument("--record", action="store_true", help=f"also write {RECORD.name} (the committed copy)")
     parser.add_argument("--output", type=Path, default=RESULTS / "latest.json")
     args = parser.parse_args(argv)
     args.scale = 1.0
@@ -168,4 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps({"meta": meta, "timings_s": timings, "rows": report.rows_json(rows),
                                        "table_markdown": text, "raw": out}, indent=2) + "\n")
     print(f"bench: wrote {args.output}", file=sys.stderr)
+    if args.record:
+        RECORD.write_text(report.results_markdown(meta, text, out))
+        print(f"bench: wrote {RECORD}", file=sys.stderr)
     return 0

@@ -17,7 +17,7 @@ import redis
 from app import keys
 from app.embedded import free_port, port_in_use
 from bench.apps import GET_KEY, GET_VALUE
-from bench.counting import command_delta, commandstats, per_op
+from bench.counting import command_delta, commandstats, per_op, text
 from bench.stack import REPO, Stack
 
 
@@ -91,7 +91,7 @@ def http_phases(stack: Stack, conns: int, warmup: float, duration: float, rounds
     for i in range(rounds):
         one("hello", i)
         one("submit", i)
-    ids = [m.decode() for m in conn.zrange(keys.history("public"), 0, 19_999)]
+    ids = [text(m) for m in conn.zrange(keys.history("public"), 0, 19_999)]
     ids_file.write_text("\n".join(ids))
     for i in range(rounds):
         one("get", i)

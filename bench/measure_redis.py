@@ -184,9 +184,10 @@ def housekeeping(stack: Stack, live: int = 100_000, expired: int = 1000) -> dict
         store.complete(task_id, run_id, {"slept": 0, "items": 0}, items=None, failures=[], error_code=None)
     setup = time.perf_counter() - started
     finished = _expire(plain, config, ids[:expired], "expired_completed")
+    live_tasks = int(plain.zcard(keys.EXPIRY))  # every task is in the expiry index, tombstones too
     pending = create_tasks(plain, config, expired, enqueue=True, base=95_000_000)
     unfinished = _expire(plain, config, pending, "expired_pending")
-    out = {"live_tasks": int(plain.zcard(keys.EXPIRY)), "setup_seconds": round(setup, 1),
+    out = {"live_tasks": live_tasks, "setup_seconds": round(setup, 1),
            "finished": finished, "unfinished": unfinished}
     plain.flushall()
     plain.close()

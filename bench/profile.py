@@ -26,11 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repo importable
 
+from app import keys  # noqa: E402
 from bench import measure_http  # noqa: E402
+from bench.counting import text as reply_text  # noqa: E402
 from bench.fill import create_tasks, enqueue_noops  # noqa: E402
 from bench.stack import REPO, Stack  # noqa: E402
 
 OUT = REPO / "bench" / "results"
+_RECORDERS: list[subprocess.Popen[bytes]] = []
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]+)(?::\d+)?\)$")
 
 
@@ -54,18 +57,15 @@ def record(pids: list[int], seconds: float, name: str, subprocesses: bool = Fals
         argv = [py_spy(), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200",
                 "--format", "raw", "--nonblocking", "-o", str(path)]
         argv += ["--subprocesses"] if subprocesses else ["--gil"]
-        record.procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _RECORDERS.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         files.append(path)
     return files
 
 
-record.procs = []  # type: ignore[attr-defined]
-
-
 def wait_recorders() -> None:
-    for proc in record.procs:  # type: ignore[attr-defined]
+    for proc in _RECORDERS:
         proc.wait(120)
-    record.procs.clear()  # type: ignore[attr-defined]
+    _RECORDERS.clear()
 
 
 def package(file: str) -> str:
@@ -134,7 +134,7 @@ def web_profiles(stack: Stack, seconds: float) -> str:
     text = ""
     measure_http.loadgen(port, "submit", conns=16, warmup=1, duration=1, env=env)  # warm, and tasks to read
     conn = stack.client()
-    ids = [m.decode() for m in conn.zrange("tp:history:public", 0, 9999)]
+    ids = [reply_text(m) for m in conn.zrange(keys.history("public"), 0, 9999)]
     ids_file = stack.dir / "ids.txt"
     ids_file.write_text("\n".join(ids))
     for kind in ("hello", "submit", "get", "status"):

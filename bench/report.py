@@ -107,3 +107,37 @@ def markdown(rows: list[Row]) -> str:
 
 def rows_json(rows: list[Row]) -> list[dict[str, str]]:
     return [asdict(r) for r in rows]
+
+
+def worker_class_table(workers: dict[str, Any]) -> str:
+    lines = ["| Class | taskport jobs/s | bare RQ jobs/s | ratio | submit → COMPLETED p50 / p99 |",
+             "|---|---|---|---|---|"]
+    for cls, found in workers.items():
+        ours, bare, lat = found["taskport"], found["bare_rq"], found["latency"]
+        ratio = _ratio(ours["jobs_per_s"], bare["jobs_per_s"])
+        lines.append(f"| {cls} | {ours['jobs_per_s']:,.0f} | {bare['jobs_per_s']:,.0f} | {ratio:.2f}× | "
+                     f"{lat['p50_ms']:.1f} / {lat['p99_ms']:.1f} ms |")
+    return "\n".join(lines)
+
+
+def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any]) -> str:
+    """bench/RESULTS.md: the committed copy of a run's figures."""
+    cpu = meta.get("cpu", {})
+    parts = [
+        "# Latest benchmark figures", "",
+        f"`make bench` on {meta['date']}, commit {meta['commit']}, Python {meta['python']}, {meta['cpus']} CPUs; "
+        f"gunicorn {meta['gunicorn_workers']} workers × {meta['gunicorn_threads']} threads, {meta['rq_workers']} RQ "
+        f"workers, {meta['conns']} connections, {meta['duration_s']:g} s windows; {meta['total_seconds']} s in all. "
+        f"Other processes used {cpu.get('other_share_of_machine', 0):.0%} of the machine during the run "
+        "(see README.md, \"Rounds\"). Regenerate with `.venv/bin/python bench/run.py --record`.", "",
+        table_text, "",
+    ]
+    if "workers" in out:
+        parts += ["## Worker classes (2 processes, no-op tasks)", "", worker_class_table(out["workers"]), ""]
+    if "memory" in out:
+        breakdown = out["memory"]["breakdown_bytes_per_task"]
+        parts += ["## Redis memory per finished task, by kind of key (MEMORY USAGE, bytes per task)", "",
+                  "| Key | bytes/task |", "|---|---|"]
+        parts += [f"| `{kind}` | {size:,.1f} |" for kind, size in breakdown.items() if size >= 0.5]
+        parts += [""]
+    return "\n".join(parts)
