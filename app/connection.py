@@ -6,9 +6,14 @@ import time
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
 from app.config import Config
+
+
+# No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
+NO_SETINFO = DriverInfo(name=None, lib_version=None)
 
 
 def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
@@ -21,6 +26,7 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
         socket_timeout=t,
         socket_connect_timeout=t,
         health_check_interval=30,
+        driver_info=NO_SETINFO,
         # one quick retry heals a connection dropped by a Redis restart; more would turn an outage into a hang
         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), retries=1),
     )

@@ -71,8 +71,10 @@ class TaskContext:
         self._counts: list[int] | None = None  # [total, succeeded, failed] once items are processed
         self._failures: list[dict[str, Any]] = []
         self._last_error_code: int | None = None
-        self._reported: _Snapshot | None = None
-        self._reported_at: float | None = None
+        # The start transition wrote progress 0 and an empty message: that is the first write, so a
+        # task that ends within one interval writes no progress at all (its completion says it all).
+        self._reported: _Snapshot | None = (0, "", None)
+        self._reported_at: float | None = clock()
 
     # -- cancellation ---------------------------------------------------------------------------
 
@@ -106,7 +108,7 @@ class TaskContext:
         """Record progress ``done`` of ``total`` (or ``done`` percent without a total).
 
         The percentage is kept within 0..99 (100 belongs to completion) and never goes down. Redis is
-        written at most once per ``interval`` seconds (the first call writes at once); values in
+        written at most once per ``interval`` seconds, counted from the task's start; values in
         between are remembered for the next write or :meth:`flush`. This is a checkpoint.
         """
         self.check_cancelled()

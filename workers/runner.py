@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 import redis
-from rq import Retry
+from rq import Retry, get_current_job
 from rq.timeouts import JobTimeoutException
 
 from app.config import Config
@@ -45,9 +45,7 @@ class Runner:
 
     def run(self, task_id: str) -> Retry | None:
         if os.getpid() != self.owner_pid:
-            # a forked work horse: it must not outlive its worker (an orphan would hold on to the task
-            # and to a process manager's pipes); stall recovery then takes the task over
-            die_with_parent(signal.SIGKILL)
+            self._adopt_work_horse()
         tlog = task_logger(log, task_id)
         run_id = uuid.uuid4().hex
         started = self.store.start(task_id, run_id)
@@ -65,6 +63,16 @@ class Runner:
         )
         with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval):
             return self._execute(started, run_id, ctx, tlog)
+
+    def _adopt_work_horse(self) -> None:
+        """In a forked work horse (once per horse: each runs one job): die with the worker, since an
+        orphan would hold on to the task and to a process manager's pipes (stall recovery takes the
+        task over), and talk to Redis over the connection RQ already opened here, not a new one."""
+        die_with_parent(signal.SIGKILL)
+        job = get_current_job()
+        if job is not None:
+            self.store = TaskStore(job.connection, self.config)
+        self.owner_pid = os.getpid()
 
     def _execute(self, started: Started, run_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> Retry | None:
         task = started.task

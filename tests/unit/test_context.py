@@ -57,9 +57,12 @@ def clock() -> Clock:
 
 @pytest.fixture
 def ctx(report: Recorder, clock: Clock, tmp_path: Path) -> TaskContext:
-    return TaskContext(
+    """A context one interval into its task: the next progress call writes at once."""
+    context = TaskContext(
         str(uuid.uuid4()), report, results=LocalResultStore(tmp_path), interval=0.5, clock=clock
     )
+    clock.now += 0.5
+    return context
 
 
 def unthrottled(report: Recorder, tmp_path: Path, **kwargs: Any) -> TaskContext:
@@ -88,9 +91,21 @@ class TestProgress:
         ctx.flush()
         assert len(report.calls) == 2
 
-    def test_flush_without_any_progress_reports_initial_values(self, ctx: TaskContext, report: Recorder):
-        ctx.flush()
-        assert report.calls == [(0, "", None)]
+    def test_flush_without_any_progress_writes_nothing(self, ctx: TaskContext, report: Recorder):
+        ctx.flush()  # the start transition already wrote progress 0 and no message
+        assert report.calls == []
+
+    def test_a_task_shorter_than_one_interval_writes_no_progress(
+        self, report: Recorder, clock: Clock, tmp_path: Path
+    ):
+        short = TaskContext(str(uuid.uuid4()), report, results=LocalResultStore(tmp_path), interval=0.5, clock=clock)
+        short.progress(1, 1, "done")
+        clock.now += 0.4
+        short.progress(1, 1, "done")
+        assert report.calls == []
+        clock.now += 0.1
+        short.progress(1, 1, "done")
+        assert report.calls == [(99, "done", None)]
 
     def test_monotonic(self, ctx: TaskContext, report: Recorder, clock: Clock):
         ctx.progress(50)
@@ -128,6 +143,7 @@ class TestProgress:
 
     def test_flush_marks_but_does_not_raise(self, ctx: TaskContext, report: Recorder):
         report.status = "EXPIRED"
+        ctx._update(5, "pending")  # noqa: SLF001 - a value waiting for the next write
         ctx.flush()
         assert ctx.cancelled
         with pytest.raises(TaskCancelled):
