@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import redis
-from flask import Flask
+from typing import TYPE_CHECKING
 
 from app.config import Config
+
+if TYPE_CHECKING:  # the worker and scheduler import this package too: they need neither Flask nor a web stack
+    import redis
+    from flask import Flask
 
 
 def create_app(config: Config | None = None, conn: redis.Redis | None = None) -> Flask:
     """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
+    from flask import Flask
+
     from app import dashboard, errors, metrics
     from app.api import docs, events, health, page, tasks
     from app.api import metrics as metrics_api

@@ -57,7 +57,7 @@ def web_command(config: Config) -> list[str]:
         "--timeout", str(GUNICORN_TIMEOUT),
         "--graceful-timeout", str(GUNICORN_GRACEFUL_TIMEOUT),
         "--keep-alive", str(GUNICORN_KEEPALIVE),
-        "--logger-class", "app.logs.GunicornLogger",
+        "--logger-class", "app.weblog.GunicornLogger",
         "--log-level", level.lower(),
     ]
 

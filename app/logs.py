@@ -16,8 +16,6 @@ import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-from gunicorn.glogging import Logger as _GunicornBaseLogger
-
 from app.config import Config
 
 FORMAT = "%(asctime)s %(levelname)-5s %(procname)s[%(process)d] %(name)s task_id=%(task_id)s %(message)s"
@@ -93,14 +91,3 @@ def setup_logging(config: Config, process: str) -> None:
         root.removeHandler(old)
     root.addHandler(make_handler(process))
     root.setLevel(level)
-
-
-class GunicornLogger(_GunicornBaseLogger):  # type: ignore[misc]
-    """gunicorn's own lines (arbiter, workers) in the common format: ``--logger-class app.logs.GunicornLogger``."""
-
-    def setup(self, cfg: Any) -> None:
-        super().setup(cfg)
-        for log in (self.error_log, self.access_log):
-            for handler in log.handlers:
-                handler.setFormatter(UTCFormatter(FORMAT))
-                handler.addFilter(TaskIdFilter("web"))

@@ -18,7 +18,6 @@ from datetime import date, timedelta
 from typing import Any, BinaryIO
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
-from openpyxl import Workbook
 
 from workers.context import TaskContext
 from workers.processors import processor
@@ -131,6 +130,8 @@ def _write_csv(fh: BinaryIO, chunks: Iterator[list[Row]]) -> None:
 
 
 def _write_xlsx(fh: BinaryIO, chunks: Iterator[list[Row]]) -> None:
+    from openpyxl import Workbook  # imported on first use: it would weigh on every forked work horse
+
     book = Workbook(write_only=True)
     sheet = book.create_sheet("orders")
     try:

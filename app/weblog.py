@@ -1,0 +1,20 @@
+"""gunicorn's own log lines in taskport's common format (imported only by the web process)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gunicorn.glogging import Logger as _GunicornBaseLogger
+
+from app.logs import FORMAT, TaskIdFilter, UTCFormatter
+
+
+class GunicornLogger(_GunicornBaseLogger):  # type: ignore[misc]
+    """gunicorn's own lines (arbiter, workers) in the common format: ``--logger-class app.weblog.GunicornLogger``."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                handler.setFormatter(UTCFormatter(FORMAT))
+                handler.addFilter(TaskIdFilter("web"))
