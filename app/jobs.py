@@ -54,6 +54,12 @@ class JobQueue:
         if pipeline is None:
             pipe.execute()
 
+    def trim_finished(self) -> None:
+        """Drop finished jobs whose ``RESULT_TTL`` is over from RQ's finished registries (one command each;
+        RQ itself does it only every ten minutes)."""
+        for queue in self.queues.values():
+            queue.finished_job_registry.cleanup()
+
     def remove(self, task_id: str) -> None:
         """Drop a queued (or retry-scheduled) job so it never starts."""
         try:

@@ -81,6 +81,7 @@ class Housekeeper:
                 break
         lifetime_ms = (self.config.task_ttl + self.config.result_ttl + self.config.tombstone_ttl) * 1000
         report.add("history_trimmed", self.store.trim_histories(now - lifetime_ms))
+        self.jobs.trim_finished()
 
     def _after_expiry(self, task_id: str, previous: str) -> None:
         tlog = task_logger(log, task_id)

@@ -69,6 +69,13 @@ def test_expiry_of_unfinished_tasks_is_minus_4_and_removes_the_job(hk, conn, con
     assert not conn.exists(f"rq:job:{task_id}", keys.payload(task_id))
 
 
+def test_expiry_trims_rqs_finished_registries(hk, conn):
+    registry = hk.jobs.queues["default"].finished_job_registry
+    conn.zadd(registry.key, {"old-job": 1, "fresh-job": 4_000_000_000})
+    pass_(hk, "expire", now_ms())
+    assert conn.zrange(registry.key, 0, -1) == [b"fresh-job"]
+
+
 def test_expiry_leaves_tasks_that_are_not_due(hk, config):
     task_id = make(hk)
     assert pass_(hk, "expire", now_ms()).counts.get("due") is None
