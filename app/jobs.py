@@ -1,7 +1,7 @@
 """The RQ side of a task: one job per task (job id = task id) whose only argument is the task id.
 
 RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
-result beyond a second (``RESULT_TTL``) and a failed job is forgotten after ``FAILED_JOB_TTL``. A queued job has no
+result (``RESULT_TTL``) and a failed job is forgotten after ``FAILED_JOB_TTL``. A queued job has no
 TTL of its own: housekeeping removes it when its task expires (a job that vanished while its id sat
 in a queue would be skipped silently).
 """
@@ -21,10 +21,11 @@ from app.states import QUEUES
 
 RUN_TASK = "workers.runner.run_task"
 ON_STOPPED = Callback("workers.runner.on_stopped")  # the worker removes what a killed work horse wrote
-# RQ keeps a finished job 1 s: with 0 it deletes the job synchronously after every run (seven reads on
-# the worker's critical path, ~20% of a no-op job's cost); the leftovers expire by TTL, and the
-# housekeeping expiry pass trims RQ's finished-job registries.
-RESULT_TTL = 1
+# RQ deletes a finished job at once. Keeping it 1 s instead spares the worker a synchronous delete
+# (~10% more no-op jobs per second, measured) but leaves two keys per task behind for that second,
+# which grow Redis's tables (~+700 B per finished task in the 10,000-task memory benchmark):
+# see bench/README.md, "Optimizations".
+RESULT_TTL = 0
 FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashboard
 
 log = logging.getLogger(__name__)

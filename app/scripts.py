@@ -72,7 +72,8 @@ return 'PROCESSING'
 # Every other transition: expected status(es) -> new status, with its side effects in one step.
 # KEYS: task, payload, result, running, expiry, events, stats, failures
 # ARGV: expected (comma list), run_id ('' = any run), new_status, key_ttl_s ('' = keep),
-#       expiry_ms ('' = leave the expiry index), result_json ('' = none), result_ttl_s,
+#       expiry_ms ('' = leave the expiry index), result_json for a key of its own ('' = none, or
+#       inline in the hash's 'result' field), result_ttl_s,
 #       drop ('payload' | 'all' | ''), stale_before_ms ('' = no check; else the task's heartbeat must be
 #       older, so a recovery never takes a task from a live worker), now_ms, stat ('' = none),
 #       field1, value1, ...
@@ -96,7 +97,10 @@ redis.call('ZREM', KEYS[4], cur[3])
 if ARGV[5] ~= '' then redis.call('ZADD', KEYS[5], ARGV[5], cur[3]) end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
 if ARGV[8] == 'payload' or ARGV[8] == 'all' then redis.call('DEL', KEYS[2]) end
-if ARGV[8] == 'all' then redis.call('DEL', KEYS[3]) end
+if ARGV[8] == 'all' then
+  redis.call('DEL', KEYS[3])
+  redis.call('HDEL', KEYS[1], 'result')
+end
 if ARGV[11] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[11], 1) end
 if ARGV[3] == 'FAILED' then redis.call('ZADD', KEYS[8], ARGV[10], cur[3]) end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)

@@ -22,6 +22,12 @@ from app.task import Task, iso, now_ms
 S = TaskStatus
 
 
+# A result whose JSON is at most this long lives in the task's hash instead of a key of its own: Redis
+# keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
+# default), and a key of its own costs more than a hundred bytes of bookkeeping.
+INLINE_RESULT_MAX = 64
+
+
 @dataclass(frozen=True)
 class NewTask:
     task_id: str
@@ -117,6 +123,7 @@ class TaskStore:
         h, raw = pipe.execute()
         if not h:
             return None, None
+        raw = h.get(b"result") or raw
         return Task.from_hash(h), (orjson.loads(raw) if raw else None)
 
     def get_many(self, task_ids: list[str]) -> list[Task | None]:
@@ -190,8 +197,16 @@ class TaskStore:
         self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
         failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
     ) -> bool:
-        body = orjson.dumps({"result": result, "failures": failures, "error_code": error_code})
+        stored: dict[str, Any] = {"result": result}
+        if failures:
+            stored["failures"] = failures
+        if error_code is not None:
+            stored["error_code"] = error_code
+        body = orjson.dumps(stored)
         fields = ["progress", 100, "message", message or "completed", *_items_fields(items)]
+        if len(body) <= INLINE_RESULT_MAX:
+            fields += ["result", body]
+            body = b""
         ok, _ = self._terminal(task_id, (S.PROCESSING,), S.COMPLETED, fields, run_id=run_id, result=body)
         return ok
 

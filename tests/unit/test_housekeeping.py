@@ -52,7 +52,7 @@ def test_expiry_tombstones_terminal_tasks_and_deletes_results(hk, conn, config):
     assert report.counts["expired_completed"] == 1
     task = hk.store.get(task_id)
     assert task.status == S.EXPIRED and task.error_code is None
-    assert not conn.exists(keys.result(task_id))
+    assert not conn.exists(keys.result(task_id)) and conn.hget(keys.task(task_id), "result") is None
     with pytest.raises(FileNotFoundError):
         hk.results.open(task_id, "out.csv")
     assert 0 < conn.ttl(keys.task(task_id)) <= config.tombstone_ttl

@@ -98,11 +98,23 @@ def test_complete_writes_result_and_starts_the_result_clock(store, conn, config)
     assert store.complete(new.task_id, run_id, {"ok": 1}, items=None, failures=[], error_code=None)
     task, stored = store.get_with_result(new.task_id)
     assert task.status == S.COMPLETED and task.progress == 100 and task.completed_at
-    assert stored == {"result": {"ok": 1}, "failures": [], "error_code": None}
-    assert not conn.exists(keys.payload(new.task_id))
+    assert stored == {"result": {"ok": 1}}  # empty failures and no error code are not stored
+    assert conn.hget(keys.task(new.task_id), "result") == b'{"result":{"ok":1}}'  # small: inline
+    assert not conn.exists(keys.payload(new.task_id), keys.result(new.task_id))
     assert conn.zscore(keys.RUNNING, new.task_id) is None
     assert conn.zscore(keys.EXPIRY, new.task_id) == pytest.approx(now_ms() + config.result_ttl * 1000, abs=5000)
     assert task.expires_at > task.completed_at
+
+
+def test_a_large_result_gets_a_key_of_its_own_with_the_result_lifetime(store, conn, config):
+    new = new_task()
+    create(store, new)
+    run_id = started(store, new)
+    big = {"rows": list(range(100))}
+    assert store.complete(new.task_id, run_id, big, items=None, failures=[], error_code=10002)
+    assert store.get_with_result(new.task_id)[1] == {"result": big, "error_code": 10002}
+    assert conn.hget(keys.task(new.task_id), "result") is None
+    assert 0 < conn.ttl(keys.result(new.task_id)) <= config.result_ttl
 
 
 def test_cancel_wins_over_a_late_finish(store, conn):
