@@ -11,7 +11,6 @@ from redis.retry import Retry
 
 from app.config import Config
 
-
 # No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
 NO_SETINFO = DriverInfo(name=None, lib_version=None)
 

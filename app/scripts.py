@@ -31,7 +31,7 @@ return {1}
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
 # KEYS: task, payload, running, events
-# ARGV: run_id, now_iso, now_ms
+# ARGV: run_id, now_iso, now_ms, task_id
 # Returns {1, payload_json, HGETALL} when started, {0, current_status} otherwise.
 START = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -42,7 +42,7 @@ redis.call('HSET', KEYS[1], 'status', 'PROCESSING', 'run_id', ARGV[1], 'started_
            'updated_at', ARGV[2], 'message', '')
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('ZADD', KEYS[3], ARGV[3], redis.call('HGET', KEYS[1], 'id'))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 redis.call('PUBLISH', KEYS[4], seq)
 return {1, payload, redis.call('HGETALL', KEYS[1])}
 """
@@ -51,12 +51,12 @@ return {1, payload, redis.call('HGETALL', KEYS[1])}
 # PROCESSING, so a late write after a cancel, a retry or a recovery is dropped. Progress never goes down.
 # KEYS: task, running, events
 # ARGV: run_id, now_ms, now_iso, progress ('' = heartbeat only), message, items_total,
-#       items_succeeded, items_failed  (items '' = unchanged)
+#       items_succeeded, items_failed  (items '' = unchanged), task_id
 # Returns the status found ('PROCESSING' when written).
 PROGRESS = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'progress')
 if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[1] then return cur[1] or '' end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], redis.call('HGET', KEYS[1], 'id'))
+redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[9])
 if ARGV[4] == '' then return 'PROCESSING' end
 local progress = tonumber(ARGV[4])
 if progress < (tonumber(cur[3]) or 0) then progress = tonumber(cur[3]) end
@@ -76,25 +76,28 @@ return 'PROCESSING'
 #       inline in the hash's 'result' field), result_ttl_s,
 #       drop ('payload' | 'all' | ''), stale_before_ms ('' = no check; else the task's heartbeat must be
 #       older, so a recovery never takes a task from a live worker), now_ms, stat ('' = none),
-#       field1, value1, ...
+#       task_id, field1, value1, ...
+# Every transition ends the current run: its run_id is dropped.
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
 TRANSITION = """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'id')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id')
+local id = ARGV[12]
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
 for s in string.gmatch(ARGV[1], '[^,]+') do if s == status then ok = true end end
 if not ok or (ARGV[2] ~= '' and cur[2] ~= ARGV[2]) then return {0, status} end
 if ARGV[9] ~= '' then
-  local beat = redis.call('ZSCORE', KEYS[4], cur[3])
+  local beat = redis.call('ZSCORE', KEYS[4], id)
   if beat and tonumber(beat) > tonumber(ARGV[9]) then return {0, status} end
 end
 local pairs = {'status', ARGV[3]}
-for i = 12, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+for i = 13, #ARGV do pairs[#pairs + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(pairs))
+redis.call('HDEL', KEYS[1], 'run_id')
 if ARGV[4] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
-redis.call('ZREM', KEYS[4], cur[3])
-if ARGV[5] ~= '' then redis.call('ZADD', KEYS[5], ARGV[5], cur[3]) end
+redis.call('ZREM', KEYS[4], id)
+if ARGV[5] ~= '' then redis.call('ZADD', KEYS[5], ARGV[5], id) end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
 if ARGV[8] == 'payload' or ARGV[8] == 'all' then redis.call('DEL', KEYS[2]) end
 if ARGV[8] == 'all' then
@@ -102,7 +105,7 @@ if ARGV[8] == 'all' then
   redis.call('HDEL', KEYS[1], 'result')
 end
 if ARGV[11] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[11], 1) end
-if ARGV[3] == 'FAILED' then redis.call('ZADD', KEYS[8], ARGV[10], cur[3]) end
+if ARGV[3] == 'FAILED' then redis.call('ZADD', KEYS[8], ARGV[10], id) end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('PUBLISH', KEYS[6], seq)
 return {1, status}

@@ -5,6 +5,7 @@ Views call this; it calls the store and the job queue; nothing here knows about 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import re
@@ -33,7 +34,8 @@ def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) 
         material = b"key\n" + explicit.encode()
     else:
         material = b"payload\n" + task_type.encode() + b"\n" + orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(material).hexdigest()
+    # base64url of the whole digest: 43 characters instead of 64 hex, in a key held for every submit
+    return base64.urlsafe_b64encode(hashlib.sha256(material).digest()).decode().rstrip("=")
 
 
 @dataclass(frozen=True)

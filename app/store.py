@@ -89,7 +89,7 @@ class TaskStore:
         created = now_ms()
         stamp = iso(created)
         fields = [
-            "id", new.task_id, "type", new.type, "member", new.member, "status", S.PENDING,
+            "type", new.type, "member", new.member, "status", S.PENDING,
             "progress", 0, "attempts", 0, "max_attempts", new.max_attempts, "priority", new.priority,
             "created_at", stamp, "updated_at", stamp, "expires_at", iso(created + c.task_ttl * 1000), "seq", 0,
         ]  # fmt: skip
@@ -108,13 +108,13 @@ class TaskStore:
         answer = pipe.execute()[0]
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
-            return True, new.task_id, Task.from_hash(written)
+            return True, new.task_id, Task.from_hash(written, new.task_id)
         return False, answer[1].decode(), None
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, task_id: str) -> Task | None:
         h = self.redis.hgetall(keys.task(task_id))
-        return Task.from_hash(h) if h else None
+        return Task.from_hash(h, task_id) if h else None
 
     def get_with_result(self, task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
         pipe = self.redis.pipeline(transaction=False)
@@ -124,13 +124,13 @@ class TaskStore:
         if not h:
             return None, None
         raw = h.get(b"result") or raw
-        return Task.from_hash(h), (orjson.loads(raw) if raw else None)
+        return Task.from_hash(h, task_id), (orjson.loads(raw) if raw else None)
 
     def get_many(self, task_ids: list[str]) -> list[Task | None]:
         pipe = self.redis.pipeline(transaction=False)
         for task_id in task_ids:
             pipe.hgetall(keys.task(task_id))
-        return [Task.from_hash(h) if h else None for h in pipe.execute()]
+        return [Task.from_hash(h, t) if h else None for h, t in zip(pipe.execute(), task_ids, strict=True)]
 
     # -- worker side ----------------------------------------------------------------------------
     def start(self, task_id: str, run_id: str) -> Started | str:
@@ -139,13 +139,13 @@ class TaskStore:
         answer = self._run(
             "start",
             [keys.task(task_id), keys.payload(task_id), keys.RUNNING, keys.events(task_id)],
-            [run_id, iso(t), t],
+            [run_id, iso(t), t, task_id],
         )
         if answer[0] != 1:
             return answer[1].decode()
         flat = answer[2]
         h = dict(zip(flat[::2], flat[1::2], strict=True))
-        return Started(task=Task.from_hash(h), payload=orjson.loads(answer[1]))
+        return Started(task=Task.from_hash(h, task_id), payload=orjson.loads(answer[1]))
 
     def report(
         self, task_id: str, run_id: str, progress: int | None, message: str | None = None,
@@ -157,7 +157,7 @@ class TaskStore:
         answer = self._run(
             "progress",
             [keys.task(task_id), keys.RUNNING, keys.events(task_id)],
-            [run_id, t, iso(t), "" if progress is None else int(progress), message or "", *counts],
+            [run_id, t, iso(t), "" if progress is None else int(progress), message or "", *counts, task_id],
         )
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 
@@ -171,7 +171,7 @@ class TaskStore:
             [keys.task(task_id), keys.payload(task_id), keys.result(task_id), keys.RUNNING, keys.EXPIRY,
              keys.events(task_id), keys.STATS, keys.FAILURES],
             [",".join(expected), run_id, new_status, key_ttl, expiry_ms, result, self.config.result_ttl,
-             drop, stale_before_ms, now_ms(), new_status.lower() if stat is None else stat, *fields],
+             drop, stale_before_ms, now_ms(), new_status.lower() if stat is None else stat, task_id, *fields],
             client=client,
         )  # fmt: skip
         if client is not None:
@@ -219,7 +219,7 @@ class TaskStore:
 
     def retry(self, task_id: str, run_id: str, message: str) -> bool:
         """PROCESSING -> PENDING: this run gave up; the job will be delivered again."""
-        fields = ["run_id", "", "message", message, "updated_at", iso(now_ms())]
+        fields = ["message", message, "updated_at", iso(now_ms())]
         ok, _ = self._transition(task_id, (S.PROCESSING,), S.PENDING, fields, run_id=run_id, stat="retried")
         return ok
 
@@ -303,7 +303,7 @@ class TaskStore:
         if task.attempts < task.max_attempts:
             pipe = self.redis.pipeline(transaction=True)
             pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
-            fields = ["run_id", "", "message", "worker lost; retrying", "updated_at", iso(now_ms())]
+            fields = ["message", "worker lost; retrying", "updated_at", iso(now_ms())]
             self._transition(task.id, (S.PROCESSING,), S.PENDING, fields, stale_before_ms=stale_before_ms,
                              stat="recovered", client=pipe)
             requeue(pipe)

@@ -72,7 +72,8 @@ class Task:
     seq: int
 
     @classmethod
-    def from_hash(cls, h: dict[bytes, bytes]) -> Task:
+    def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
+        """The task stored in hash ``h`` under ``task_id`` (the id is the key's, not a field)."""
         g = h.get
         total = g(b"items_total")
         items = None
@@ -83,7 +84,7 @@ class Task:
                 "failed": int(g(b"items_failed") or 0),
             }
         return cls(
-            id=h[b"id"].decode(),
+            id=task_id,
             type=h[b"type"].decode(),
             member=h[b"member"].decode(),
             status=h[b"status"].decode(),
