@@ -31,7 +31,7 @@ return {1}
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
 # KEYS: task, payload, running, events
-# ARGV: run_id, now_iso, now_ms, task_id
+# ARGV: run_id, now_ms, task_id
 # Returns {1, payload_json, HGETALL} when started, {0, current_status} otherwise.
 START = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -42,7 +42,7 @@ redis.call('HSET', KEYS[1], 'status', 'PROCESSING', 'run_id', ARGV[1], 'started_
            'updated_at', ARGV[2], 'message', '')
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
 redis.call('PUBLISH', KEYS[4], seq)
 return {1, payload, redis.call('HGETALL', KEYS[1])}
 """
@@ -50,19 +50,19 @@ return {1, payload, redis.call('HGETALL', KEYS[1])}
 # Progress and heartbeat of a running task: only the run that started it may write, and only while
 # PROCESSING, so a late write after a cancel, a retry or a recovery is dropped. Progress never goes down.
 # KEYS: task, running, events
-# ARGV: run_id, now_ms, now_iso, progress ('' = heartbeat only), message, items_total,
-#       items_succeeded, items_failed  (items '' = unchanged), task_id
+# ARGV: run_id, now_ms, progress ('' = heartbeat only), message, items_total, items_succeeded,
+#       items_failed  (items '' = unchanged), task_id
 # Returns the status found ('PROCESSING' when written).
 PROGRESS = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'progress')
 if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[1] then return cur[1] or '' end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[9])
-if ARGV[4] == '' then return 'PROCESSING' end
-local progress = tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[8])
+if ARGV[3] == '' then return 'PROCESSING' end
+local progress = tonumber(ARGV[3])
 if progress < (tonumber(cur[3]) or 0) then progress = tonumber(cur[3]) end
-redis.call('HSET', KEYS[1], 'progress', progress, 'message', ARGV[5], 'updated_at', ARGV[3])
-if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'items_total', ARGV[6], 'items_succeeded', ARGV[7], 'items_failed', ARGV[8])
+redis.call('HSET', KEYS[1], 'progress', progress, 'message', ARGV[4], 'updated_at', ARGV[2])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'items_total', ARGV[5], 'items_succeeded', ARGV[6], 'items_failed', ARGV[7])
 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('PUBLISH', KEYS[3], seq)

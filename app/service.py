@@ -22,7 +22,7 @@ from app.jobs import JobQueue
 from app.logs import task_logger
 from app.states import ACTIVE, TaskStatus
 from app.store import NewTask, TaskStore
-from app.task import Task, iso, now_ms
+from app.task import Task, now_ms
 from workers import processors
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class TaskService:
         return _owned(member, task), stored
 
     def cancel(self, member: str, task_id: str) -> None:
-        status = self.find(member, task_id).effective_status(iso(now_ms()))
+        status = self.find(member, task_id).effective_status(now_ms())
         done, previous = (False, status) if status not in ACTIVE else self.store.cancel(task_id)
         if not done:
             raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",

@@ -17,7 +17,7 @@ import redis
 from app import keys, scripts
 from app.config import Config
 from app.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
-from app.task import Task, iso, now_ms
+from app.task import Task, now_ms
 
 S = TaskStatus
 
@@ -87,11 +87,10 @@ class TaskStore:
         """
         c = self.config
         created = now_ms()
-        stamp = iso(created)
         fields = [
             "type", new.type, "member", new.member, "status", S.PENDING,
             "progress", 0, "attempts", 0, "max_attempts", new.max_attempts, "priority", new.priority,
-            "created_at", stamp, "updated_at", stamp, "expires_at", iso(created + c.task_ttl * 1000), "seq", 0,
+            "created_at", created, "updated_at", created, "expires_at", created + c.task_ttl * 1000, "seq", 0,
         ]  # fmt: skip
         key_ttl = c.task_ttl + c.tombstone_ttl
         pipe = self.redis.pipeline(transaction=True)
@@ -139,7 +138,7 @@ class TaskStore:
         answer = self._run(
             "start",
             [keys.task(task_id), keys.payload(task_id), keys.RUNNING, keys.events(task_id)],
-            [run_id, iso(t), t, task_id],
+            [run_id, t, task_id],
         )
         if answer[0] != 1:
             return answer[1].decode()
@@ -157,7 +156,7 @@ class TaskStore:
         answer = self._run(
             "progress",
             [keys.task(task_id), keys.RUNNING, keys.events(task_id)],
-            [run_id, t, iso(t), "" if progress is None else int(progress), message or "", *counts, task_id],
+            [run_id, t, "" if progress is None else int(progress), message or "", *counts, task_id],
         )
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 
@@ -186,8 +185,7 @@ class TaskStore:
         c = self.config
         t = now_ms()
         expires = t + c.result_ttl * 1000
-        stamp = iso(t)
-        fields = [*fields, "completed_at", stamp, "updated_at", stamp, "expires_at", iso(expires)]
+        fields = [*fields, "completed_at", t, "updated_at", t, "expires_at", expires]
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
             expiry_ms=expires, result=result, drop="payload", stale_before_ms=stale_before_ms,
@@ -219,7 +217,7 @@ class TaskStore:
 
     def retry(self, task_id: str, run_id: str, message: str) -> bool:
         """PROCESSING -> PENDING: this run gave up; the job will be delivered again."""
-        fields = ["message", message, "updated_at", iso(now_ms())]
+        fields = ["message", message, "updated_at", now_ms()]
         ok, _ = self._transition(task_id, (S.PROCESSING,), S.PENDING, fields, run_id=run_id, stat="retried")
         return ok
 
@@ -230,14 +228,14 @@ class TaskStore:
 
     def history(
         self, member: str, *, limit: int, cursor: str | None = None, status: str | None = None,
-        type_: str | None = None, now_iso: str | None = None, batch: int = 100,
+        type_: str | None = None, now: int | None = None, batch: int = 100,
     ) -> Page:
         """The member's tasks, newest first, filtered; ``cursor`` continues a previous page.
 
         The position is (creation score, how many entries with that score were already passed), so
         tasks created meanwhile never shift a page. Filters scan at most ``budget`` entries a page.
         """
-        now_iso = now_iso or iso(now_ms())
+        now = now if now is not None else now_ms()
         key = keys.history(member)
         top, skip = decode_cursor(cursor) if cursor else (float("inf"), 0)
         found: list[Task] = []
@@ -248,7 +246,7 @@ class TaskStore:
             for (_, score), task in zip(rows, self.get_many([r[0].decode() for r in rows]), strict=True):
                 top, skip = (top, skip + 1) if score == top else (score, 1)
                 budget -= 1
-                if task and _matches(task, status, type_, now_iso):
+                if task and _matches(task, status, type_, now):
                     found.append(task)
                     if len(found) == limit:
                         return Page(found, encode_cursor((top, skip)))
@@ -273,13 +271,12 @@ class TaskStore:
         for task_id in task_ids:
             pipe.hget(keys.task(task_id), "status")
         statuses = [s.decode() if s else None for s in pipe.execute()]
-        stamp = iso(now)
         tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
         unfinished = ["error_code", ErrorCode.EXPIRED, "error_message", ERROR_MESSAGES[ErrorCode.EXPIRED],
-                      "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", stamp]
+                      "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", now]
         for task_id, status in zip(task_ids, statuses, strict=True):
             if status in TERMINAL:
-                self._transition(task_id, tuple(TERMINAL), S.EXPIRED, ["updated_at", stamp], client=pipe, **tomb)
+                self._transition(task_id, tuple(TERMINAL), S.EXPIRED, ["updated_at", now], client=pipe, **tomb)
             elif status in ACTIVE:
                 self._transition(task_id, tuple(ACTIVE), S.EXPIRED, unfinished, client=pipe, **tomb)
             else:
@@ -303,7 +300,7 @@ class TaskStore:
         if task.attempts < task.max_attempts:
             pipe = self.redis.pipeline(transaction=True)
             pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
-            fields = ["message", "worker lost; retrying", "updated_at", iso(now_ms())]
+            fields = ["message", "worker lost; retrying", "updated_at", now_ms()]
             self._transition(task.id, (S.PROCESSING,), S.PENDING, fields, stale_before_ms=stale_before_ms,
                              stat="recovered", client=pipe)
             requeue(pipe)
@@ -320,8 +317,8 @@ class TaskStore:
         return {k.decode(): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
 
 
-def _matches(task: Task, status: str | None, type_: str | None, now_iso: str) -> bool:
-    return (not status or task.effective_status(now_iso) == status) and (not type_ or task.type == type_)
+def _matches(task: Task, status: str | None, type_: str | None, now: int) -> bool:
+    return (not status or task.effective_status(now) == status) and (not type_ or task.type == type_)
 
 
 def encode_cursor(position: tuple[float, int]) -> str:

@@ -1,15 +1,14 @@
 """The task record as stored (a flat Redis hash) and its rendering as the contract's status document.
 
 Rendering is a plain function on the hot path of every status read: no schema library, no extra I/O.
-Timestamps are stored as fixed-width ISO 8601 UTC strings, so comparing two of them as strings
-compares the instants.
+Timestamps are stored as integer milliseconds since the epoch (Redis keeps an integer in a compact
+hash in a few bytes, a 24-character ISO string in 25) and rendered as ISO 8601 only in documents.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from app.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
@@ -23,13 +22,13 @@ def now_ms() -> int:
 
 def iso(ms: int) -> str:
     """Milliseconds since the epoch as ``2026-11-29T10:00:00.120Z``."""
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    seconds, milli = divmod(ms, 1000)
+    t = time.gmtime(seconds)
+    return f"{t[0]:04d}-{t[1]:02d}-{t[2]:02d}T{t[3]:02d}:{t[4]:02d}:{t[5]:02d}.{milli:03d}Z"
 
 
-def ms_of(stamp: str) -> int:
-    """The inverse of :func:`iso`."""
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+def iso_or_none(ms: int | None) -> str | None:
+    return None if ms is None else iso(ms)
 
 
 def task_path(task_id: str) -> str:
@@ -63,11 +62,11 @@ class Task:
     attempts: int
     max_attempts: int
     priority: str
-    created_at: str
-    started_at: str | None
-    updated_at: str
-    completed_at: str | None
-    expires_at: str
+    created_at: int  # ms since the epoch, like every time here
+    started_at: int | None
+    updated_at: int
+    completed_at: int | None
+    expires_at: int
     run_id: str | None
     seq: int
 
@@ -96,44 +95,45 @@ class Task:
             attempts=int(g(b"attempts") or 0),
             max_attempts=int(g(b"max_attempts") or 1),
             priority=(g(b"priority") or b"default").decode(),
-            created_at=h[b"created_at"].decode(),
-            started_at=_text(g(b"started_at")),
-            updated_at=h[b"updated_at"].decode(),
-            completed_at=_text(g(b"completed_at")),
-            expires_at=h[b"expires_at"].decode(),
+            created_at=int(h[b"created_at"]),
+            started_at=_int(g(b"started_at"), None),
+            updated_at=int(h[b"updated_at"]),
+            completed_at=_int(g(b"completed_at"), None),
+            expires_at=int(h[b"expires_at"]),
             run_id=_text(g(b"run_id")),
             seq=int(g(b"seq") or 0),
         )
 
-    def effective_status(self, now_iso: str) -> str:
-        """The status a reader sees: EXPIRED once ``expires_at`` has passed, before housekeeping runs."""
-        if self.status != TaskStatus.EXPIRED and now_iso >= self.expires_at:
+    def effective_status(self, now: int) -> str:
+        """The status a reader sees at ``now`` (ms): EXPIRED once ``expires_at`` has passed, before
+        housekeeping runs."""
+        if self.status != TaskStatus.EXPIRED and now >= self.expires_at:
             return TaskStatus.EXPIRED
         return self.status
 
-    def error(self, now_iso: str) -> dict[str, Any] | None:
-        if self.status in ACTIVE and now_iso >= self.expires_at:
+    def error(self, now: int) -> dict[str, Any] | None:
+        if self.status in ACTIVE and now >= self.expires_at:
             return {"code": ErrorCode.EXPIRED, "message": ERROR_MESSAGES[ErrorCode.EXPIRED]}
         if self.error_code is None:
             return None
         return {"code": self.error_code, "message": self.error_message or ""}
 
-    def to_doc(self, now_iso: str) -> dict[str, Any]:
-        """The contract's status document."""
+    def to_doc(self, now: int) -> dict[str, Any]:
+        """The contract's status document as seen at ``now`` (ms)."""
         path = task_path(self.id)
         return {
             "task_id": self.id,
             "type": self.type,
-            "status": self.effective_status(now_iso),
+            "status": self.effective_status(now),
             "progress": self.progress,
             "message": self.message,
             "items": self.items,
-            "error": self.error(now_iso),
+            "error": self.error(now),
             "attempts": self.attempts,
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "updated_at": self.updated_at,
-            "completed_at": self.completed_at,
-            "expires_at": self.expires_at,
+            "created_at": iso(self.created_at),
+            "started_at": iso_or_none(self.started_at),
+            "updated_at": iso(self.updated_at),
+            "completed_at": iso_or_none(self.completed_at),
+            "expires_at": iso(self.expires_at),
             "links": {"self": path, "result": f"{path}/result", "events": f"{path}/events"},
         }

@@ -25,7 +25,7 @@ from app.logs import task_logger
 from app.results import ResultStore, result_store
 from app.states import TaskStatus
 from app.store import TaskStore
-from app.task import iso, ms_of, now_ms
+from app.task import iso, now_ms
 from workers import processors
 
 log = logging.getLogger(__name__)
@@ -124,11 +124,11 @@ class Housekeeper:
         gone = warned - set(running)
         if gone:
             self.redis.srem(keys.SLOW_WARNED, *gone)
-        threshold = iso(now - int(self.config.slow_task_warn * 1000))
+        threshold = now - int(self.config.slow_task_warn * 1000)
         candidates = [t for t in running if t not in warned]
         for task in self.store.get_many(candidates):
             if task and task.status == TaskStatus.PROCESSING and task.started_at and task.started_at < threshold:
-                age = (now - ms_of(task.started_at)) / 1000
+                age = (now - task.started_at) / 1000
                 task_logger(log, task.id).warning("slow task: %s PROCESSING for %.0f s", task.type, age)
                 self.redis.sadd(keys.SLOW_WARNED, task.id)
                 report.add("slow_warned")

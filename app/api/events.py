@@ -40,7 +40,7 @@ from app.api import json_response
 from app.runtime import runtime
 from app.states import TERMINAL, TaskStatus
 from app.store import TaskStore
-from app.task import Task, iso, now_ms
+from app.task import Task, now_ms
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1")
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def events(task_id: str) -> Response:
     """Stream the task's status documents until it ends; 404/410 (before streaming) as for status."""
     rt = runtime()
     task = rt.service.find(rt.members.current(), task_id)
-    now = iso(now_ms())
+    now = now_ms()
     if task.effective_status(now) == TaskStatus.EXPIRED:
         return json_response(task.to_doc(now), 410)
     stream = TaskStream(rt.service.store, rt.redis.pubsub(), task_id, rt.config.sse_heartbeat, rt.config.sse_poll)
@@ -130,7 +130,7 @@ class TaskStream:
             if last_id == task.seq:
                 yield KEEP_ALIVE  # up to date: open the stream now rather than at the first change
         while task is not None:  # None: the task is gone entirely (after its tombstone): just end
-            doc = task.to_doc(iso(now_ms()))
+            doc = task.to_doc(now_ms())
             if task.seq > sent or (status is not None and doc["status"] != status):
                 yield format_event(task.seq, doc)
                 self._beat_at = time.monotonic() + self.heartbeat

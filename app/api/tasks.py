@@ -14,7 +14,7 @@ from app.runtime import runtime
 from app.schemas import HistoryQuerySchema, SubmitSchema
 from app.states import ACTIVE, TaskStatus
 from app.store import decode_cursor
-from app.task import Task, iso, now_ms, task_path
+from app.task import Task, iso, iso_or_none, now_ms, task_path
 from workers import processors
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1")
@@ -39,8 +39,8 @@ def submit() -> Response:
     location = {"Location": task_path(outcome.task_id)}
     if outcome.created:
         assert outcome.task is not None
-        return json_response(outcome.task.to_doc(iso(now_ms())), 202, {**location, **RETRY_AFTER})
-    existing = outcome.task.to_doc(iso(now_ms())) if outcome.task else None
+        return json_response(outcome.task.to_doc(now_ms()), 202, {**location, **RETRY_AFTER})
+    existing = outcome.task.to_doc(now_ms()) if outcome.task else None
     message = "an identical task was submitted within the deduplication window"
     body = {
         "type": "/problems/duplicate", "title": "Duplicate task", "detail": message,
@@ -89,7 +89,7 @@ def status(task_id: str) -> Response:
     """The task's status document (one Redis read)."""
     rt = runtime()
     task = rt.service.find(rt.members.current(), task_id)
-    doc = task.to_doc(iso(now_ms()))
+    doc = task.to_doc(now_ms())
     if doc["status"] == TaskStatus.EXPIRED:
         return json_response(doc, 410)
     return json_response(doc, 200, RETRY_AFTER if doc["status"] in ACTIVE else None)
@@ -99,7 +99,7 @@ def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
     """The COMPLETED task and its stored result, or the answer the contract gives instead."""
     rt = runtime()
     task, stored = rt.service.find_with_result(rt.members.current(), task_id)
-    doc = task.to_doc(iso(now_ms()))
+    doc = task.to_doc(now_ms())
     if doc["status"] == TaskStatus.COMPLETED and stored is not None:
         return task, stored
     if doc["status"] in ACTIVE:
@@ -120,7 +120,7 @@ def result(task_id: str) -> Response:
     body = {
         "task_id": task.id, "status": TaskStatus.COMPLETED, "result": stored["result"], "items": task.items,
         "failures": stored.get("failures", []), "error_code": stored.get("error_code"),
-        "completed_at": task.completed_at, "expires_at": task.expires_at,
+        "completed_at": iso_or_none(task.completed_at), "expires_at": iso(task.expires_at),
     }  # fmt: skip
     return json_response(body)
 
@@ -168,7 +168,7 @@ def history() -> Response:
         raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
     except ValueError:
         raise ValidationFailed({"cursor": ["Not a cursor from a previous page."]}) from None
-    now = iso(now_ms())
+    now = now_ms()
     page = rt.service.store.history(member, limit=query["limit"], cursor=query["cursor"], status=query["status"],
-                                    type_=query["type"], now_iso=now)
+                                    type_=query["type"], now=now)
     return json_response({"tasks": [t.to_doc(now) for t in page.tasks], "next_cursor": page.next_cursor})

@@ -22,7 +22,7 @@ from app.config import Config
 from app.jobs import JobQueue
 from app.states import TaskStatus
 from app.store import NewTask, Started, TaskStore
-from app.task import Task, iso, now_ms
+from app.task import Task, now_ms
 from tests.integration.harness import wait_until
 
 S = TaskStatus
@@ -216,7 +216,7 @@ class TestTaskStoreContract:
         again = store.start(new.task_id, "run-2")
         assert isinstance(again, Started) and again.task.attempts == 2
         assert store.fail(new.task_id, "run-2", 10001, "bill unpaid")
-        doc = read(store, new.task_id).to_doc(iso(now_ms()))
+        doc = read(store, new.task_id).to_doc(now_ms())
         assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
         assert conn.zscore(keys.FAILURES, new.task_id) is not None
         assert store.stats()["retried"] == 1 and store.stats()["failed"] == 1
@@ -272,15 +272,15 @@ class TestTaskStoreContract:
             new = new_task(type_="demo.sleep" if i % 2 else "orders.split")
             create(store, new)
             made.append(new.task_id)
-        now = "2027-01-15T08:30:00.000Z"  # after the tasks were made, before they expire (1 h)
-        page = store.history("public", limit=3, now_iso=now)
+        now = 1_800_000_100_000  # after the tasks were made, before they expire
+        page = store.history("public", limit=3, now=now)
         assert [t.id for t in page.tasks] == made[::-1][:3] and page.next_cursor
-        rest = store.history("public", limit=10, cursor=page.next_cursor, now_iso=now)
+        rest = store.history("public", limit=10, cursor=page.next_cursor, now=now)
         assert [t.id for t in rest.tasks] == made[::-1][3:] and rest.next_cursor is None
-        only = store.history("public", limit=10, type_="orders.split", now_iso=now)
+        only = store.history("public", limit=10, type_="orders.split", now=now)
         assert [t.id for t in only.tasks] == made[::-2]
-        assert store.history("public", limit=10, status=S.COMPLETED, now_iso=now).tasks == []
-        assert store.history("someone-else", limit=10, now_iso=now).tasks == []
+        assert store.history("public", limit=10, status=S.COMPLETED, now=now).tasks == []
+        assert store.history("someone-else", limit=10, now=now).tasks == []
 
     def test_history_cursor_is_stable_within_one_millisecond(self, store: TaskStore,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,7 +289,7 @@ class TestTaskStoreContract:
         seen: list[str] = []
         cursor = None
         while True:
-            page = store.history("public", limit=4, cursor=cursor, now_iso="2000-01-01T00:00:00.000Z")
+            page = store.history("public", limit=4, cursor=cursor, now=0)
             seen += [t.id for t in page.tasks]
             if not (cursor := page.next_cursor):
                 break
