@@ -6,19 +6,23 @@ with the status it found. Keys arrive in KEYS[] (built by app.keys), never built
 
 from __future__ import annotations
 
-# Create a task unless the member's dedup key is held.
-# Atomic so that N concurrent identical submits create exactly one task. The caller runs it in one
-# MULTI with the RQ enqueue, so the task and its job reach Redis (and its append-only file) together.
-# KEYS: dedup, task, payload, history, expiry, members, stats
+# Create a task unless the member's dedup key is held, and queue its RQ job in the same step.
+# Atomic so that N concurrent identical submits create exactly one task, and so that a task and its
+# job reach Redis (and its append-only file) together or not at all; a duplicate queues nothing.
+# The job's commands are the ones RQ itself issues to enqueue (recorded by TaskStore.create), each on
+# one key: the n-th of them acts on KEYS[7 + n].
+# KEYS: dedup, task, payload, history, expiry, members, stats, then one key per job command
 # ARGV: task_id, dedup_window_s, key_ttl_s, created_ms, expiry_ms, payload_json, member,
-#       field1, value1, ...  (the task hash)
+#       n (how many ARGV entries the job's commands take), then per command: name, argc, args...,
+#       then field1, value1, ...  (the task hash)
 # Returns {1} when created, {0, existing_id} for a duplicate.
 SUBMIT = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
   return {0, redis.call('GET', KEYS[1])}
 end
+local first_field = 9 + tonumber(ARGV[8])
 local pairs = {}
-for i = 8, #ARGV do pairs[#pairs + 1] = ARGV[i] end
+for i = first_field, #ARGV do pairs[#pairs + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(pairs))
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[3])
@@ -26,6 +30,12 @@ redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('SADD', KEYS[6], ARGV[7])
 redis.call('HINCRBY', KEYS[7], 'submitted', 1)
+local i, k = 9, 8
+while i < first_field do
+  local argc = tonumber(ARGV[i + 1])
+  redis.call(ARGV[i], KEYS[k], unpack(ARGV, i + 2, i + 1 + argc))
+  i, k = i + 2 + argc, k + 1
+end
 return {1}
 """
 

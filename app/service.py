@@ -69,7 +69,6 @@ class TaskService:
             new, lambda pipe: self.jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=pipe))
         tlog = task_logger(log, holder)
         if not created:
-            self.jobs.remove(new.task_id)  # the job queued beside the refused task: it has nothing to run
             tlog.info("duplicate submit of %s by %s", task_type, member)
             return Submitted(False, self.store.get(holder), holder)
         tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)

@@ -78,12 +78,12 @@ class TaskStore:
 
     # -- submit ---------------------------------------------------------------------------------
     def create(self, new: NewTask, enqueue: Callable[[Any], None]) -> tuple[bool, str, Task | None]:
-        """Create the task unless its dedup key is held, and queue its job, in one MULTI round trip.
+        """Create the task and queue its job, unless its dedup key is held: one script, one round trip.
 
-        ``enqueue(pipeline)`` adds the job's commands. On a duplicate the job is queued all the same
-        (MULTI cannot branch on the script's answer): the caller removes it, and a worker that gets
-        there first finds no task and does nothing. Returns (created, id of the task holding the key,
-        the new task as written or None).
+        ``enqueue(pipeline)`` is RQ's own enqueue of the job; its commands are recorded on a pipeline
+        that is never sent, and the submit script replays them once it has created the task, so a
+        duplicate queues nothing. Returns (created, id of the task holding the key, the new task as
+        written or None).
         """
         c = self.config
         created = now_ms()
@@ -92,23 +92,33 @@ class TaskStore:
             "progress", 0, "attempts", 0, "max_attempts", new.max_attempts, "priority", new.priority,
             "created_at", created, "updated_at", created, "expires_at", created + c.task_ttl * 1000, "seq", 0,
         ]  # fmt: skip
+        job_keys, job_args = self._recorded_job(enqueue)
         key_ttl = c.task_ttl + c.tombstone_ttl
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
-        self._run(
+        answer = self._run(
             "submit",
             [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
-             keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS],
+             keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS, *job_keys],
             [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
-             orjson.dumps(new.payload), new.member, *fields],
-            client=pipe,
+             orjson.dumps(new.payload), new.member, len(job_args), *job_args, *fields],
         )  # fmt: skip
-        enqueue(pipe)
-        answer = pipe.execute()[0]
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
             return True, new.task_id, Task.from_hash(written, new.task_id)
         return False, answer[1].decode(), None
+
+    def _recorded_job(self, enqueue: Callable[[Any], None]) -> tuple[list[Any], list[Any]]:
+        """The commands ``enqueue`` issues on a pipeline, as (their keys, [name, argc, args...] each)."""
+        recorder = self.redis.pipeline(transaction=True)
+        recorder.multi()  # as RQ expects of a caller's pipeline; nothing is ever sent
+        enqueue(recorder)
+        job_keys: list[Any] = []
+        job_args: list[Any] = []
+        for args, _options in recorder.command_stack:
+            name, key, *rest = args
+            job_keys.append(key)
+            job_args += [name, len(rest), *rest]
+        recorder.reset()
+        return job_keys, job_args
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, task_id: str) -> Task | None:
