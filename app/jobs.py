@@ -61,19 +61,16 @@ class JobQueue:
         for queue in self.queues.values():
             queue.finished_job_registry.cleanup()
 
-    def remove(self, task_id: str) -> None:
-        """Drop a queued (or retry-scheduled) job so it never starts."""
-        try:
-            Job.fetch(task_id, connection=self.redis).delete()
-        except ValueError:
-            # RQ's own race: a worker took the job meanwhile and its execution record went away under
-            # the delete. The delivery finds the task not PENDING and does nothing.
-            log.info("job %s was taken by a worker while being removed", task_id)
-        except NoSuchJobError:  # the hash is gone; its id may still sit in a queue
-            pipe = self.redis.pipeline(transaction=False)
+    def remove(self, *task_ids: str) -> None:
+        """Drop queued (or retry-scheduled) jobs so they never start: one pipelined round trip however
+        many. A job a worker took meanwhile runs, finds its task no longer PENDING and does nothing."""
+        pipe = self.redis.pipeline(transaction=False)
+        for task_id in task_ids:
             for queue in self.queues.values():
                 queue.remove(task_id, pipeline=pipe)
-            pipe.execute()
+                queue.scheduled_job_registry.remove(task_id, pipeline=pipe)
+            pipe.delete(Job.key_for(task_id))
+        pipe.execute()
 
     def stop(self, task_id: str) -> None:
         """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""

@@ -74,7 +74,9 @@ class Housekeeper:
             if not due:
                 break
             report.add("due", len(due))
-            for task_id, previous in self.store.expire_batch(due, now):
+            expired = self.store.expire_batch(due, now)
+            self.jobs.remove(*(t for t, previous in expired if previous == TaskStatus.PENDING))
+            for task_id, previous in expired:
                 self._after_expiry(task_id, previous)
                 report.add(f"expired_{previous.lower()}")
             if len(due) < BATCH:
@@ -85,9 +87,7 @@ class Housekeeper:
 
     def _after_expiry(self, task_id: str, previous: str) -> None:
         tlog = task_logger(log, task_id)
-        if previous == TaskStatus.PENDING:
-            self.jobs.remove(task_id)
-        elif previous == TaskStatus.PROCESSING:
+        if previous == TaskStatus.PROCESSING:
             self.jobs.stop(task_id)
         self.results.delete(task_id)  # the result file, or what a stopped or lost run left behind
         tlog.info("expired (was %s)", previous)
