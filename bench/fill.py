@@ -8,7 +8,6 @@ back, so it assumes every create succeeds (payloads are unique: the dedup key is
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -39,43 +38,18 @@ def noop_payload(n: int) -> dict[str, Any]:
 _template: dict[str, Any] | None = None
 
 
-class _Batch:
-    """Stands in for the store's client: ``pipeline()`` hands out the batch's own (already MULTI'd)
-    pipeline, whose ``multi()`` is then a no-op and whose ``execute()`` is deferred to the batch's end."""
-
-    def __init__(self, pipe: Any) -> None:
-        self._pipe = pipe
-
-    def pipeline(self, *args: Any, **kwargs: Any) -> _Batch:
-        return self
-
-    def multi(self) -> None:
-        pass
-
-    def execute(self) -> list[Any]:
-        return [[1]]  # "created": payloads are unique, the dedup key is never held
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pipe, name)
-
-
 class PipelinedStore(TaskStore):
-    """A TaskStore whose script calls (and whatever ``create()`` queues with them) join ``self.pipe``;
-    every answer reads as "created"."""
+    """A TaskStore whose script calls join ``self.pipe`` (sent by the caller, a batch at a time); every
+    answer reads as "created" (payloads are unique: the dedup key is never held)."""
 
     pipe: Any = None
 
     def use(self, pipe: Any) -> None:
         self.pipe = pipe
-        self.redis = _Batch(pipe)  # type: ignore[assignment]
 
     def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
         self.pipe.eval(scripts.ALL[name], len(keys_), *keys_, *args)
         return [1]
-
-
-# TaskStore.create(new) queued nothing; TaskStore.create(new, enqueue) queues the job in the same MULTI.
-_CREATE_ENQUEUES = "enqueue" in inspect.signature(TaskStore.create).parameters
 
 
 def new_task(n: int, base: int = 0) -> NewTask:
@@ -103,8 +77,7 @@ def create_tasks(conn: redis.Redis, config: Config, n: int, *, enqueue: bool, ba
     assert proc is not None
     ids: list[str] = []
     for chunk in _chunks(n, batch):
-        pipe = conn.pipeline(transaction=True)
-        pipe.multi()  # RQ's enqueue_job with a caller's pipeline expects an explicit MULTI
+        pipe = conn.pipeline(transaction=False)
         store.use(pipe)
         for i in chunk:
             new = new_task(i, base)
@@ -113,11 +86,7 @@ def create_tasks(conn: redis.Redis, config: Config, n: int, *, enqueue: bool, ba
                 if enqueue:
                     jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=p)
 
-            if _CREATE_ENQUEUES:
-                store.create(new, job)
-            else:
-                store.create(new)  # type: ignore[call-arg]  # the signature before submit queued in its MULTI
-                job(pipe)
+            store.create(new, job)
             ids.append(new.task_id)
         pipe.execute()
     return ids
