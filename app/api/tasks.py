@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -95,6 +97,18 @@ def status(task_id: str) -> Response:
     return json_response(doc, 200, RETRY_AFTER if doc["status"] in ACTIVE else None)
 
 
+def _completed(view: Callable[[Task, dict[str, Any]], Response]) -> Callable[[str], Response]:
+    """A view of a COMPLETED task's result: ``view(task, stored_result)``; before that, the answer the
+    contract gives instead (202 while it runs, 409 if it failed or was cancelled, 410 once expired)."""
+
+    @functools.wraps(view)
+    def wrapper(task_id: str) -> Response:
+        found = _finished_result(task_id)
+        return found if isinstance(found, Response) else view(*found)
+
+    return wrapper
+
+
 def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
     """The COMPLETED task and its stored result, or the answer the contract gives instead."""
     rt = runtime()
@@ -111,12 +125,9 @@ def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
 
 
 @bp.get("/tasks/<task_id>/result")
-def result(task_id: str) -> Response:
+@_completed
+def result(task: Task, stored: dict[str, Any]) -> Response:
     """The result of a COMPLETED task; 202 while it runs, 409 if it failed or was cancelled, 410 once expired."""
-    found = _finished_result(task_id)
-    if isinstance(found, Response):
-        return found
-    task, stored = found
     body = {
         "task_id": task.id, "status": TaskStatus.COMPLETED, "result": stored["result"], "items": task.items,
         "failures": stored.get("failures", []), "error_code": stored.get("error_code"),
@@ -126,12 +137,9 @@ def result(task_id: str) -> Response:
 
 
 @bp.get("/tasks/<task_id>/result/file")
-def result_file(task_id: str) -> Response:
+@_completed
+def result_file(task: Task, stored: dict[str, Any]) -> Response:
     """Stream the file of a COMPLETED task whose result is a file, as an attachment."""
-    found = _finished_result(task_id)
-    if isinstance(found, Response):
-        return found
-    task, stored = found
     info = (stored.get("result") or {}).get("file") if isinstance(stored.get("result"), dict) else None
     if not info:
         raise NotFound("this task's result has no file")
