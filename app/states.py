@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 
 class TaskStatus(StrEnum):
@@ -45,6 +45,13 @@ class ErrorCode:
     TIMEOUT = -2
     WORKER_LOST = -3
     EXPIRED = -4
+
+
+class BusinessCode(IntEnum):
+    """Business error codes of the built-in processors (positive; a user's processors choose their own)."""
+
+    BILL_UNPAID = 10001
+    INVALID_QUANTITY = 10002
 
 
 ERROR_MESSAGES = {

@@ -1,4 +1,4 @@
-"""Exceptions a processor raises (or meets) while it runs, and the built-ins' business codes.
+"""Exceptions a processor raises (or meets) while it runs (the codes live in app.states).
 
 ``TaskError`` and ``ItemError`` carry a business code (a positive integer, e.g. 10001) that ends up
 in the task's ``error`` or in a failure record; ``TaskCancelled`` is raised *by the context* at a
@@ -7,15 +7,6 @@ so they survive pickling (RQ stores exceptions of failed jobs).
 """
 
 from __future__ import annotations
-
-from enum import IntEnum
-
-
-class BusinessCode(IntEnum):
-    """Business error codes used by the built-in processors (the service's own codes are negative)."""
-
-    BILL_UNPAID = 10001
-    INVALID_QUANTITY = 10002
 
 
 class _CodedError(Exception):

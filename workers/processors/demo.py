@@ -13,8 +13,9 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from app.states import BusinessCode
 from workers.context import TaskContext
-from workers.exceptions import BusinessCode, ItemError, TaskError
+from workers.exceptions import ItemError, TaskError
 from workers.processors import processor
 
 MAX_SECONDS = 3600

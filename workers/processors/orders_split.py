@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
+from app.states import BusinessCode
 from workers.context import TaskContext
-from workers.exceptions import BusinessCode, ItemError, TaskError
+from workers.exceptions import ItemError, TaskError
 from workers.processors import processor
 
 MAX_ITEMS = 10000
