@@ -120,7 +120,9 @@ class Runner:
         if not self.store.retry(task_id, run_id, f"attempt {attempts} failed; retrying in {delay}s"):
             return None
         tlog.info("retrying in %ds", delay)
-        return Retry(max=max_attempts, interval=delay)
+        # RQ files a scheduled job under its time truncated to the whole second, so asking for exactly
+        # ``delay`` may run it up to a second early; one more second makes the backoff a minimum
+        return Retry(max=max_attempts, interval=delay + 1 if delay else 0)
 
 
 class Heartbeat:
