@@ -91,8 +91,9 @@ class LocalResultStore:
         final = self._path(task_id, name)
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=_TEMP_SUFFIX, dir=final.parent)
+        os.close(fd)
         try:
-            with os.fdopen(fd, "wb") as fh:
+            with open(temp, "wb") as fh:  # by path, so ``fh.name`` tells a processor where it writes
                 yield fh
                 fh.flush()
                 os.fsync(fh.fileno())

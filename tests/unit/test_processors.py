@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,20 @@ def test_export_progress_by_rows(ctx: TaskContext, report: Recorder, monkeypatch
     run("orders.export", {"rows": 2500, "end_date": "2026-06-30"}, ctx)
     assert report.messages == ["row 1000 of 2500", "row 2000 of 2500", "row 2500 of 2500"]
     assert [c[0] for c in report.calls] == [40, 80, 99]
+
+
+def test_export_xlsx_streams_through_a_temp_file_in_the_task_folder(
+    ctx: TaskContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from openpyxl.worksheet import _writer
+
+    made: list[str] = []
+    real = _writer.create_temporary_file
+    monkeypatch.setattr(_writer, "create_temporary_file", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    run("orders.export", {"rows": 3, "format": "xlsx"}, ctx)
+    assert made and all(Path(m).parent == tmp_path / ctx.task_id for m in made)
+    assert not any(Path(m).exists() for m in made)
+    assert tempfile.gettempdir() != str(tmp_path / ctx.task_id)
 
 
 def test_export_xlsx_is_readable(ctx: TaskContext):

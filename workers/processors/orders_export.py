@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import os
 import re
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from typing import Any, BinaryIO
@@ -135,14 +137,30 @@ def _write_xlsx(fh: BinaryIO, chunks: Iterator[list[Row]]) -> None:
     book = Workbook(write_only=True)
     sheet = book.create_sheet("orders")
     try:
-        sheet.append(HEADER)
-        for chunk in chunks:
-            for code, day, customer, items, cents, cur, status in chunk:
-                sheet.append((code, day, customer, items, cents / 100, cur, status))
+        with _temp_files_beside(fh):  # the sheet's own temp file appears at its first row
+            sheet.append(HEADER)
+            for chunk in chunks:
+                for code, day, customer, items, cents, cur, status in chunk:
+                    sheet.append((code, day, customer, items, cents / 100, cur, status))
         book.save(fh)
     except BaseException:
         _discard(sheet)
         raise
+
+
+@contextlib.contextmanager
+def _temp_files_beside(fh: BinaryIO) -> Iterator[None]:
+    """Have openpyxl create the temporary file it streams a write-only sheet into in the task's own
+    result folder (beside ``fh``), not in /tmp: whatever removes that folder (a cancel's cleanup after
+    the work horse was killed, expiry) then removes it too. A worker runs one task at a time."""
+    name = getattr(fh, "name", None)
+    folder = os.path.dirname(name) if isinstance(name, str) else None
+    saved = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
 
 
 def _discard(sheet: Any) -> None:
