@@ -61,6 +61,9 @@ class ValidationFailed(AppError):
 class Unavailable(AppError):
     status, slug, title = 503, "unavailable", "Service temporarily unavailable"
 
+    def __init__(self, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail, headers={"Retry-After": "5"}, **extra)  # seconds: a Redis restart's order
+
 
 def task_not_found() -> NotFound:
     return NotFound("task not found or expired")
@@ -97,8 +100,7 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(redis.exceptions.TimeoutError)
     def _redis_down(exc: Exception) -> Response:
         log.error("redis unavailable during %s %s: %s", request.method, request.path, exc)
-        return problem(503, Unavailable.slug, Unavailable.title, "the task store is unreachable, retry shortly",
-                       {"Retry-After": "5"})
+        return _app_error(Unavailable("the task store is unreachable, retry shortly"))
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:

@@ -6,7 +6,7 @@ import redis
 from flask import Blueprint, Response
 
 from app.api import json_response
-from app.errors import problem
+from app.errors import Unavailable
 from app.runtime import runtime
 
 bp = Blueprint("health", __name__)
@@ -24,6 +24,5 @@ def readyz() -> Response:
     try:
         runtime().redis.ping()
     except redis.RedisError:
-        return problem(503, "unavailable", "Service temporarily unavailable", "the task store is unreachable",
-                       {"Retry-After": "5"})
+        raise Unavailable("the task store is unreachable") from None
     return json_response({"status": "ready"})
