@@ -129,7 +129,8 @@ def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any])
         f"gunicorn {meta['gunicorn_workers']} workers × {meta['gunicorn_threads']} threads, {meta['rq_workers']} RQ "
         f"workers, {meta['conns']} connections, {meta['duration_s']:g} s windows; {meta['total_seconds']} s in all. "
         f"Other processes used {cpu.get('other_share_of_machine', 0):.0%} of the machine during the run "
-        "(see README.md, \"Rounds\"). Regenerate with `.venv/bin/python bench/run.py --record`.", "",
+        "(see [README.md](README.md#what-each-number-means)). "
+        "Regenerate with `.venv/bin/python bench/run.py --record`.", "",
         table_text, "",
     ]
     if "workers" in out:
