@@ -5,10 +5,10 @@ from __future__ import annotations
 import hmac
 import logging
 
-from flask import request
+from flask import Flask, request
 
 from app.config import Config
-from app.errors import Unauthorized
+from app.errors import BadRequest, Unauthorized
 
 OPEN_MEMBER = "public"
 log = logging.getLogger(__name__)
@@ -30,3 +30,23 @@ class Members:
                 if hmac.compare_digest(key.encode(), token.strip().encode()):
                     return member
         raise Unauthorized("send Authorization: Bearer <api key>", headers={"WWW-Authenticate": "Bearer"})
+
+
+def init_app(app: Flask, config: Config) -> None:
+    """In open mode (no API keys) answer only requests addressed to one of our own host names.
+
+    A page on another site can make a browser resolve its own name to 127.0.0.1 (DNS rebinding) and then
+    call the service as if it were same-origin; the Host header still carries the other site's name.
+    With API keys the key is the protection, so any Host is fine (proxies and platforms rewrite it).
+    """
+    if config.members:
+        return
+    allowed = config.open_hosts
+
+    @app.before_request
+    def _check_host() -> None:
+        name = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+        if name.lower() not in allowed:
+            raise BadRequest(
+                "this Host is not one the service answers in open mode; add it to TASKPORT_ALLOWED_HOSTS",
+                errors={"Host": [f"Not one of: {', '.join(sorted(allowed))}."]})

@@ -7,11 +7,23 @@ The table in README.md lists the same variables; ``Config.describe()`` prints it
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class ConfigError(ValueError):
@@ -28,7 +40,8 @@ class Config:
         "REDIS_URL", None, "Redis to use; unset = `taskport up` starts an embedded redis-server")
     redis_port: int = _setting(
         "TASKPORT_REDIS_PORT", 6380, "loopback port of the embedded redis-server of `taskport up`; 0 = any free")
-    host: str = _setting("TASKPORT_HOST", "0.0.0.0", "interface the web process binds; 127.0.0.1 = local only")
+    host: str = _setting(
+        "TASKPORT_HOST", "", "interface the web binds; unset = 127.0.0.1 without API keys, 0.0.0.0 with them")
     port: int = _setting("PORT", 8000, "HTTP port of the web process")
     web_concurrency: int = _setting("WEB_CONCURRENCY", 2, "gunicorn worker processes")
     web_threads: int = _setting("TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker (SSE streams hold one)")
@@ -63,6 +76,10 @@ class Config:
     log_level: str = _setting("TASKPORT_LOG_LEVEL", "INFO", "log level of every process")
     sse_heartbeat: float = _setting(
         "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")
+    allow_open: bool = _setting(
+        "TASKPORT_ALLOW_OPEN", False, "1 = allow a non-loopback TASKPORT_HOST with no API keys (anyone may call)")
+    allowed_hosts: str = _setting(
+        "TASKPORT_ALLOWED_HOSTS", "", "extra Host names the web answers in open mode (loopback names always)")
     sse_poll: float = _setting(
         "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
 
@@ -81,6 +98,10 @@ class Config:
         config.validate()
         return config
 
+    def __post_init__(self) -> None:
+        if not self.host:  # the safe default: listen beyond loopback only when callers must show a key
+            object.__setattr__(self, "host", "0.0.0.0" if self.api_keys.strip() else LOOPBACK)
+
     def validate(self) -> None:
         if self.worker_class not in ("fork", "simple", "spawn"):
             raise ConfigError("TASKPORT_WORKER_CLASS must be fork, simple or spawn")
@@ -90,7 +111,10 @@ class Config:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
-        self.members  # noqa: B018
+        if not self.members and not is_loopback(self.host) and not self.allow_open:
+            raise ConfigError(
+                f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
+                "and cancel every task: set TASKPORT_API_KEYS, bind 127.0.0.1, or set TASKPORT_ALLOW_OPEN=1")
 
     @property
     def backoff(self) -> list[int]:
@@ -110,6 +134,14 @@ class Config:
                 raise ConfigError("TASKPORT_API_KEYS entries look like key:member")
             keys[key] = member
         return keys
+
+    @property
+    def open_hosts(self) -> frozenset[str]:
+        """Host names (without port) the web answers in open mode: loopback, the bind address, and
+        TASKPORT_ALLOWED_HOSTS. Anything else is a DNS-rebinding attempt from a browser."""
+        extra = {h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()}
+        bound = {self.host.lower()} if self.host not in ("0.0.0.0", "::") else set()
+        return frozenset({"localhost", "127.0.0.1", "[::1]", *bound, *extra})
 
     @property
     def processor_modules(self) -> list[str]:
