@@ -15,7 +15,7 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
     from flask import Flask
 
-    from app import auth, dashboard, errors, metrics
+    from app import auth, dashboard, errors, limits, metrics
     from app.api import docs, events, health, page, tasks
     from app.api import metrics as metrics_api
     from app.logs import setup_logging
@@ -33,6 +33,7 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     metrics.init_app(app, rt.redis)  # first, so its hooks time every request
     errors.init_app(app)
     auth.init_app(app, config)
+    limits.init_app(app, config, rt.members, rt.redis)
     dashboard.init_app(app, config, rt.redis)
     for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp):
         app.register_blueprint(blueprint)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 
 
 def is_loopback(host: str) -> bool:
@@ -80,6 +81,10 @@ class Config:
         "TASKPORT_ALLOW_OPEN", False, "1 = allow a non-loopback TASKPORT_HOST with no API keys (anyone may call)")
     allowed_hosts: str = _setting(
         "TASKPORT_ALLOWED_HOSTS", "", "extra Host names the web answers in open mode (loopback names always)")
+    rate_limit: str = _setting(
+        "TASKPORT_RATE_LIMIT", "",
+        f"task API requests per member, e.g. 100/second;3000/minute; unset = {KEYED_RATE_LIMIT} with API keys, "
+        "off in open mode; off = never")
     sse_poll: float = _setting(
         "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
 
@@ -111,6 +116,8 @@ class Config:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
+        if self.request_limit:
+            _check_rate_limit(self.request_limit)
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
@@ -134,6 +141,13 @@ class Config:
                 raise ConfigError("TASKPORT_API_KEYS entries look like key:member")
             keys[key] = member
         return keys
+
+    @property
+    def request_limit(self) -> str:
+        """The per-member rate limit in force ("" = none): open mode is one trusted user, so no default."""
+        if self.rate_limit.strip().lower() == "off":
+            return ""
+        return self.rate_limit.strip() or (KEYED_RATE_LIMIT if self.members else "")
 
     @property
     def open_hosts(self) -> frozenset[str]:
@@ -182,3 +196,12 @@ def _parse(name: str, env: str, raw: str, default: Any) -> Any:
         return raw
     except ValueError as exc:
         raise ConfigError(f"{env} must be a {kind.__name__}, got {raw!r}") from exc
+
+
+def _check_rate_limit(text: str) -> None:
+    from limits import parse_many  # flask-limiter's own parser: the same grammar it will apply
+
+    try:
+        parse_many(text)
+    except ValueError as exc:
+        raise ConfigError(f"TASKPORT_RATE_LIMIT must look like 100/second;3000/minute, got {text!r}") from exc
