@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+# Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
+WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
+                      "rate_limit"})
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 
 
@@ -169,12 +172,16 @@ class Config:
     def redis_dir(self) -> Path:
         return Path(self.data_dir) / "redis"
 
-    def child_environ(self) -> dict[str, str]:
-        """The environment a child process needs to rebuild this exact Config."""
+    def child_environ(self, role: str = "web") -> dict[str, str]:
+        """The environment a child process of ``role`` needs to rebuild this Config.
+
+        Workers and the scheduler run user processor code, so they get none of the web's secrets or
+        web-only settings (WEB_ONLY): what a process does not hold, a processor cannot leak.
+        """
         env: dict[str, str] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None:
+            if value is not None and (role == "web" or f.name not in WEB_ONLY):
                 env[f.metadata["env"]] = str(value)
         return env
 

@@ -198,10 +198,10 @@ class Stack:
         """A client configured like the service's own (short timeouts)."""
         return connect(self.config)
 
-    def environ(self) -> dict[str, str]:
-        """The inherited environment minus any taskport setting, plus this stack's Config."""
+    def environ(self, role: str = "web") -> dict[str, str]:
+        """The inherited environment minus any taskport setting, plus this stack's Config for ``role``."""
         inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
-        return {**inherited, **self.config.child_environ(), "PYTHONUNBUFFERED": "1"}
+        return {**inherited, **self.config.child_environ(role), "PYTHONUNBUFFERED": "1"}
 
     # -- starting ---------------------------------------------------------------------------------
     def spawn(self, role: str, *args: str, name: str | None = None) -> Proc:
@@ -210,7 +210,7 @@ class Stack:
         log_path = self.logdir / f"{name}.log"
         with open(log_path, "ab") as out:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", role, *args], cwd=REPO_ROOT, env=self.environ(),
+                [sys.executable, "-m", "app.cli", role, *args], cwd=REPO_ROOT, env=self.environ(role),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         proc = Proc(role, name, popen, log_path)
         self.procs.append(proc)

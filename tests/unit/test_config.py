@@ -109,3 +109,16 @@ def test_taskport_config_prints_the_table_as_markdown(capsys: pytest.CaptureFixt
     assert len(lines) == 2 + len(fields(Config))
     assert any(line.startswith("| `REDIS_URL` | (unset) |") for line in lines)
     assert any(line.startswith("| `PORT` | `8000` |") for line in lines)
+
+
+def test_workers_and_the_scheduler_get_none_of_the_webs_secrets() -> None:
+    config = Config.from_env({"TASKPORT_API_KEYS": "k1:alice", "TASKPORT_DASHBOARD_PASSWORD": "s3cret",
+                              "TASKPORT_TASK_TTL": "60"})
+    web = config.child_environ("web")
+    assert web["TASKPORT_API_KEYS"] == "k1:alice" and web["TASKPORT_DASHBOARD_PASSWORD"] == "s3cret"
+    for role in ("worker", "scheduler"):
+        env = config.child_environ(role)
+        assert not {"TASKPORT_API_KEYS", "TASKPORT_DASHBOARD_PASSWORD", "TASKPORT_HOST"} & set(env)
+        assert "k1" not in "".join(env.values()) and "s3cret" not in "".join(env.values())
+        rebuilt = Config.from_env(env)  # still a valid Config: a worker starts with it
+        assert rebuilt.task_ttl == 60
