@@ -16,6 +16,13 @@ from rich.table import Table
 
 Doc = dict[str, Any]
 MAX_FAILURE_ROWS = 50  # the table shows this many failures; the rest are counted
+PIPE_WIDTH = 200  # columns when stdout is not a terminal: ids and times are never cut in a pipe or a log
+
+
+def stdout() -> Console:
+    """The console for results: the terminal's width, or a wide one when piped (rich's 80 cuts task ids)."""
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=PIPE_WIDTH)
 
 
 def counts(doc: Doc) -> str:
@@ -42,7 +49,7 @@ def progress(docs: Iterable[Doc], console: Console) -> Doc | None:
 
 def status(doc: Doc, console: Console | None = None) -> None:
     """A status document as aligned lines."""
-    out = console or Console(highlight=False)
+    out = console or stdout()
     error = doc.get("error")
     rows = [("task", doc["task_id"]), ("type", doc["type"]), ("status", doc["status"]),
             ("progress", f"{doc['progress']}%"), ("message", doc.get("message") or ""), ("items", counts(doc)),
@@ -56,7 +63,7 @@ def status(doc: Doc, console: Console | None = None) -> None:
 
 def result(doc: Doc, console: Console | None = None) -> None:
     """A result document: the outcome line, the failure table (if any) and the processor's output."""
-    out = console or Console(highlight=False)
+    out = console or stdout()
     line = f"{doc['status']} {doc['task_id']}"
     if counts(doc):
         line += f"  items: {counts(doc)}"
@@ -85,11 +92,15 @@ def ended(doc: Doc, console: Console) -> None:
 
 def history(docs: list[Doc], console: Console | None = None) -> None:
     """Tasks as a table, newest first."""
-    out = console or Console(highlight=False)
+    out = console or stdout()
     if not docs:
         out.print("no tasks")
         return
-    table = Table("task", "type", "status", "progress", "items", "created")
+    table = Table()
+    table.add_column("task", no_wrap=True, min_width=36)
+    for name in ("type", "status", "progress", "items"):
+        table.add_column(name)
+    table.add_column("created", no_wrap=True)
     for doc in docs:
         table.add_row(doc["task_id"], doc["type"], doc["status"], f"{doc['progress']}%", counts(doc),
                       doc.get("created_at") or "")
