@@ -20,7 +20,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from taskport import Client
-from tests.integration.harness import Stack
+from tests.integration.harness import REPO_ROOT, Stack
 
 WAIT = 20.0
 
@@ -161,6 +161,30 @@ def test_the_history_pages_and_opens_a_task(page: Chrome, stack: Stack) -> None:
           what="back on page 1")
     page.find_element(By.CSS_SELECTOR, "#history tbody tr button").click()
     assert outcome(page) in ("COMPLETED", "PARTIAL_FAILURE", "FAILED", "CANCELLED", "STILL_RUNNING")
+
+
+def docs_snippet() -> str:
+    """The JS snippet of docs/clients.md, as an async function body (its static import made dynamic)."""
+    text = (REPO_ROOT / "docs" / "clients.md").read_text()
+    block = text.split("<!-- snippet:js -->")[1].split("<!-- /snippet:js -->")[0]
+    code = block.split("```js")[1].split("```")[0]
+    statement = 'import { submitTask, watchTask } from "/static/taskport.mjs";'
+    assert statement in code
+    return code.replace(statement, 'const { submitTask, watchTask } = await import("/static/taskport.mjs");')
+
+
+def test_the_docs_js_snippet_runs_as_written(page: Chrome) -> None:
+    calls = page.execute_async_script(
+        "const finish = arguments[arguments.length - 1]; const calls = [];"
+        "const record = (name) => (...args) => calls.push([name, ...args.map((a) => JSON.stringify(a))]);"
+        "const [showProgress, showBillUnpaidDialog, showFailures, showResult, showError, showNotice] ="
+        " ['progress', 'bill', 'failures', 'result', 'error', 'notice'].map(record);"
+        "const console = { log: record('log') };"
+        "(async () => {" + docs_snippet() + "})().then(() => finish(calls), (e) => finish([['thrown', String(e)]]));")
+    names = [c[0] for c in calls]
+    assert "thrown" not in names and names[-1] == "log", calls
+    assert calls[-1][1] == '"PARTIAL_FAILURE"'
+    assert "bill" in names and "failures" in names and "result" in names and "progress" in names
 
 
 def test_the_client_works_from_a_script_tag_and_as_a_module_and_no_operator_link(page: Chrome) -> None:
