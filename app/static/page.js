@@ -96,6 +96,7 @@ function resetTaskView() {
 
 function watch(doc) {
   if (watcher) watcher.stop();
+  delete $("task").dataset.outcome;
   resetTaskView();
   render(doc);
   $("task").hidden = false;

@@ -70,3 +70,18 @@ def browser() -> Iterator[webdriver.Chrome]:
 def _no_orphans() -> Iterator[None]:
     yield
     reap_all()
+
+
+@pytest.fixture(scope="module")
+def keyed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A second stack with API keys on (key ``k-browser`` for member ``acme``)."""
+    workdir = tmp_path_factory.mktemp("browser-keyed")
+    server = RedisServer(workdir / "redis").start()
+    s = Stack(server.url, workdir / "stack", api_keys="k-browser:acme")
+    try:
+        s.start_web()
+        s.start_worker()
+        yield s
+    finally:
+        s.stop_all()
+        server.close()

@@ -49,6 +49,7 @@ def page(browser: Chrome, stack: Stack) -> Chrome:
 
 def submit(browser: Chrome, task_type: str, payload: dict[str, Any], max_attempts: int | None = None) -> str:
     """Fill the form as a person would and submit it; returns the id of the task the page now watches."""
+    before = by_id(browser, "task").get_attribute("data-task-id")
     Select(by_id(browser, "task-type")).select_by_value(task_type)
     box = by_id(browser, "payload")
     assert json.loads(box.get_attribute("value") or "null") is not None  # prefilled with an example
@@ -62,8 +63,10 @@ def submit(browser: Chrome, task_type: str, payload: dict[str, Any], max_attempt
     key = by_id(browser, "idempotency-key")
     key.clear()
     key.send_keys(uuid.uuid4().hex, Keys.ENTER)  # Enter in a field submits the form: keyboard only
-    return str(until(browser, lambda b: (not by_id(b, "task").get_attribute("hidden")) and
-                     by_id(b, "task").get_attribute("data-task-id"), what="the page to show the task"))
+    shown = until(browser, lambda b: by_id(b, "task").get_attribute("data-task-id") not in (None, before) and
+                  by_id(b, "task").get_attribute("data-task-id"), what="the page to show the new task")
+    assert by_id(browser, "task").is_displayed()
+    return str(shown)
 
 
 def outcome(browser: Chrome) -> str:
@@ -200,3 +203,30 @@ def test_the_client_works_from_a_script_tag_and_as_a_module_and_no_operator_link
         "window.taskport.getResult('00000000-0000-4000-8000-000000000000')"
         ".then(() => done('resolved'), (e) => done([e.name, e.status, e.detail]));")
     assert problem == ["TaskportError", 404, "task not found or expired"]
+
+
+def test_a_file_result_gets_a_download_link(page: Chrome) -> None:
+    task_id = submit(page, "orders.export", {"rows": 25, "format": "csv"})
+    assert outcome(page) == "COMPLETED"
+    link = until(page, lambda b: by_id(b, "download").is_displayed() and by_id(b, "download"), what="the link")
+    assert str(link.get_attribute("href")).endswith(f"/api/v1/tasks/{task_id}/result/file")
+    assert link.text.startswith("Download orders_") and link.get_attribute("download")
+    size = page.execute_async_script(
+        "const done = arguments[0]; fetch(document.getElementById('download').href)"
+        ".then((r) => r.text()).then((t) => done(t.trim().split('\\n').length));")
+    assert size == 1 + 25
+
+
+def test_with_an_api_key_the_page_still_streams(browser: Chrome, keyed_stack: Stack) -> None:
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    browser.get(keyed_stack.url("/"))
+    until(browser, lambda b: len(Select(by_id(b, "task-type")).options) >= 3, what="task types to load")
+    Select(by_id(browser, "task-type")).select_by_value("demo.sleep")
+    by_id(browser, "submit").click()
+    notice = until(browser, lambda b: by_id(b, "notice").is_displayed() and by_id(b, "notice"), what="the 401")
+    assert "401" in notice.text and "needs an API key" in notice.text
+    by_id(browser, "api-key").send_keys("k-browser")
+    submit(browser, "demo.sleep", {"seconds": 1, "steps": 10})
+    assert outcome(browser) == "COMPLETED"
+    assert by_id(browser, "mode").get_attribute("data-mode") == "stream"  # fetch() sent the key on the stream
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#history tbody tr")) >= 1  # acme's history
