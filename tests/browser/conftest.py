@@ -17,7 +17,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from tests.integration.harness import REPO_ROOT, RedisServer, Stack, reap_all
+from tests.integration.harness import REPO_ROOT, Stack, reap_all, started_stack
 
 CHROMIUM = os.environ.get("TASKPORT_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("TASKPORT_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -35,16 +35,8 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("browser")
-    server = RedisServer(workdir / "redis").start()
-    s = Stack(server.url, workdir / "stack")
-    try:
-        s.start_web()
-        s.start_worker()
+    with started_stack(tmp_path_factory.mktemp("browser")) as s:
         yield s
-    finally:
-        s.stop_all()
-        server.close()
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +67,5 @@ def _no_orphans() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def keyed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A second stack with API keys on (key ``k-browser`` for member ``acme``)."""
-    workdir = tmp_path_factory.mktemp("browser-keyed")
-    server = RedisServer(workdir / "redis").start()
-    s = Stack(server.url, workdir / "stack", api_keys="k-browser:acme")
-    try:
-        s.start_web()
-        s.start_worker()
+    with started_stack(tmp_path_factory.mktemp("browser-keyed"), api_keys="k-browser:acme") as s:
         yield s
-    finally:
-        s.stop_all()
-        server.close()

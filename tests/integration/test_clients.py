@@ -30,7 +30,7 @@ from taskport import (
     Unauthorized,
 )
 from taskport import cli as tcli
-from tests.integration.harness import REPO_ROOT, RedisServer, Stack, wait_until
+from tests.integration.harness import REPO_ROOT, Stack, started_stack, wait_until
 from tests.integration.proxy import DroppingProxy
 
 KEY = "k-9clients"
@@ -40,30 +40,15 @@ CLI_TIMEOUT = 60
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Open mode, web + one fork worker (named ``stack`` so a failure's report has the process logs)."""
-    workdir = tmp_path_factory.mktemp("clients")
-    server = RedisServer(workdir / "redis").start()
-    s = Stack(server.url, workdir / "stack")
-    try:
-        s.start_web()
-        s.start_worker()
+    with started_stack(tmp_path_factory.mktemp("clients")) as s:
         yield s
-    finally:
-        s.stop_all()
-        server.close()
 
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """API keys on, tasks expire after 1 s, no worker (so a task stays PENDING until it EXPIREs)."""
-    workdir = tmp_path_factory.mktemp("keyed")
-    server = RedisServer(workdir / "redis").start()
-    s = Stack(server.url, workdir / "stack", api_keys=f"{KEY}:acme", task_ttl=1)
-    try:
-        s.start_web()
+    with started_stack(tmp_path_factory.mktemp("keyed"), worker=False, api_keys=f"{KEY}:acme", task_ttl=1) as s:
         yield s
-    finally:
-        s.stop_all()
-        server.close()
 
 
 @pytest.fixture
