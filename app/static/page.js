@@ -177,7 +177,7 @@ function showFailures(result, { errorCode, failures }) {
   $("failures").tBodies[0].replaceChildren(...rows);
   $("failures-box").hidden = false;
   const failed = result.items ? result.items.failed : failures.length;
-  outcome(`Completed, but ${failed} item(s) failed (error code ${errorCode}).`, "partial");
+  outcome(`Completed, but ${failed} item${failed === 1 ? "" : "s"} failed (error code ${errorCode}).`, "partial");
   if (errorCode === BILL_UNPAID || failures.some((f) => f.code === BILL_UNPAID)) $("guidance").hidden = false;
 }
 
