@@ -21,6 +21,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from taskport import Client
 from tests.integration.harness import REPO_ROOT, Stack
+from tests.integration.proxy import DroppingProxy
 
 WAIT = 20.0
 
@@ -230,3 +231,22 @@ def test_with_an_api_key_the_page_still_streams(browser: Chrome, keyed_stack: St
     assert outcome(browser) == "COMPLETED"
     assert by_id(browser, "mode").get_attribute("data-mode") == "stream"  # fetch() sent the key on the stream
     assert len(browser.find_elements(By.CSS_SELECTOR, "#history tbody tr")) >= 1  # acme's history
+
+
+def test_a_dropped_stream_is_resumed_with_last_event_id(browser: Chrome, stack: Stack) -> None:
+    proxy = DroppingProxy(stack.config.port)  # the page is loaded through a proxy whose connections we can cut
+    try:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+        browser.get(proxy.url + "/")
+        until(browser, lambda b: len(Select(by_id(b, "task-type")).options) >= 3, what="task types to load")
+        task_id = submit(browser, "demo.sleep", {"seconds": 4, "steps": 40})
+        until(browser, lambda b: by_id(b, "mode").get_attribute("data-mode") == "stream" and
+              int(by_id(b, "progress").get_attribute("value") or 0) > 0, what="the stream to show progress")
+        assert proxy.drop() >= 1
+        assert outcome(browser) == "COMPLETED"
+    finally:
+        proxy.close()
+    assert by_id(browser, "mode").get_attribute("data-mode") == "stream"  # resumed, not degraded to polling
+    streams = [r for r in proxy.requests if f"/tasks/{task_id}/events" in r]
+    assert len(streams) >= 2 and "last-event-id" not in streams[0].lower()
+    assert any(line.lower().startswith("last-event-id: ") for line in streams[1].split("\r\n")), streams[1]
