@@ -1,6 +1,8 @@
 # taskport developer commands. Everything runs from .venv, built here with the system python3 (>= 3.11).
 #   make up      run the whole service locally (embedded Redis unless REDIS_URL is set)
-#   make test    lint, type checks and the whole test suite (what CI runs)
+#   make test    lint, type checks and the whole test suite (Python alone; what CI runs first)
+#   make test-browser  the page and its JS client in headless Chromium (needs the chromium and
+#                chromium-driver system packages; CI runs it after make test)
 #   make bench   the benchmarks in bench/
 #   make lint    ruff and mypy only
 #   make clean   remove the venv and caches (var/, the local data, is kept)
@@ -11,15 +13,19 @@ BIN := $(VENV)/bin
 # A stamp per install flavour: pip runs again only when pyproject.toml is newer than the stamp.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
-LINT_PATHS := app workers tests $(wildcard bench)
+LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test lint bench clean
+.PHONY: up test test-browser lint bench clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
 
 test: lint
 	$(BIN)/python -m pytest
+
+# Screenshots land in build/browser/ (docs/page.png is a copy of build/browser/page.png).
+test-browser: $(DEV_STAMP)
+	$(BIN)/python -m pytest tests/browser
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
@@ -30,7 +36,7 @@ bench: $(DEV_STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info build
-	find app workers tests $(wildcard bench) -name __pycache__ -type d -prune -exec rm -rf {} +
+	find app workers taskport tests $(wildcard bench) -name __pycache__ -type d -prune -exec rm -rf {} +
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "taskport needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'

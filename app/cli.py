@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
         run=cmd_up)
     sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)
+    # -- client commands (submit, status, result, cancel, history, watch): their home is taskport/cli.py
+    from taskport.cli import add_commands as add_client_commands
+
+    add_client_commands(sub)
     return parser
 
 

@@ -70,7 +70,7 @@ class TaskContext:
         self._message = ""
         self._counts: list[int] | None = None  # [total, succeeded, failed] once items are processed
         self._failures: list[dict[str, Any]] = []
-        self._last_error_code: int | None = None
+        self._error_code: int | None = None
         # The start transition wrote progress 0 and an empty message: that is the first write, so a
         # task that ends within one interval writes no progress at all (its completion says it all).
         self._reported: _Snapshot | None = (0, "", None)
@@ -173,9 +173,17 @@ class TaskContext:
             return list(self._failures)
 
     @property
-    def last_error_code(self) -> int | None:
-        """The code of the last item failure recorded, or None."""
-        return self._last_error_code
+    def error_code(self) -> int | None:
+        """The result's ``error_code``: what a client branches on after a partial failure.
+
+        The rule (docs/api.md, "Partial failure"): the code of the *last item failure that carried a
+        business code* (a positive code, e.g. 10001); only when no failed item carried one, the code of
+        the last failure (the service's own -1); None when no item failed. So an unexpected exception
+        in a later item never hides the business code of an earlier one, and a batch that fails for
+        business reasons reads the way the seed's ``catch (BusinessException e)`` loop does.
+        """
+        with self._lock:
+            return self._error_code
 
     def each(
         self,
@@ -241,7 +249,8 @@ class TaskContext:
         with self._lock:
             assert self._counts is not None
             self._counts[2] += 1
-            self._last_error_code = code
+            if code > 0 or self._error_code is None or self._error_code <= 0:
+                self._error_code = code  # see error_code: a business code is never replaced by a service code
             if len(self._failures) < MAX_FAILURES:
                 self._failures.append({"item": item, "code": code, "message": message})
 

@@ -96,7 +96,7 @@ class Runner:
             tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
             return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
         if self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
-                               error_code=ctx.last_error_code):
+                               error_code=ctx.error_code):
             tlog.info("completed")
         else:
             tlog.info("finished, but the task was cancelled or taken over meanwhile: output dropped")

@@ -1,25 +1,21 @@
-// taskport's page: submit a task and watch it. Vanilla JS, no build step.
-// Task types and example payloads come from the OpenAPI document. Without an API key a task is
-// followed with EventSource (SSE); with a key the status is polled, since EventSource cannot send
-// an Authorization header. Server data is only ever written with textContent.
-"use strict";
+// taskport's page: submit a task and watch it, on the JS client (/static/taskport.js). No build step.
+// Task types and example payloads come from the OpenAPI document. Server data is only ever written
+// with textContent. The branches follow seed 002: a 10001 ("bill unpaid"), whole task or item, shows
+// the settle-the-bill guidance; other codes show their message; when the waiting limit runs out the
+// task is "still running: check the history later", not an error.
+import { cancelTask, configure, listHistory, submitTask, TERMINAL, watchTask } from "/static/taskport.mjs";
 
-const API = "/api/v1";
-const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "EXPIRED"]);
+const BILL_UNPAID = 10001;
+const HISTORY_PAGE = 10;
 const $ = (id) => document.getElementById(id);
 const examples = new Map();
-let watcher = null; // {stop()} of the current stream or poller
+let watcher = null; // the current watchTask handle
 let current = null; // the last status document shown
+let announced = { status: null, decile: -1 };
+const pages = { cursors: [null], index: 0 };
 
-function apiKey() {
-  return $("api-key").value.trim();
-}
-
-function headers(json) {
-  const h = { Accept: "application/json" };
-  if (apiKey()) h.Authorization = "Bearer " + apiKey();
-  if (json) h["Content-Type"] = "application/json";
-  return h;
+function useKey() {
+  configure({ apiKey: $("api-key").value.trim() });
 }
 
 function notice(text, isError) {
@@ -29,35 +25,27 @@ function notice(text, isError) {
   box.hidden = !text;
 }
 
-function describeProblem(status, body) {
-  if (!body || typeof body !== "object") return "HTTP " + status;
-  let text = status + " " + (body.title || "") + (body.detail ? ": " + body.detail : "");
-  for (const [field, messages] of Object.entries(body.errors || {})) {
+function describe(error) {
+  if (!error || error.status === undefined) return String(error);
+  if (error.status === 0) return "The service did not answer: " + error.detail;
+  let text = error.status + " " + error.title + (error.detail ? ": " + error.detail : "");
+  for (const [field, messages] of Object.entries(error.errors || {})) {
     text += "\n• " + field + ": " + [].concat(messages).join(" ");
   }
-  if (status === 401) text += "\nThis service needs an API key: paste one above.";
+  if (error.status === 401) text += "\nThis service needs an API key: enter one above.";
   return text;
 }
 
-async function readJson(response) {
-  try {
-    return await response.json();
-  } catch (e) {
-    return null;
-  }
-}
-
 async function loadTypes() {
-  const select = $("task-type");
   try {
-    const response = await fetch(API + "/openapi.json", { headers: { Accept: "application/json" } });
+    const response = await fetch("/api/v1/openapi.json", { headers: { Accept: "application/json" } });
     const doc = await response.json();
-    const body = doc.paths[API + "/tasks"].post.requestBody.content["application/json"];
+    const body = doc.paths["/api/v1/tasks"].post.requestBody.content["application/json"];
     for (const [type, example] of Object.entries(body.examples || {})) examples.set(type, example.value.payload);
   } catch (e) {
     notice("Could not load the task types: " + e, true);
   }
-  select.replaceChildren(...[...examples.keys()].map((type) => new Option(type, type)));
+  $("task-type").replaceChildren(...[...examples.keys()].map((type) => new Option(type, type)));
   resetPayload();
 }
 
@@ -73,117 +61,131 @@ async function submit(event) {
     payload = JSON.parse($("payload").value || "{}");
   } catch (e) {
     notice("The payload is not valid JSON: " + e.message, true);
+    $("payload").focus();
     return;
   }
-  const body = { type: $("task-type").value, payload };
-  if ($("priority").value) body.priority = $("priority").value;
+  useKey();
   $("submit").disabled = true;
   try {
-    const response = await fetch(API + "/tasks", { method: "POST", headers: headers(true), body: JSON.stringify(body) });
-    const data = await readJson(response);
-    if (response.status === 202) {
-      notice("");
-      watch(data);
-    } else if (response.status === 409 && data && data.existing) {
+    const doc = await submitTask($("task-type").value, payload, {
+      priority: $("priority").value || undefined,
+      idempotencyKey: $("idempotency-key").value.trim() || undefined,
+    });
+    notice("");
+    watch(doc);
+  } catch (error) {
+    if (error.duplicate && error.existing) {
       notice("An identical task was submitted moments ago: showing that one.");
-      watch(data.existing);
+      watch(error.existing);
     } else {
-      notice(describeProblem(response.status, data), true);
+      notice(describe(error), true);
     }
-  } catch (e) {
-    notice("Network error: " + e, true);
   } finally {
     $("submit").disabled = false;
+    loadHistory();
   }
 }
 
-function stopWatching() {
-  if (watcher) watcher.stop();
-  watcher = null;
+function resetTaskView() {
+  for (const id of ["outcome", "guidance", "failures-box", "result-box", "download"]) $(id).hidden = true;
+  $("failures").tBodies[0].replaceChildren();
+  const link = $("download");
+  if (link.href.startsWith("blob:")) URL.revokeObjectURL(link.href);
+  announced = { status: null, decile: -1 };
 }
 
 function watch(doc) {
-  stopWatching();
-  $("result-box").hidden = true;
-  $("download").hidden = true;
-  if ($("download").href.startsWith("blob:")) URL.revokeObjectURL($("download").href);
+  if (watcher) watcher.stop();
+  delete $("task").dataset.outcome;
+  resetTaskView();
   render(doc);
-  if (TERMINAL.has(doc.status)) return finished(doc);
-  if (apiKey() || typeof EventSource === "undefined") poll(doc);
-  else stream(doc);
-}
-
-function stream(doc) {
-  $("mode").textContent = "live (server-sent events)";
-  const source = new EventSource(doc.links.events);
-  source.addEventListener("status", (event) => {
-    const data = JSON.parse(event.data);
-    render(data);
-    if (TERMINAL.has(data.status)) {
-      source.close();
-      finished(data);
-    }
+  $("task").hidden = false;
+  $("task-title").scrollIntoView({ block: "nearest" });
+  const maxAttempts = Number($("max-attempts").value) || 60;
+  const deadline = (Number($("deadline").value) || 600) * 1000;
+  watcher = watchTask(doc.task_id, {
+    onProgress: render,
+    onMode: (mode) => {
+      $("mode").textContent = mode === "stream" ? "live (event stream)" : "polling (as Retry-After says)";
+      $("mode").dataset.mode = mode;
+    },
+    onCompleted: showResult,
+    onPartialFailure: showFailures,
+    onFailed: (error) => {
+      outcome(`Failed: ${error.message} (code ${error.code}).`, "failed");
+      if (error.code === BILL_UNPAID) $("guidance").hidden = false;
+    },
+    onCancelled: () => outcome("Cancelled.", "cancelled"),
+    onExpired: (d) => outcome("Expired" + (d && d.error ? `: ${d.error.message}.` : "."), "expired"),
+    onStillRunning: () => outcome("Still running — check the history later.", "still-running"),
+    onError: (error) => notice(describe(error), true),
+  }, { maxAttempts, deadline });
+  const handle = watcher;
+  handle.done.then((result) => {
+    if (watcher !== handle) return;
+    $("cancel").disabled = true;
+    $("task").dataset.outcome = result;
+    loadHistory();
   });
-  source.onerror = () => {
-    // The browser reconnects by itself (with Last-Event-ID) unless the server refused the stream.
-    if (source.readyState === EventSource.CLOSED) poll(current || doc);
-  };
-  watcher = { stop: () => source.close() };
-}
-
-function poll(doc) {
-  $("mode").textContent = "polling every second";
-  let timer = null;
-  let stopped = false;
-  const tick = async () => {
-    let delay = 1000;
-    try {
-      const response = await fetch(doc.links.self, { headers: headers(false) });
-      const data = await readJson(response);
-      if (response.status !== 200 && response.status !== 410) {
-        notice(describeProblem(response.status, data), true);
-        return;
-      }
-      render(data);
-      if (TERMINAL.has(data.status)) return finished(data);
-      delay = (Number(response.headers.get("Retry-After")) || 1) * 1000;
-    } catch (e) {
-      notice("Network error, retrying: " + e, true);
-    }
-    if (!stopped) timer = setTimeout(tick, delay);
-  };
-  watcher = { stop: () => { stopped = true; clearTimeout(timer); } };
-  timer = setTimeout(tick, 1000);
 }
 
 function render(doc) {
   current = doc;
-  $("task").hidden = false;
+  $("task").dataset.taskId = doc.task_id;
   $("task-id").textContent = doc.task_id;
   $("status").textContent = doc.status;
   $("status").className = "badge " + doc.status;
   $("progress").value = doc.progress;
   $("percent").textContent = doc.progress + "%";
   $("message").textContent = doc.message || "–";
-  const items = doc.items;
-  $("items").textContent = items ? `${items.succeeded} succeeded, ${items.failed} failed of ${items.total}` : "–";
-  $("error").textContent = doc.error ? `${doc.error.code}: ${doc.error.message}` : "–";
+  const items = doc.items || { total: 0, succeeded: 0, failed: 0 };
+  $("succeeded").textContent = items.succeeded;
+  $("failed").textContent = items.failed;
+  $("total").textContent = items.total;
   $("attempts").textContent = String(doc.attempts);
   $("created").textContent = doc.created_at;
   $("updated").textContent = doc.updated_at;
-  $("cancel").disabled = TERMINAL.has(doc.status);
+  $("cancel").disabled = TERMINAL.includes(doc.status);
+  announce(doc);
 }
 
-async function finished(doc) {
-  $("mode").textContent = "finished";
-  $("cancel").disabled = true;
-  if (doc.status !== "COMPLETED") return;
-  const response = await fetch(doc.links.result, { headers: headers(false) });
-  const data = await readJson(response);
-  if (response.status !== 200) return notice(describeProblem(response.status, data), true);
-  $("result").textContent = JSON.stringify(data, null, 2);
+// The live region speaks on a status change and at every tenth of the progress, not at every event.
+function announce(doc) {
+  const decile = Math.floor(doc.progress / 10);
+  if (doc.status === announced.status && decile === announced.decile) return;
+  announced = { status: doc.status, decile };
+  $("live").textContent = `${doc.status}, ${doc.progress}%` + (doc.message ? `: ${doc.message}` : "");
+}
+
+function outcome(text, kind) {
+  const box = $("outcome");
+  box.textContent = text;
+  box.className = "outcome " + kind;
+  box.hidden = false;
+}
+
+function showFailures(result, { errorCode, failures }) {
+  const rows = failures.map((f) => {
+    const row = document.createElement("tr");
+    for (const value of [f.item, f.code, f.message]) {
+      const cell = document.createElement("td");
+      cell.textContent = String(value);
+      row.append(cell);
+    }
+    return row;
+  });
+  $("failures").tBodies[0].replaceChildren(...rows);
+  $("failures-box").hidden = false;
+  const failed = result.items ? result.items.failed : failures.length;
+  outcome(`Completed, but ${failed} item${failed === 1 ? "" : "s"} failed (error code ${errorCode}).`, "partial");
+  if (errorCode === BILL_UNPAID || failures.some((f) => f.code === BILL_UNPAID)) $("guidance").hidden = false;
+}
+
+function showResult(result) {
+  if ($("outcome").hidden) outcome("Completed.", "completed");
+  $("result").textContent = JSON.stringify(result.result, null, 2);
   $("result-box").hidden = false;
-  const file = data.result && data.result.file;
+  const file = result.result && result.result.file;
   if (file && file.url) offerDownload(file);
 }
 
@@ -191,12 +193,13 @@ async function offerDownload(file) {
   const link = $("download");
   link.textContent = `Download ${file.name} (${file.size} bytes)`;
   link.download = file.name;
-  if (!apiKey()) {
+  const key = $("api-key").value.trim();
+  if (!key) {
     link.href = file.url;
   } else {
     // A plain link cannot carry the Authorization header: fetch the bytes and link to them.
-    const response = await fetch(file.url, { headers: { Authorization: "Bearer " + apiKey() } });
-    if (!response.ok) return notice(describeProblem(response.status, await readJson(response)), true);
+    const response = await fetch(file.url, { headers: { Authorization: "Bearer " + key } });
+    if (!response.ok) return notice(`Download failed: HTTP ${response.status}`, true);
     link.href = URL.createObjectURL(await response.blob());
   }
   link.hidden = false;
@@ -204,15 +207,75 @@ async function offerDownload(file) {
 
 async function cancel() {
   if (!current) return;
-  const response = await fetch(current.links.self, { method: "DELETE", headers: headers(false) });
-  if (response.status === 204) notice("Cancelled.");
-  else notice(describeProblem(response.status, await readJson(response)), true);
+  useKey();
+  try {
+    await cancelTask(current.task_id);
+    notice("Cancellation requested.");
+  } catch (error) {
+    notice(describe(error), true);
+  }
 }
 
-document.addEventListener("DOMContentLoaded", () => {
+async function loadHistory() {
+  useKey();
+  const cursor = pages.cursors[pages.index];
+  let page;
+  try {
+    page = await listHistory({ status: $("history-status").value, limit: HISTORY_PAGE, cursor });
+  } catch (error) {
+    if (error.status !== 401) notice(describe(error), true);
+    return;
+  }
+  const rows = page.tasks.map((doc) => {
+    const row = document.createElement("tr");
+    const open = document.createElement("button");
+    open.type = "button";
+    open.className = "link";
+    open.textContent = doc.task_id.slice(0, 8) + "…";
+    open.setAttribute("aria-label", "watch task " + doc.task_id);
+    open.addEventListener("click", () => watch(doc));
+    const first = document.createElement("td");
+    first.append(open);
+    row.append(first);
+    for (const value of [doc.type, doc.status, doc.progress + "%", doc.created_at]) {
+      const cell = document.createElement("td");
+      cell.textContent = value;
+      row.append(cell);
+    }
+    return row;
+  });
+  $("history").tBodies[0].replaceChildren(...rows);
+  $("history-empty").hidden = rows.length > 0;
+  pages.cursors[pages.index + 1] = page.nextCursor;
+  $("history-prev").disabled = pages.index === 0;
+  $("history-next").disabled = !page.nextCursor;
+  $("history-page").textContent = "page " + (pages.index + 1);
+}
+
+function turnPage(delta) {
+  pages.index = Math.max(0, pages.index + delta);
+  loadHistory();
+}
+
+function restartHistory() {
+  pages.cursors = [null];
+  pages.index = 0;
+  loadHistory();
+}
+
+function start() {
   $("submit-form").addEventListener("submit", submit);
   $("task-type").addEventListener("change", resetPayload);
   $("reset-payload").addEventListener("click", resetPayload);
   $("cancel").addEventListener("click", cancel);
+  $("history-refresh").addEventListener("click", restartHistory);
+  $("history-status").addEventListener("change", restartHistory);
+  $("history-prev").addEventListener("click", () => turnPage(-1));
+  $("history-next").addEventListener("click", () => turnPage(1));
+  $("api-key").addEventListener("change", restartHistory);
   loadTypes();
-});
+  loadHistory();
+}
+
+// A module runs after the document is parsed, so the elements are there.
+start();

@@ -9,6 +9,7 @@ an orphan behind.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -302,6 +303,22 @@ class Stack:
         kill_session(proc.pid)
         proc.popen.wait()
         proc.returncode = proc.popen.returncode
+
+
+@contextlib.contextmanager
+def started_stack(workdir: Path, *, worker: bool = True, **overrides: Any) -> Iterator[Stack]:
+    """A redis-server of its own in ``workdir`` and a Stack on it with the web (and one worker) started;
+    everything is stopped on exit. For module-wide fixtures; ``overrides`` are Config fields."""
+    server = RedisServer(workdir / "redis").start()
+    s = Stack(server.url, workdir / "stack", **overrides)
+    try:
+        s.start_web()
+        if worker:
+            s.start_worker()
+        yield s
+    finally:
+        s.stop_all()
+        server.close()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

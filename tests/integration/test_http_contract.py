@@ -20,7 +20,7 @@ import openpyxl
 import pytest
 import requests
 
-from tests.integration.harness import TASKS, Api, RedisServer, Stack, wait_until
+from tests.integration.harness import TASKS, Api, RedisServer, Stack, started_stack, wait_until
 
 MAX_BODY = 16 * 1024
 DOC_KEYS = {"task_id", "type", "status", "progress", "message", "items", "error", "attempts", "created_at",
@@ -34,16 +34,9 @@ EXPORT_HEADER = ["order_code", "order_date", "customer", "items", "amount", "cur
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The module's stack (named ``stack`` so a failing test's report carries its process logs)."""
-    workdir = tmp_path_factory.mktemp("contract")
-    server = RedisServer(workdir / "redis").start()
-    s = Stack(server.url, workdir / "stack", max_body=MAX_BODY, processors="tests.userprocs.tasks")
-    try:
-        s.start_web()
-        s.start_worker()
+    with started_stack(tmp_path_factory.mktemp("contract"), max_body=MAX_BODY,
+                       processors="tests.userprocs.tasks") as s:
         yield s
-    finally:
-        s.stop_all()
-        server.close()
 
 
 @pytest.fixture(scope="module")

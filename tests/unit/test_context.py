@@ -233,11 +233,31 @@ class TestEach:
             {"item": "k4", "code": 10002, "message": "bad 4"},
             {"item": "k5", "code": -1, "message": "processing error, please retry later"},
         ]
-        assert ctx.last_error_code == -1
+        assert ctx.error_code == 10002  # the later -1 does not hide the business code
         assert "boom" not in str(ctx.failures)
         assert ctx.task_id in caplog.text and "ValueError: boom" in caplog.text
         assert report.last == (99, "item 7 of 7", {"total": 7, "succeeded": 4, "failed": 3})
         assert [call[1] for call in report.calls[:2]] == ["item 1 of 7", "item 2 of 7"]
+
+    @pytest.mark.parametrize(("codes", "expected"), [
+        ([], None),                         # nothing failed
+        ([-1], -1),                         # only unexpected errors: the service's code
+        ([-1, -1], -1),
+        ([10001, -1], 10001),               # seed 002: an unexpected error after a 10001 keeps 10001
+        ([-1, 10001], 10001),
+        ([10001, 10002], 10002),            # several business codes: the last one recorded
+        ([10002, -1, 10001, -1], 10001),
+    ])
+    def test_error_code_is_the_last_business_code(self, ctx: TaskContext, codes: list[int], expected: int | None):
+        def work(index: int) -> None:
+            code = codes[index]
+            if code > 0:
+                raise ItemError(code, "business")
+            raise RuntimeError("unexpected")
+
+        ctx.each(range(len(codes)), work)
+        assert [f["code"] for f in ctx.failures] == codes
+        assert ctx.error_code == expected
 
     def test_key_defaults_to_index_and_calls_accumulate(self, ctx: TaskContext):
         def work(item: str) -> str:
@@ -276,7 +296,7 @@ class TestEach:
         ctx.each(range(12), fail)
         assert len(ctx.failures) == 5
         assert ctx.item_counts == {"total": 12, "succeeded": 0, "failed": 12}
-        assert ctx.last_error_code == 10011
+        assert ctx.error_code == 10011
 
     def test_empty_batch_has_zero_counts(self, ctx: TaskContext):
         assert ctx.each([], failing_work) == []

@@ -1,6 +1,12 @@
-"""GET /: the submit-and-watch page, and the parts of the API it relies on."""
+"""GET /: the submit-and-watch page, its JS client, and the parts of the API it relies on.
+
+What the page *does* is tested in a real browser (tests/browser, `make test-browser`); these tests
+pin what is served.
+"""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -13,18 +19,31 @@ def client(config, conn):
     return create_app(config, conn=conn).test_client()
 
 
-def test_the_page_is_html_with_its_script_and_a_strict_csp(client):
+def test_the_page_is_html_with_the_client_its_script_and_a_strict_csp(client):
     r = client.get("/")
     assert r.status_code == 200
     assert r.headers["Content-Type"] == "text/html; charset=utf-8"
     html = r.get_data(as_text=True)
-    assert '<script src="/static/page.js" defer></script>' in html
-    assert 'id="submit-form"' in html and 'id="progress"' in html
+    assert '<script src="/static/taskport.js"></script>' in html  # the plain script tag
+    assert '<script type="module" src="/static/page.js"></script>' in html  # the page: an ES module on it
+    assert 'id="submit-form"' in html and 'id="progress"' in html and 'aria-live="polite"' in html
     assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+    assert "http://" not in html and "https://" not in html  # nothing from another origin
 
 
-@pytest.mark.parametrize(("path", "kind"), [("/static/page.js", "javascript"), ("/static/page.css", "text/css")])
-def test_the_script_and_style_are_served(client, path, kind):
+def test_the_operator_link_shows_only_when_the_dashboard_is_on(config, conn):
+    off = create_app(config, conn=conn).test_client().get("/").get_data(as_text=True)
+    assert 'href="/rq/"' not in off and "queues (operators)" not in off
+    on_config = dataclasses.replace(config, dashboard_password="s3cret")
+    on = create_app(on_config, conn=conn).test_client().get("/").get_data(as_text=True)
+    assert '<a id="ops-link" href="/rq/">queues (operators)</a>' in on
+
+
+@pytest.mark.parametrize(("path", "kind"), [
+    ("/static/page.js", "javascript"), ("/static/taskport.js", "javascript"), ("/static/taskport.mjs", "javascript"),
+    ("/static/page.css", "text/css"),
+])
+def test_the_scripts_and_style_are_served(client, path, kind):
     with client.get(path) as r:
         assert r.status_code == 200
         assert kind in r.headers["Content-Type"]
@@ -37,9 +56,17 @@ def test_the_openapi_document_offers_the_page_every_type_with_an_example(client)
     assert all(isinstance(e["value"]["payload"], dict) for e in examples.values())
 
 
-def test_the_script_follows_with_event_source_and_polls_with_a_key(client):
+def test_the_client_exports_its_api_both_ways_and_writes_no_html(client):
+    with client.get("/static/taskport.js") as r:
+        classic = r.get_data(as_text=True)
+    with client.get("/static/taskport.mjs") as r:
+        module = r.get_data(as_text=True)
+    api = ["submitTask", "watchTask", "cancelTask", "getResult", "listHistory", "TaskportError"]
+    assert all(name in classic and name in module for name in api)
+    assert "export " not in classic  # a classic script: `export` would be a syntax error in a script tag
+    assert 'import "./taskport.js"' in module
     with client.get("/static/page.js") as r:
-        script = r.get_data(as_text=True)
-    assert "new EventSource(doc.links.events)" in script
-    assert '"Bearer " + apiKey()' in script
-    assert "innerHTML" not in script  # server data is written with textContent only
+        page = r.get_data(as_text=True)
+    assert 'from "/static/taskport.mjs"' in page
+    for script in (classic, page):
+        assert "innerHTML" not in script and "fetch(\"http" not in script  # textContent only; same origin only

@@ -129,7 +129,7 @@ def test_sleep_items_and_failures(ctx: TaskContext):
     assert result == {"slept": 0, "items": 6}
     assert ctx.item_counts == {"total": 6, "succeeded": 4, "failed": 2}
     assert [(f["item"], f["code"]) for f in ctx.failures] == [("1", 10002), ("4", 10002)]
-    assert ctx.last_error_code == 10002
+    assert ctx.error_code == 10002
 
 
 def test_sleep_fail_code_fails_at_the_end(ctx: TaskContext):
@@ -219,7 +219,7 @@ def test_split_groups_succeeded_items_by_warehouse(ctx: TaskContext, report: Rec
     }
     assert ctx.item_counts == {"total": 7, "succeeded": 4, "failed": 3}
     assert [(f["item"], f["code"]) for f in ctx.failures] == [("B", 10002), ("D", 10001), ("F", 10002)]
-    assert ctx.last_error_code == 10002
+    assert ctx.error_code == 10002
     assert report.messages[-1] == "item 7 of 7"
 
 

@@ -1,0 +1,355 @@
+/*
+ * taskport.js: the JavaScript client of the taskport HTTP API (/api/v1). No build step, no dependencies.
+ *
+ *   Plain script tag:  <script src="/static/taskport.js"></script>   then   window.taskport.submitTask(...)
+ *   ES module:         import { submitTask, watchTask } from "/static/taskport.mjs";
+ *                      (taskport.mjs re-exports this file; `import "/static/taskport.js"` also works)
+ *
+ * watchTask follows a task over its event stream, read with fetch() so the API key can be sent as an
+ * Authorization header (EventSource cannot send headers); if the stream cannot be opened it polls the
+ * status, waiting as the service's Retry-After says, for at most `maxAttempts` reads and `deadline` ms.
+ * When the limit is reached the outcome is "still running: check the history later", not an error.
+ * Problem+json answers become TaskportError objects (status, type, title, detail, errors).
+ * Docs: docs/clients.md.
+ */
+(function (global) {
+  "use strict";
+  if (global.taskport) return; // loaded twice (script tag and module import): keep the first, its settings
+
+  const API = "/api/v1";
+  const TERMINAL = Object.freeze(["COMPLETED", "FAILED", "CANCELLED", "EXPIRED"]);
+  const OUTCOMES = Object.freeze({
+    COMPLETED: "COMPLETED", PARTIAL_FAILURE: "PARTIAL_FAILURE", FAILED: "FAILED", CANCELLED: "CANCELLED",
+    EXPIRED: "EXPIRED", STILL_RUNNING: "STILL_RUNNING", STOPPED: "STOPPED", ERROR: "ERROR",
+  });
+  const STREAM_RECONNECTS = 3; // a stream that dropped is reopened (with Last-Event-ID) this many times
+  const defaults = { baseUrl: "", apiKey: "", fetch: null };
+
+  /** An error answer of the service (RFC 9457 problem details), or status 0 when there was no answer. */
+  class TaskportError extends Error {
+    constructor(status, body, retryAfter) {
+      const problem = body && typeof body === "object" ? body : {};
+      const title = problem.title || (status ? "HTTP " + status : "network error");
+      super(status + " " + title + (problem.detail ? ": " + problem.detail : ""));
+      this.name = "TaskportError";
+      this.status = status;
+      this.type = problem.type || "about:blank";
+      this.title = title;
+      this.detail = problem.detail || "";
+      this.errors = problem.errors || {}; // {"payload.items.0.quantity": ["message", ...]}
+      this.body = problem;
+      this.retryAfter = retryAfter; // seconds, or null
+      this.duplicate = status === 409 && problem.duplicate === true;
+      this.existing = this.duplicate ? problem.existing : null; // the earlier task's status document
+      this.taskStatus = problem.task_status || null; // 409 on a task that has ended
+      this.error = problem.error || null; // {code, message} of a FAILED task (409 from /result)
+    }
+  }
+
+  /** Set defaults for every call: {baseUrl, apiKey, fetch}. */
+  function configure(options) {
+    Object.assign(defaults, options || {});
+    return { ...defaults };
+  }
+
+  function settingsOf(options) {
+    const s = { ...defaults };
+    for (const name of Object.keys(defaults)) if (options && options[name] !== undefined) s[name] = options[name];
+    return s;
+  }
+
+  function headersOf(s, extra) {
+    const h = { Accept: "application/json", ...(extra || {}) };
+    if (s.apiKey) h.Authorization = "Bearer " + s.apiKey;
+    return h;
+  }
+
+  function taskPath(id, suffix) {
+    return API + "/tasks/" + encodeURIComponent(String(id)) + (suffix || "");
+  }
+
+  async function call(s, method, path, init) {
+    const doFetch = s.fetch || global.fetch.bind(global);
+    try {
+      return await doFetch(s.baseUrl + path, { method, ...init });
+    } catch (e) {
+      if (e && e.name === "AbortError") throw e;
+      throw new TaskportError(0, { title: "network error", detail: String((e && e.message) || e) }, null);
+    }
+  }
+
+  async function readJson(response) {
+    try {
+      return await response.json();
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function retryAfterOf(response) {
+    const raw = response.headers.get("Retry-After");
+    return raw && /^\d{1,7}$/.test(raw.trim()) ? Number(raw) : null;
+  }
+
+  async function failWith(response) {
+    throw new TaskportError(response.status, await readJson(response), retryAfterOf(response));
+  }
+
+  /** POST /tasks. Resolves to the status document (PENDING). A duplicate rejects with `duplicate: true`
+   * and `existing` (the earlier task's document). Options: {idempotencyKey, priority, apiKey, baseUrl}. */
+  async function submitTask(type, payload, options) {
+    const o = options || {};
+    const s = settingsOf(o);
+    const body = { type, payload: payload === undefined ? {} : payload };
+    if (o.priority) body.priority = o.priority;
+    const extra = { "Content-Type": "application/json" };
+    if (o.idempotencyKey) extra["Idempotency-Key"] = o.idempotencyKey;
+    const response = await call(s, "POST", API + "/tasks", { headers: headersOf(s, extra), body: JSON.stringify(body) });
+    if (response.status === 202) return response.json();
+    return failWith(response);
+  }
+
+  /** GET /tasks/{id}: the status document (an EXPIRED one too, which the service answers with 410). */
+  async function getTask(id, options) {
+    return (await readStatus(id, settingsOf(options))).doc;
+  }
+
+  async function readStatus(id, s, signal) {
+    const response = await call(s, "GET", taskPath(id), { headers: headersOf(s), signal });
+    if (response.status === 200 || response.status === 410) {
+      return { doc: await response.json(), retryAfter: retryAfterOf(response) };
+    }
+    return failWith(response);
+  }
+
+  /** GET /tasks/{id}/result: the result document of a COMPLETED task ({result, items, failures,
+   * error_code}). Other answers reject: 202 (still running), 409 (FAILED/CANCELLED: `taskStatus`,
+   * `error`), 410 (EXPIRED), 404. */
+  async function getResult(id, options) {
+    const s = settingsOf(options);
+    const response = await call(s, "GET", taskPath(id, "/result"), { headers: headersOf(s) });
+    if (response.status === 200) return response.json();
+    return failWith(response);
+  }
+
+  /** DELETE /tasks/{id}. Resolves to true; an ended task rejects with status 409 and `taskStatus`. */
+  async function cancelTask(id, options) {
+    const s = settingsOf(options);
+    const response = await call(s, "DELETE", taskPath(id), { headers: headersOf(s) });
+    if (response.status === 204) return true;
+    return failWith(response);
+  }
+
+  /** GET /tasks: one page of the member's tasks, newest first. Query: {status, type, limit, cursor}.
+   * Resolves to {tasks, nextCursor}; pass nextCursor back as `cursor` for the next page (null: last). */
+  async function listHistory(query, options) {
+    const s = settingsOf(options);
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query || {})) {
+      if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
+    }
+    const qs = params.toString();
+    const response = await call(s, "GET", API + "/tasks" + (qs ? "?" + qs : ""), { headers: headersOf(s) });
+    if (response.status !== 200) return failWith(response);
+    const page = await response.json();
+    return { tasks: page.tasks, nextCursor: page.next_cursor };
+  }
+
+  /** A tiny text/event-stream parser: feed it text, it calls onEvent({event, id, data}) per event. */
+  function sseParser(onEvent) {
+    let buffer = "";
+    let event = { event: "message", id: null, data: [] };
+    function line(text) {
+      if (text === "") {
+        if (event.data.length) onEvent({ event: event.event, id: event.id, data: event.data.join("\n") });
+        event = { event: "message", id: event.id, data: [] };
+        return;
+      }
+      if (text[0] === ":") return; // a comment: the service's keep-alive
+      const colon = text.indexOf(":");
+      const field = colon < 0 ? text : text.slice(0, colon);
+      let value = colon < 0 ? "" : text.slice(colon + 1);
+      if (value[0] === " ") value = value.slice(1);
+      if (field === "event") event.event = value;
+      else if (field === "data") event.data.push(value);
+      else if (field === "id") event.id = value;
+    }
+    return function feed(text) {
+      buffer += text;
+      let end;
+      while ((end = buffer.indexOf("\n")) >= 0) {
+        line(buffer.slice(0, end).replace(/\r$/, ""));
+        buffer = buffer.slice(end + 1);
+      }
+    };
+  }
+
+  function sleep(ms, signal) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, ms));
+      if (signal) signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+    });
+  }
+
+  /**
+   * Follow a task until it ends, calling the handlers:
+   *   onProgress(doc)                       every status document (progress, message, items)
+   *   onCompleted(result)                   COMPLETED: the result document
+   *   onPartialFailure(result, {errorCode, failures})  COMPLETED with failed items (called before onCompleted)
+   *   onFailed(error, doc)                  FAILED: error = {code, message}; code a business code (10001...) or < 0
+   *   onCancelled(doc), onExpired(doc)
+   *   onStillRunning(doc, {attempts})       the limit ran out: still running, check the history later
+   *   onError(taskportError)                the service refused (404, 401, ...) or could not be reached
+   *   onMode(mode)                          "stream" or "polling", when it changes
+   * Options: {maxAttempts = 60, deadline (ms, default none), sse = true, pollInterval = 1000 (ms, when the
+   *   service sends no Retry-After), apiKey, baseUrl}. Every status read and every stream connection is
+   *   an attempt. Returns {stop(), done}: `done` resolves to the outcome, one of taskport.OUTCOMES.
+   */
+  function watchTask(id, handlers, options) {
+    const h = handlers || {};
+    const o = { maxAttempts: 60, deadline: null, sse: true, pollInterval: 1000, ...(options || {}) };
+    const s = settingsOf(o);
+    const controller = new AbortController();
+    const until = o.deadline ? Date.now() + o.deadline : Infinity;
+    const state = { attempts: 0, last: null, mode: null, timedOut: false };
+    let deadlineTimer = null;
+    if (until !== Infinity) {
+      deadlineTimer = setTimeout(() => { state.timedOut = true; controller.abort(); }, o.deadline);
+    }
+    const emit = (name, ...args) => { if (typeof h[name] === "function") h[name](...args); };
+    const setMode = (mode) => { if (state.mode !== mode) { state.mode = mode; emit("onMode", mode); } };
+    const exhausted = () => state.attempts >= o.maxAttempts || Date.now() >= until;
+    const seen = (doc) => { state.last = doc; emit("onProgress", doc); return TERMINAL.includes(doc.status); };
+
+    async function stream() {
+      let lastId = null;
+      let drops = 0;
+      while (drops <= STREAM_RECONNECTS && !exhausted()) {
+        state.attempts += 1;
+        const headers = headersOf(s, { Accept: "text/event-stream" });
+        if (lastId !== null) headers["Last-Event-ID"] = lastId;
+        let response;
+        try {
+          response = await call(s, "GET", taskPath(id, "/events"), { headers, signal: controller.signal, cache: "no-store" });
+        } catch (e) {
+          if (e.name === "AbortError" || lastId === null) throw e; // never opened: the caller polls
+          drops += 1;
+          await sleep(200 * drops, controller.signal);
+          continue;
+        }
+        if (response.status === 410) {
+          const expired = await response.json();
+          seen(expired);
+          return expired;
+        }
+        if (response.status !== 200 || !response.body) {
+          if (lastId === null && response.status !== 503) return failWith(response);
+          drops += 1;
+          await sleep((retryAfterOf(response) || 1) * 1000, controller.signal);
+          continue;
+        }
+        setMode("stream");
+        let terminal = null;
+        const feed = sseParser((event) => {
+          if (event.event !== "status" || terminal) return;
+          if (event.id !== null) lastId = event.id;
+          drops = 0;
+          const doc = JSON.parse(event.data);
+          if (seen(doc)) terminal = doc;
+        });
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        try {
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            feed(decoder.decode(value, { stream: true }));
+            if (terminal) return terminal;
+          }
+        } catch (e) {
+          if (e.name === "AbortError" || controller.signal.aborted) throw e;
+        } finally {
+          reader.cancel().catch(() => {});
+        }
+        if (terminal) return terminal;
+        drops += 1; // dropped before the task ended: reopen with Last-Event-ID
+        await sleep(200 * drops, controller.signal);
+      }
+      return null;
+    }
+
+    async function poll() {
+      setMode("polling");
+      while (!exhausted()) {
+        state.attempts += 1;
+        let delay = o.pollInterval;
+        try {
+          const { doc, retryAfter } = await readStatus(id, s, controller.signal);
+          if (seen(doc)) return doc;
+          if (retryAfter) delay = retryAfter * 1000;
+        } catch (e) {
+          if (e.name === "AbortError") throw e;
+          if (e.status !== 0 && e.status !== 503) throw e; // 404, 401...: polling again will not help
+          if (e.retryAfter) delay = e.retryAfter * 1000;
+        }
+        if (exhausted()) break;
+        await sleep(Math.min(delay, until - Date.now()), controller.signal);
+        if (controller.signal.aborted) throw new DOMException("stopped", "AbortError");
+      }
+      return null;
+    }
+
+    async function finish(doc) {
+      if (doc.status === "COMPLETED") {
+        const result = await getResult(id, s);
+        const failures = result.failures || [];
+        let outcome = OUTCOMES.COMPLETED;
+        if (failures.length || (result.items && result.items.failed) || result.error_code != null) {
+          outcome = OUTCOMES.PARTIAL_FAILURE;
+          emit("onPartialFailure", result, { errorCode: result.error_code, failures });
+        }
+        emit("onCompleted", result);
+        return outcome;
+      }
+      if (doc.status === "FAILED") { emit("onFailed", doc.error || { code: null, message: "" }, doc); return OUTCOMES.FAILED; }
+      if (doc.status === "CANCELLED") { emit("onCancelled", doc); return OUTCOMES.CANCELLED; }
+      emit("onExpired", doc);
+      return OUTCOMES.EXPIRED;
+    }
+
+    async function run() {
+      let doc = null;
+      if (o.sse && typeof ReadableStream !== "undefined" && typeof TextDecoder !== "undefined") {
+        try {
+          doc = await stream();
+        } catch (e) {
+          if (e.name === "AbortError" || (e instanceof TaskportError && e.status !== 0 && e.status !== 503)) throw e;
+        }
+      }
+      if (!doc) doc = await poll();
+      if (!doc) {
+        emit("onStillRunning", state.last, { attempts: state.attempts });
+        return OUTCOMES.STILL_RUNNING;
+      }
+      return finish(doc);
+    }
+
+    const done = run().catch((e) => {
+      if (e && e.name === "AbortError") {
+        if (state.timedOut) {
+          emit("onStillRunning", state.last, { attempts: state.attempts });
+          return OUTCOMES.STILL_RUNNING;
+        }
+        return OUTCOMES.STOPPED;
+      }
+      emit("onError", e);
+      return OUTCOMES.ERROR;
+    }).finally(() => clearTimeout(deadlineTimer));
+    return { stop: () => controller.abort(), done };
+  }
+
+  global.taskport = Object.freeze({
+    configure, submitTask, getTask, getResult, cancelTask, listHistory, watchTask, TaskportError, TERMINAL, OUTCOMES,
+    sseParser,
+  });
+})(typeof globalThis !== "undefined" ? globalThis : window);

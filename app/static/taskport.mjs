@@ -1,0 +1,10 @@
+// taskport.mjs: taskport.js as an ES module with named exports. The client itself is taskport.js
+// (one file, also usable from a plain script tag); importing it here runs it once and re-exports it.
+import "./taskport.js";
+
+const taskport = globalThis.taskport;
+export const {
+  configure, submitTask, getTask, getResult, cancelTask, listHistory, watchTask, TaskportError, TERMINAL, OUTCOMES,
+  sseParser,
+} = taskport;
+export default taskport;

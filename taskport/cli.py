@@ -1,0 +1,270 @@
+"""The client commands of the ``taskport`` CLI: submit, status, result, cancel, history, watch.
+
+They run on :class:`taskport.client.Client` against ``TASKPORT_URL`` with ``TASKPORT_API_KEY`` (or
+``--url``/``--api-key``). ``app.cli`` registers them beside the server commands (``add_commands``);
+``python -m taskport`` runs them on their own, without the server's packages.
+
+Exit codes (a shell can branch on them; the same for every command that reports a task's state):
+
+     0  done: the task COMPLETED with no failed item (or the request succeeded)
+     1  error: the service is unreachable or answered an error (unknown task, bad API key, 5xx)
+     2  usage error: bad arguments, or the service rejected the request as invalid (400/413/415/422)
+     3  the task COMPLETED with failed items (partial failure: see its error_code and failures)
+     4  the task FAILED (its error code and message are printed)
+     5  the task was CANCELLED
+     6  the task EXPIRED
+     7  still running: the task had not ended at --timeout / --max-attempts (or was not asked to wait)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from taskport.client import Client
+
+OK, ERROR, USAGE, PARTIAL, FAILED, CANCELLED, EXPIRED, STILL_RUNNING = range(8)
+STATE_EXIT = {"FAILED": FAILED, "CANCELLED": CANCELLED, "EXPIRED": EXPIRED,
+              "PENDING": STILL_RUNNING, "PROCESSING": STILL_RUNNING}
+COMMANDS = ("submit", "status", "result", "cancel", "history", "watch")
+STATUSES = ("PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED", "EXPIRED")
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (e.g. --payload that is not JSON): exit 2."""
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """The exit code of a status or result document (see the module docstring)."""
+    if doc.get("status") == "COMPLETED":
+        return PARTIAL if ((doc.get("items") or {}).get("failed") or doc.get("failures")) else OK
+    return STATE_EXIT.get(str(doc.get("status")), ERROR)
+
+
+# -- the parser ------------------------------------------------------------------------------------
+
+def add_commands(sub: Any) -> None:
+    """Add the client commands to ``sub`` (an argparse subparsers action)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="the service's base URL (default: $TASKPORT_URL or http://127.0.0.1:8000)")
+    common.add_argument("--api-key", help="API key (default: $TASKPORT_API_KEY)")
+    common.add_argument("--json", action="store_true", help="print JSON documents only (for scripts)")
+    waiting = argparse.ArgumentParser(add_help=False)
+    waiting.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="stop waiting after this long")
+    waiting.add_argument("--max-attempts", type=_positive(int), metavar="N",
+                         help="stop waiting after N status reads or stream connections")
+
+    p = sub.add_parser("submit", parents=[common, waiting], help="submit a task (and --wait for it)")
+    p.add_argument("type", help="the task type, e.g. orders.split")
+    p.add_argument("--payload", default="{}", help="the payload: JSON text, or @FILE to read it from a file")
+    p.add_argument("--wait", action="store_true", help="follow the task with a progress bar until it ends")
+    p.add_argument("--idempotency-key", metavar="K", help="dedup key: a repeat within the window is a duplicate")
+    p.add_argument("--priority", choices=("high", "default", "low"), help="queue (default: the type's own)")
+    p.set_defaults(run=_command(cmd_submit))
+
+    p = sub.add_parser("status", parents=[common], help="a task's status")
+    p.add_argument("task_id", metavar="ID")
+    p.set_defaults(run=_command(cmd_status))
+
+    p = sub.add_parser("result", parents=[common], help="a task's result (and its file with --output)")
+    p.add_argument("task_id", metavar="ID")
+    p.add_argument("--output", "-o", metavar="FILE", help="save the result file here (a directory keeps its name)")
+    p.set_defaults(run=_command(cmd_result))
+
+    p = sub.add_parser("cancel", parents=[common], help="cancel a pending or running task")
+    p.add_argument("task_id", metavar="ID")
+    p.set_defaults(run=_command(cmd_cancel))
+
+    p = sub.add_parser("history", parents=[common], help="your tasks, newest first")
+    p.add_argument("--status", choices=STATUSES, type=str.upper)
+    p.add_argument("--type", dest="task_type", metavar="TYPE")
+    p.add_argument("--limit", type=_positive(int), default=20, help="at most this many tasks (default 20)")
+    p.set_defaults(run=_command(cmd_history))
+
+    p = sub.add_parser("watch", parents=[common, waiting], help="follow a task with a progress bar until it ends")
+    p.add_argument("task_id", metavar="ID")
+    p.set_defaults(run=_command(cmd_watch))
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+        return value
+
+    return parse
+
+
+def _command(fn: Callable[[Client, argparse.Namespace, Console], int]) -> Callable[[argparse.Namespace], int]:
+    """Run ``fn`` with a client and a console; turn every known error into one line and its exit code."""
+
+    def run(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from taskport import errors
+        from taskport.client import Client
+
+        err = Console(stderr=True, highlight=False)
+        try:
+            with Client(args.url, args.api_key) as client:
+                return fn(client, args, err)
+        except UsageError as exc:
+            return _fail(err, str(exc), USAGE)
+        except errors.InvalidRequest as exc:
+            return _fail(err, exc.describe(), USAGE)
+        except errors.StillRunning as exc:
+            return _fail(err, str(exc), STILL_RUNNING, "taskport")
+        except errors.TaskEnded as exc:
+            return _fail(err, str(exc), STATE_EXIT[exc.status], "taskport")
+        except errors.TaskportError as exc:
+            return _fail(err, str(exc), ERROR)
+
+    return run
+
+
+def _fail(err: Console, text: str, code: int, prefix: str = "taskport: error") -> int:
+    err.print(f"{prefix}: {text}", markup=False, soft_wrap=True)
+    return code
+
+
+# -- the commands ----------------------------------------------------------------------------------
+
+def cmd_submit(client: Client, args: argparse.Namespace, err: Console) -> int:
+    from taskport.errors import DuplicateTask
+
+    payload = _payload(args.payload)
+    try:
+        doc = client.submit(args.type, payload, idempotency_key=args.idempotency_key, priority=args.priority)
+    except DuplicateTask as exc:
+        doc = exc.existing
+        err.print(f"duplicate: following the task submitted earlier, {exc.task_id}", markup=False)
+    if not args.wait:
+        _print_json(doc) if args.json else print(doc["task_id"])
+        return OK
+    if not args.json:
+        err.print(f"submitted {doc['task_id']} ({doc['type']})", markup=False)
+    return _follow(client, doc["task_id"], args, err)
+
+
+def cmd_watch(client: Client, args: argparse.Namespace, err: Console) -> int:
+    return _follow(client, args.task_id, args, err)
+
+
+def cmd_status(client: Client, args: argparse.Namespace, err: Console) -> int:
+    doc = client.status(args.task_id)
+    if args.json:
+        _print_json(doc)
+    else:
+        from taskport import render
+
+        render.status(doc)
+    return exit_code(doc)
+
+
+def cmd_result(client: Client, args: argparse.Namespace, err: Console) -> int:
+    result = client.result(args.task_id)
+    saved = client.download(args.task_id, args.output) if args.output else None
+    if args.json:
+        _print_json(result)
+    else:
+        from taskport import render
+
+        render.result(result)
+    if saved is not None:
+        err.print(f"saved {saved}", markup=False)
+    return exit_code(result)
+
+
+def cmd_cancel(client: Client, args: argparse.Namespace, err: Console) -> int:
+    client.cancel(args.task_id)
+    if args.json:
+        _print_json({"task_id": args.task_id, "cancelled": True})
+    else:
+        print(f"cancelled {args.task_id}")
+    return OK
+
+
+def cmd_history(client: Client, args: argparse.Namespace, err: Console) -> int:
+    import itertools
+
+    docs = list(itertools.islice(client.history(status=args.status, type=args.task_type,
+                                                page_size=min(args.limit, 200)), args.limit))
+    if args.json:
+        _print_json(docs)
+    else:
+        from taskport import render
+
+        render.history(docs)
+    return OK
+
+
+def _follow(client: Client, task_id: str, args: argparse.Namespace, err: Console) -> int:
+    """Follow the task (a progress bar on stderr unless --json), then print its outcome."""
+    from taskport import render
+
+    follow = client.follow(task_id, timeout=args.timeout, max_attempts=args.max_attempts)
+    last = _last(follow) if args.json else render.progress(follow, err)
+    assert last is not None  # follow yields at least one document or raises
+    if last["status"] != "COMPLETED":
+        if args.json:
+            _print_json(last)
+        else:
+            render.ended(last, err)
+        return exit_code(last)
+    result = client.result(task_id)
+    if args.json:
+        _print_json(result)
+    else:
+        render.result(result)
+    return exit_code(result)
+
+
+def _last(docs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    last = None
+    for last in docs:  # noqa: B007 - only the last one matters
+        pass
+    return last
+
+
+def _payload(text: str) -> dict[str, Any]:
+    """``--payload``: JSON text or ``@file``; must be a JSON object."""
+    source = "--payload"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--payload: cannot read {source}: {exc.strerror}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{source} must be a JSON object")
+    return value
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m taskport COMMAND ...``: the client commands alone."""
+    parser = argparse.ArgumentParser(prog="taskport", description="taskport client")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_commands(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,391 @@
+"""A Python client of the taskport HTTP API (``/api/v1``), importable without Flask or Redis.
+
+    from taskport import Client, TaskFailed
+
+    with Client("http://127.0.0.1:8000", api_key=None) as tp:
+        task = tp.submit("orders.split", {"order_code": "SO-1", "items": [...]})
+        try:
+            done = tp.wait(task["task_id"], timeout=120)       # the result document
+        except TaskFailed as exc:
+            print(exc.code, exc.message)                        # e.g. 10001: bill unpaid
+        else:
+            if done["error_code"] == 10001: ...                # partial failure, see docs/api.md
+
+Documents are returned as the plain JSON dicts of docs/api.md (status document, result document).
+Errors are the typed exceptions of :mod:`taskport.errors`.
+
+Why httpx (and httpx-sse): one well-kept library gives a sync client with connection pooling, per-
+phase timeouts and response streaming, which the event stream and file downloads need; httpx-sse
+(by an httpx maintainer) parses ``text/event-stream`` so this module does not carry its own parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import quote
+
+import httpx
+import httpx_sse
+
+from taskport.errors import (
+    ENDED,
+    Doc,
+    DuplicateTask,
+    ProblemError,
+    ServiceUnreachable,
+    StillRunning,
+    StreamFailed,
+    TaskExpired,
+    Unavailable,
+    problem_class,
+)
+from taskport.settings import ClientSettings
+
+API = "/api/v1"
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "EXPIRED"})
+DEFAULT_POLL = 1.0  # seconds between polls when the service gives no Retry-After
+# Longest silence tolerated on an event stream: the service sends a keep-alive at least every 15 s.
+STREAM_READ_TIMEOUT = 45.0
+STREAM_RECONNECTS = 3  # consecutive failed (re)connections before the stream is given up
+HISTORY_PAGE = 50
+
+
+@dataclass(frozen=True)
+class Event:
+    """One ``status`` event of a task's stream: its ``id`` (the task's write sequence) and the document."""
+
+    id: int | None
+    doc: Doc
+
+
+class Client:
+    """A session with one taskport service. ``url`` and ``api_key`` default to ``TASKPORT_URL`` and
+    ``TASKPORT_API_KEY`` (see :mod:`taskport.settings`); ``timeout`` bounds each ordinary request.
+    Close it, or use it as a context manager."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        settings = ClientSettings.from_env()  # each of url and api_key defaults to its variable
+        self.url = (url or settings.url).rstrip("/")
+        api_key = api_key if api_key is not None else settings.api_key
+        self.timeout = timeout
+        self._sleep = sleep
+        self._clock = clock
+        headers = {"Accept": "application/json", "User-Agent": "taskport-client"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plain requests ---------------------------------------------------------------------------
+
+    def submit(self, type: str, payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
+               priority: str | None = None) -> Doc:
+        """Submit a task; returns its status document (PENDING). A duplicate within the dedup window
+        raises :class:`DuplicateTask`, whose ``existing`` is the earlier task's status document."""
+        body: dict[str, Any] = {"type": type, "payload": payload if payload is not None else {}}
+        if priority:
+            body["priority"] = priority
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        response = self._request("POST", f"{API}/tasks", json=body, headers=headers)
+        if response.status_code == 202:
+            return _json(response)
+        self._raise(response)
+
+    def status(self, task_id: str) -> Doc:
+        """The task's status document (an EXPIRED one too: the service answers it with 410)."""
+        return self._status(task_id)[0]
+
+    def result(self, task_id: str) -> Doc:
+        """The result document of a COMPLETED task (``result``, ``items``, ``failures``, ``error_code``).
+
+        Raises :class:`StillRunning` while it runs, :class:`TaskFailed` (with the task's ``code``) or
+        :class:`TaskCancelled` once it ended without a result, :class:`TaskExpired` once expired.
+        """
+        response = self._request("GET", _task_path(task_id, "/result"))
+        if response.status_code == 200:
+            return _json(response)
+        self._no_result(task_id, response)
+
+    def download(self, task_id: str, dest: str | os.PathLike[str]) -> Path:
+        """Save a COMPLETED task's result file to ``dest`` (a file path, or a directory to keep the
+        file's own name in) and return the path written. The bytes are streamed to a temporary file
+        beside it and renamed into place, so ``dest`` never holds half a file. Raises as :meth:`result`."""
+        with self._http.stream("GET", _task_path(task_id, "/result/file")) as response:
+            if response.status_code != 200:
+                response.read()
+                self._no_result(task_id, response)
+            target = Path(dest)
+            if target.is_dir():
+                target = target / _attachment_name(response, task_id)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return target
+
+    def cancel(self, task_id: str) -> None:
+        """Cancel a PENDING or PROCESSING task. An ended task raises :class:`Conflict` (``task_status``)."""
+        response = self._request("DELETE", _task_path(task_id))
+        if response.status_code != 204:
+            self._raise(response)
+
+    def history(self, *, status: str | None = None, type: str | None = None,
+                page_size: int = HISTORY_PAGE) -> Iterator[Doc]:
+        """The member's tasks, newest first, following ``next_cursor`` page after page lazily."""
+        params: dict[str, Any] = {"limit": page_size}
+        if status:
+            params["status"] = status
+        if type:
+            params["type"] = type
+        while True:
+            response = self._request("GET", f"{API}/tasks", params=params)
+            if response.status_code != 200:
+                self._raise(response)
+            page = _json(response)
+            yield from page["tasks"]
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    # -- following a task -------------------------------------------------------------------------
+
+    def events(self, task_id: str, last_event_id: int | None = None, *,
+               reconnects: int = STREAM_RECONNECTS) -> Iterator[Event]:
+        """The task's Server-Sent Events, until its terminal (or EXPIRED) event.
+
+        A dropped connection is reopened with ``Last-Event-ID`` (the id of the last event received), so
+        the service sends only what changed since; after ``reconnects`` consecutive failures
+        :class:`StreamFailed` is raised. An expired task yields its EXPIRED document once.
+        """
+        yield from self._stream(task_id, last_event_id, reconnects, stop_at=None, before_connect=lambda: None)
+
+    def follow(self, task_id: str, *, timeout: float | None = None, max_attempts: int | None = None,
+               sse: bool = True) -> Iterator[Doc]:
+        """Status documents of the task as it changes, ending with its terminal one.
+
+        The event stream first (when ``sse``); if it cannot be opened or keeps failing, polling that
+        waits as the service's ``Retry-After`` says. Every poll and every stream connection is an
+        attempt; after ``max_attempts`` attempts, or ``timeout`` seconds, :class:`StillRunning` is
+        raised: the task may still finish, check later. With neither limit it follows to the end.
+        """
+        stop_at = None if timeout is None else self._clock() + timeout
+        watch = _Watch(task_id, max_attempts, stop_at, self._clock)
+        if sse:
+            try:
+                for event in self._stream(task_id, None, STREAM_RECONNECTS, stop_at, watch.attempt):
+                    watch.last = event.doc
+                    yield event.doc
+                    if event.doc["status"] in TERMINAL:
+                        return
+                    watch.check_time()
+            except StreamFailed:
+                pass  # fall back to polling below
+            watch.check_time()
+        yield from self._poll(watch)
+
+    def wait(self, task_id: str, *, timeout: float | None = None, max_attempts: int | None = None,
+             sse: bool = False, on_update: Callable[[Doc], None] | None = None) -> Doc:
+        """Wait for the task to end and return its result document (as :meth:`result`).
+
+        Polls (honouring ``Retry-After``) unless ``sse``; ``on_update`` sees every status document.
+        Raises :class:`TaskFailed` (``code``: the business or service code), :class:`TaskCancelled`,
+        :class:`TaskExpired`, or :class:`StillRunning` when ``timeout``/``max_attempts`` ran out.
+        """
+        last: Doc = {}
+        for doc in self.follow(task_id, timeout=timeout, max_attempts=max_attempts, sse=sse):
+            last = doc
+            if on_update is not None:
+                on_update(doc)
+        if last["status"] == "COMPLETED":
+            return self.result(task_id)
+        raise ENDED[last["status"]](task_id, last)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _poll(self, watch: _Watch) -> Iterator[Doc]:
+        while True:
+            watch.attempt()
+            try:
+                doc, retry_after = self._status(watch.task_id)
+            except Unavailable as exc:
+                retry_after = exc.retry_after
+            else:
+                watch.last = doc
+                yield doc
+                if doc["status"] in TERMINAL:
+                    return
+            watch.check_attempts()  # give up now rather than after one more wait
+            self._sleep(watch.clamp(retry_after or DEFAULT_POLL))
+            watch.check_time()
+
+    def _stream(self, task_id: str, last_id: int | None, reconnects: int, stop_at: float | None,
+                before_connect: Callable[[], None]) -> Iterator[Event]:
+        failures = 0
+        while True:
+            before_connect()
+            try:
+                for event in self._connection(task_id, last_id, stop_at):
+                    failures = 0
+                    last_id = event.id if event.id is not None else last_id
+                    yield event
+                    if event.doc["status"] in TERMINAL:
+                        return
+                reason = "the stream ended before the task did"
+                delay = 0.0
+            except (httpx.TransportError, httpx_sse.SSEError) as exc:
+                reason, delay = f"{type(exc).__name__}: {exc}", 0.0
+            except Unavailable as exc:
+                reason, delay = exc.describe(), exc.retry_after or DEFAULT_POLL
+            if stop_at is not None and self._clock() >= stop_at:
+                return
+            failures += 1
+            if failures > reconnects:
+                raise StreamFailed(f"event stream of task {task_id}: {reason}")
+            self._sleep(min(delay or 0.2 * failures, _remaining(stop_at, self._clock)))
+
+    def _connection(self, task_id: str, last_id: int | None, stop_at: float | None) -> Iterator[Event]:
+        headers = {} if last_id is None else {"Last-Event-ID": str(last_id)}
+        read = min(STREAM_READ_TIMEOUT, max(0.01, _remaining(stop_at, self._clock)))
+        timeout = httpx.Timeout(self.timeout, read=read)
+        with httpx_sse.connect_sse(self._http, "GET", _task_path(task_id, "/events"), headers=headers,
+                                   timeout=timeout) as source:
+            response = source.response
+            if response.status_code == 410:
+                response.read()
+                yield Event(None, _json(response))
+                return
+            if response.status_code != 200:
+                response.read()
+                self._raise(response)
+            for sse in source.iter_sse():
+                if sse.event == "status":
+                    yield Event(int(sse.id) if sse.id.isdigit() else None, json.loads(sse.data))
+
+    def _status(self, task_id: str) -> tuple[Doc, float | None]:
+        response = self._request("GET", _task_path(task_id))
+        if response.status_code in (200, 410):
+            return _json(response), _retry_after(response)
+        self._raise(response)
+
+    def _no_result(self, task_id: str, response: httpx.Response) -> NoReturn:
+        """Raise what an answer other than 200 from /result or /result/file means."""
+        if response.status_code == 202:
+            raise StillRunning(task_id, _json(response), attempts=1)
+        if response.status_code == 410:
+            raise TaskExpired(task_id, _json(response))
+        body = _json_or_none(response) or {}
+        if response.status_code == 409 and body.get("task_status") in ENDED:
+            error = body.get("error") or {}
+            raise ENDED[body["task_status"]](task_id, None, error.get("code"), str(error.get("message", "")))
+        self._raise(response)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServiceUnreachable(f"no answer from {self.url}: {type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _raise(response: httpx.Response) -> NoReturn:
+        body = _json_or_none(response)
+        status = response.status_code
+        if status == 409 and isinstance(body, dict) and body.get("duplicate"):
+            raise DuplicateTask(status, body)
+        cls = problem_class(status) if status >= 400 else ProblemError
+        raise cls(status, body if isinstance(body, dict) else None, _retry_after(response))
+
+
+class _Watch:
+    """The limits of one :meth:`Client.follow`: attempts made, the deadline, the last document seen."""
+
+    def __init__(self, task_id: str, max_attempts: int | None, stop_at: float | None,
+                 clock: Callable[[], float]) -> None:
+        self.task_id = task_id
+        self.max_attempts = max_attempts
+        self.stop_at = stop_at
+        self.clock = clock
+        self.attempts = 0
+        self.last: Doc | None = None
+
+    def attempt(self) -> None:
+        """Count one more attempt, or raise StillRunning if none is left."""
+        self.check_time()
+        self.check_attempts()
+        self.attempts += 1
+
+    def check_attempts(self) -> None:
+        if self.max_attempts is not None and self.attempts >= self.max_attempts:
+            raise StillRunning(self.task_id, self.last, self.attempts)
+
+    def check_time(self) -> None:
+        if self.stop_at is not None and self.clock() >= self.stop_at:
+            raise StillRunning(self.task_id, self.last, self.attempts)
+
+    def clamp(self, delay: float) -> float:
+        return min(delay, _remaining(self.stop_at, self.clock))
+
+
+def _remaining(stop_at: float | None, clock: Callable[[], float]) -> float:
+    return float("inf") if stop_at is None else max(0.0, stop_at - clock())
+
+
+def _task_path(task_id: str, suffix: str = "") -> str:
+    return f"{API}/tasks/{quote(str(task_id), safe='')}{suffix}"
+
+
+def _json(response: httpx.Response) -> Doc:
+    body = _json_or_none(response)
+    if not isinstance(body, dict):
+        raise ProblemError(response.status_code, None)
+    return body
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds when it is a number (the service sends whole seconds), else None."""
+    raw = response.headers.get("Retry-After", "").strip()
+    return float(raw) if raw.isascii() and raw.isdigit() and len(raw) < 8 else None
+
+
+def _attachment_name(response: httpx.Response, task_id: str) -> str:
+    """The file name of ``Content-Disposition``, reduced to a bare name (never a path)."""
+    message = Message()
+    message["Content-Disposition"] = response.headers.get("Content-Disposition", "")
+    name = Path(message.get_filename() or "").name
+    return name if name not in ("", ".", "..") else f"{task_id}.result"

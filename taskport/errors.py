@@ -1,0 +1,157 @@
+"""The client's exceptions: one base, :class:`TaskportError`, and two families under it.
+
+- :class:`ProblemError` and its subclasses: the service answered with RFC 9457 problem details (or an
+  error status). They carry ``status``, ``type``, ``title``, ``detail`` and the field ``errors``.
+- :class:`TaskEnded` and its subclasses, plus :class:`StillRunning`: the task itself did not give a
+  result (FAILED with ``code``, CANCELLED, EXPIRED), or was still running when the caller's limit ran
+  out. ``code`` is the task's ``error.code``: a business code (positive, e.g. 10001) or one of the
+  service's own (negative: -1 internal, -2 timed out, -3 worker lost, -4 expired).
+
+:class:`ServiceUnreachable` means no HTTP answer at all (connection refused, DNS, timeout).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Doc = dict[str, Any]
+
+
+class TaskportError(Exception):
+    """Base of every exception the client raises."""
+
+
+class ServiceUnreachable(TaskportError):
+    """No HTTP answer from the service (connection refused, name not resolved, timed out)."""
+
+
+class StreamFailed(TaskportError):
+    """The event stream could not be (re)opened; :meth:`Client.follow` then polls instead."""
+
+
+class ProblemError(TaskportError):
+    """An error answer from the service, with its problem details."""
+
+    def __init__(self, status: int, body: Doc | None, retry_after: float | None = None) -> None:
+        self.status = status
+        self.body: Doc = body or {}
+        self.type: str = str(self.body.get("type", "about:blank"))
+        self.title: str = str(self.body.get("title", f"HTTP {status}"))
+        self.detail: str = str(self.body.get("detail", ""))
+        self.errors: dict[str, list[str]] = dict(self.body.get("errors") or {})
+        self.retry_after = retry_after
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """One line: ``422 Unprocessable: detail (field: message; ...)``."""
+        text = f"{self.status} {self.title}" + (f": {self.detail}" if self.detail else "")
+        if self.errors:
+            fields = "; ".join(f"{name}: {' '.join(map(str, messages))}" for name, messages in self.errors.items())
+            text += f" ({fields})"
+        return text
+
+
+class InvalidRequest(ProblemError):
+    """400, 413, 415 or 422: the request itself is wrong (see ``errors`` for the fields)."""
+
+
+class Unauthorized(ProblemError):
+    """401: the API key is missing or unknown."""
+
+
+class NotFound(ProblemError):
+    """404: no such task for this member (unknown, someone else's, or gone entirely)."""
+
+
+class Conflict(ProblemError):
+    """409: the task is in a state that does not allow the request (``task_status``, ``error``)."""
+
+    @property
+    def task_status(self) -> str | None:
+        value = self.body.get("task_status")
+        return None if value is None else str(value)
+
+
+class DuplicateTask(Conflict):
+    """409 on submit: the same dedup key within the window. ``existing`` is that task's status document."""
+
+    @property
+    def existing(self) -> Doc:
+        return dict(self.body.get("existing") or {})
+
+    @property
+    def task_id(self) -> str:
+        return str(self.body.get("task_id", ""))
+
+
+class Gone(ProblemError):
+    """410 where a document was expected but the task expired (the body is its EXPIRED status document)."""
+
+
+class Unavailable(ProblemError):
+    """503: the service cannot reach its Redis; ``retry_after`` says when to try again."""
+
+
+_BY_STATUS: dict[int, type[ProblemError]] = {
+    400: InvalidRequest, 413: InvalidRequest, 415: InvalidRequest, 422: InvalidRequest,
+    401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone, 503: Unavailable,
+}
+
+
+def problem_class(status: int) -> type[ProblemError]:
+    return _BY_STATUS.get(status, ProblemError)
+
+
+class TaskEnded(TaskportError):
+    """The task ended without a result. ``doc`` is its last status document (when one was read)."""
+
+    status = ""
+
+    def __init__(self, task_id: str, doc: Doc | None = None, code: int | None = None, message: str = "") -> None:
+        self.task_id = task_id
+        self.doc = doc
+        error = (doc or {}).get("error") or {}
+        self.code: int | None = code if code is not None else error.get("code")
+        self.message: str = message or str(error.get("message", ""))
+        text = f"task {task_id} {self.status}"
+        if self.code is not None:
+            text += f" with code {self.code}" + (f": {self.message}" if self.message else "")
+        super().__init__(text)
+
+
+class TaskFailed(TaskEnded):
+    """The whole task FAILED; ``code`` is its ``error.code`` (business code or the service's own)."""
+
+    status = "FAILED"
+
+
+class TaskCancelled(TaskEnded):
+    """The task was CANCELLED."""
+
+    status = "CANCELLED"
+
+
+class TaskExpired(TaskEnded):
+    """The task is EXPIRED (it did not finish in time (-4), or its result was dropped after its time)."""
+
+    status = "EXPIRED"
+
+
+class StillRunning(TaskportError):
+    """The caller's limit (``timeout`` or ``max_attempts``) ran out while the task was still running.
+
+    Not a failure of the task: check its status (or the history) later. ``doc`` is the last status read.
+    """
+
+    def __init__(self, task_id: str, doc: Doc | None, attempts: int) -> None:
+        self.task_id = task_id
+        self.doc = doc
+        self.attempts = attempts
+        status = (doc or {}).get("status", "PENDING")
+        progress = (doc or {}).get("progress", 0)
+        plural = "" if attempts == 1 else "s"
+        super().__init__(f"task {task_id} is still {status} ({progress}%) after {attempts} attempt{plural}: "
+                         "check its status or the history later")
+
+
+ENDED: dict[str, type[TaskEnded]] = {"FAILED": TaskFailed, "CANCELLED": TaskCancelled, "EXPIRED": TaskExpired}

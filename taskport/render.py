@@ -1,0 +1,107 @@
+"""How the CLI shows documents to a person (rich): the live progress bar, status, result, history.
+
+Why rich: one well-kept library gives the live bar (redrawn in place on a terminal, printed once
+when the output is a pipe or a log) and the tables, with no terminal code of our own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
+
+Doc = dict[str, Any]
+MAX_FAILURE_ROWS = 50  # the table shows this many failures; the rest are counted
+PIPE_WIDTH = 200  # columns when stdout is not a terminal: ids and times are never cut in a pipe or a log
+
+
+def stdout() -> Console:
+    """The console for results: the terminal's width, or a wide one when piped (rich's 80 cuts task ids)."""
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=PIPE_WIDTH)
+
+
+def counts(doc: Doc) -> str:
+    """``18 ok, 2 failed of 20`` or an empty string for a task without items."""
+    items = doc.get("items")
+    if not items:
+        return ""
+    return f"{items['succeeded']} ok, {items['failed']} failed of {items['total']}"
+
+
+def progress(docs: Iterable[Doc], console: Console) -> Doc | None:
+    """Show a live bar (percent, status, item counts, message) while ``docs`` come; return the last."""
+    columns = (TextColumn("{task.fields[status]:<10}"), BarColumn(bar_width=30), TaskProgressColumn(),
+               TextColumn("{task.fields[counts]}"), TextColumn("{task.description}"))
+    last: Doc | None = None
+    with Progress(*columns, console=console, transient=False) as bar:
+        job = bar.add_task("", total=100, status="PENDING", counts="")
+        for doc in docs:
+            last = doc
+            bar.update(job, completed=doc["progress"], description=doc.get("message") or "",
+                       status=doc["status"], counts=counts(doc))
+    return last
+
+
+def status(doc: Doc, console: Console | None = None) -> None:
+    """A status document as aligned lines."""
+    out = console or stdout()
+    error = doc.get("error")
+    rows = [("task", doc["task_id"]), ("type", doc["type"]), ("status", doc["status"]),
+            ("progress", f"{doc['progress']}%"), ("message", doc.get("message") or ""), ("items", counts(doc)),
+            ("error", f"{error['code']}: {error['message']}" if error else ""),
+            ("created", doc.get("created_at") or ""), ("updated", doc.get("updated_at") or ""),
+            ("expires", doc.get("expires_at") or "")]
+    for name, value in rows:
+        if value:
+            out.print(f"{name:<9} {value}", markup=False, soft_wrap=True)
+
+
+def result(doc: Doc, console: Console | None = None) -> None:
+    """A result document: the outcome line, the failure table (if any) and the processor's output."""
+    out = console or stdout()
+    line = f"{doc['status']} {doc['task_id']}"
+    if counts(doc):
+        line += f"  items: {counts(doc)}"
+    if doc.get("error_code") is not None:
+        line += f"  error_code: {doc['error_code']}"
+    out.print(line, markup=False, soft_wrap=True)
+    failures = doc.get("failures") or []
+    if failures:
+        table = Table("item", "code", "message", title="failed items", title_justify="left")
+        for failure in failures[:MAX_FAILURE_ROWS]:
+            table.add_row(str(failure["item"]), str(failure["code"]), str(failure["message"]))
+        out.print(table)
+        if len(failures) > MAX_FAILURE_ROWS:
+            out.print(f"... and {len(failures) - MAX_FAILURE_ROWS} more (--json shows them all)")
+    out.print("result: " + json.dumps(doc.get("result"), ensure_ascii=False), markup=False, soft_wrap=True)
+
+
+def ended(doc: Doc, console: Console) -> None:
+    """A task that ended without a result (FAILED, CANCELLED, EXPIRED), on stderr."""
+    error = doc.get("error")
+    text = f"{doc['status']} {doc['task_id']}"
+    if error:
+        text += f" with code {error['code']}: {error['message']}"
+    console.print(text, markup=False, soft_wrap=True)
+
+
+def history(docs: list[Doc], console: Console | None = None) -> None:
+    """Tasks as a table, newest first."""
+    out = console or stdout()
+    if not docs:
+        out.print("no tasks")
+        return
+    table = Table()
+    table.add_column("task", no_wrap=True, min_width=36)
+    for name in ("type", "status", "progress", "items"):
+        table.add_column(name)
+    table.add_column("created", no_wrap=True)
+    for doc in docs:
+        table.add_row(doc["task_id"], doc["type"], doc["status"], f"{doc['progress']}%", counts(doc),
+                      doc.get("created_at") or "")
+    out.print(table)
