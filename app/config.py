@@ -59,7 +59,8 @@ class Config:
     alert_window: int = _setting("TASKPORT_ALERT_WINDOW", 300, "seconds of the failure-alert window")
     redis_timeout: float = _setting("TASKPORT_REDIS_TIMEOUT", 2.0, "socket timeout for Redis calls, seconds")
     dashboard_user: str = _setting("TASKPORT_DASHBOARD_USER", "admin", "operator user for /rq")
-    dashboard_password: str = _setting("TASKPORT_DASHBOARD_PASSWORD", "", "operator password (/rq, /api/v1/audit); empty = both off")
+    dashboard_password: str = _setting(
+        "TASKPORT_DASHBOARD_PASSWORD", "", "operator password (/rq, /api/v1/audit); empty = both off")
     log_level: str = _setting("TASKPORT_LOG_LEVEL", "INFO", "log level of every process")
     sse_heartbeat: float = _setting(
         "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")

@@ -175,9 +175,12 @@ class _Upload(io.BufferedIOBase):
         view = memoryview(data).cast("B")
         self._buffer += view
         self._position += view.nbytes
-        while len(self._buffer) >= self._store.part_size:
-            self._send_part(bytes(self._buffer[: self._store.part_size]))
-            del self._buffer[: self._store.part_size]
+        size = self._store.part_size
+        while len(self._buffer) >= size:
+            with memoryview(self._buffer) as whole:
+                part = bytes(whole[:size])  # one copy (a bytearray slice would make two)
+            del self._buffer[:size]
+            self._send_part(part)
         return view.nbytes
 
     def _send_part(self, body: bytes) -> None:
