@@ -163,6 +163,24 @@ def result_store(config: Config) -> ResultStore:
     return LocalResultStore(where)
 
 
+def streamed_body(handle: BinaryIO, size: int = 1024 * 1024) -> Iterator[bytes] | None:
+    """A download's body for ``handle``: None for a file on disk (the WSGI server's file wrapper sends it
+    with sendfile), else its bytes in ``size`` blocks, closing it at the end. An object store's stream
+    read through the file wrapper's 8 KiB reads ran at 134 MiB/s and 2.6 web CPU s per GiB; in 1 MiB
+    blocks 377 MiB/s and 0.4 s (bench/download.py)."""
+    try:
+        handle.fileno()
+        return None
+    except (OSError, AttributeError):
+        return _blocks(handle, size)
+
+
+def _blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
+    with handle:
+        while block := handle.read(size):
+            yield block
+
+
 def spill(store: ResultStore, task_id: str, result: Any, limit: int) -> Any:
     """``result`` itself when its JSON is at most ``limit`` bytes, else a reference to it, written to
     ``store`` as ``result.json`` (raises StoreUnavailable when the store cannot take it)."""

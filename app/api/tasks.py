@@ -13,7 +13,7 @@ from marshmallow import ValidationError
 
 from app.api import json_response
 from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, Unavailable, UnsupportedMediaType, ValidationFailed
-from app.results import StoreUnavailable, unspill
+from app.results import StoreUnavailable, streamed_body, unspill
 from app.runtime import runtime
 from app.schemas import HistoryQuerySchema, SubmitSchema
 from app.states import ACTIVE, TaskStatus
@@ -151,6 +151,8 @@ def result_file(task: Task, stored: dict[str, Any]) -> Response:
     response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
     response.headers["Content-Type"] = info["content_type"]  # as recorded (Flask would add a second charset)
     response.content_length = info["size"]
+    if (blocks := streamed_body(handle)) is not None:  # an object store's stream: see app.results
+        response.response = blocks
     return response
 
 
