@@ -14,8 +14,9 @@ import orjson
 import pytest
 import requests
 
+from app.embedded import free_port
 from tests.integration.harness import REPO_ROOT, Api, Stack
-from tests.s3server import S3Server, use_s3
+from tests.s3server import S3Server, dead_endpoint, use_s3
 
 ROWS = 950_000  # orders.export CSV rows: just over 50 MiB
 OPERATOR = ("admin", "op-secret")
@@ -27,7 +28,8 @@ def s3_stack(stack: Stack, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch,
     use_s3(monkeypatch, s3_server)  # children inherit the AWS variables
     bucket = s3_server.new_bucket()
     stack.configure(result_store=f"s3://{bucket}/tp", processors="tests.userprocs.bulky", inline_result_max=4096,
-                    dashboard_password=OPERATOR[1], worker_class="simple", data_dir=tmp_path / "web-host")
+                    dashboard_password=OPERATOR[1], worker_class="simple", data_dir=tmp_path / "web-host",
+                    result_store_timeout=1)
     stack.start_web()
     stack.configure(data_dir=tmp_path / "worker-host")
     stack.start_worker()
@@ -78,3 +80,20 @@ def test_operators_read_the_audit_trail_over_http_and_the_cli(s3_stack: tuple[St
                          env=stack.environ(), capture_output=True, timeout=30, check=True)
     assert [orjson.loads(line)["to"] for line in cli.stdout.splitlines()] == ["COMPLETED", "PROCESSING", "PENDING"]
     assert requests.get(stack.url("/readyz"), timeout=5).status_code == 200
+
+
+def test_a_web_that_cannot_reach_the_store_answers_503_with_retry_after(
+        s3_stack: tuple[Stack, str], s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack, _ = s3_stack
+    with Api(stack.base_url) as api:
+        stored = api.create("orders.export", {"rows": 10})
+        api.wait_for(stored, "COMPLETED")
+    use_s3(monkeypatch, s3_server, dead_endpoint())  # for the web started from now on
+    stack.configure(port=free_port())
+    stack.start_web()
+    with Api(stack.base_url) as cut_off:
+        r = cut_off.get(f"/api/v1/tasks/{stored}/result/file")
+        assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+        assert r.headers["Content-Type"] == "application/problem+json"
+        assert r.json()["detail"] == "the result store is unreachable, retry shortly"
+        assert cut_off.status(stored)["status"] == "COMPLETED"  # the task itself reads as ever
