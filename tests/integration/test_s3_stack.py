@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from app.embedded import free_port
-from tests.integration.harness import REPO_ROOT, Api, Stack
+from tests.integration.harness import REPO_ROOT, Api, Stack, wait_until
 from tests.s3server import S3Server, dead_endpoint, use_s3
 
 ROWS = 950_000  # orders.export CSV rows: just over 50 MiB
@@ -97,3 +97,17 @@ def test_a_web_that_cannot_reach_the_store_answers_503_with_retry_after(
         assert r.headers["Content-Type"] == "application/problem+json"
         assert r.json()["detail"] == "the result store is unreachable, retry shortly"
         assert cut_off.status(stored)["status"] == "COMPLETED"  # the task itself reads as ever
+
+
+def test_a_cancelled_export_leaves_no_object_and_no_unfinished_upload(
+        s3_stack: tuple[Stack, str], s3_server: S3Server) -> None:
+    stack, bucket = s3_stack
+    with Api(stack.base_url) as api:
+        task_id = api.create("orders.export", {"rows": ROWS})
+        wait_until(lambda: api.status(task_id)["progress"] >= 40, timeout=30,
+                   message="the export to be 40% written (parts of its multipart upload sent)")
+        assert s3_server.uploads(bucket) == [f"tp/{task_id}/orders_2026-01-01_2026-12-31.csv"]
+        assert api.delete(f"/api/v1/tasks/{task_id}").status_code == 204
+        api.wait_for(task_id, "CANCELLED")
+    wait_until(lambda: not s3_server.uploads(bucket) and not s3_server.keys(bucket), timeout=15,
+               message=lambda: f"the upload to be aborted: {s3_server.uploads(bucket)} {s3_server.keys(bucket)}")
