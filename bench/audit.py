@@ -102,7 +102,7 @@ def digest_field_bytes(conn: Any, store: TaskStore) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     args.add_argument("--tasks", type=int, default=5000, help="tasks per variant per round (default 5000)")
-    args.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3); medians are shown")
+    args.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5); medians are shown")
     opts = args.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="taskport-bench-audit-") as tmp:
         config = Config.from_env({}, data_dir=Path(tmp))
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in stores}
             for store in stores.values():
                 one_variant(conn, store, min(opts.tasks, 500))  # warm-up: script cache, allocator, CPU clocks
-            for _ in range(opts.rounds):
-                for name, store in stores.items():
-                    runs[name].append(one_variant(conn, store, opts.tasks))
+            for r in range(opts.rounds):
+                for name in (("audited", "baseline") if r % 2 else ("baseline", "audited")):  # alternate who goes first
+                    runs[name].append(one_variant(conn, stores[name], opts.tasks))
             field = digest_field_bytes(conn, stores["audited"])
             conn.close()
     report(runs, field, opts.tasks, opts.rounds)
