@@ -16,7 +16,7 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     from flask import Flask
 
     from app import auth, dashboard, errors, limits, metrics
-    from app.api import docs, events, health, page, tasks
+    from app.api import audit, docs, events, health, page, tasks
     from app.api import metrics as metrics_api
     from app.logs import setup_logging
     from app.runtime import Runtime
@@ -35,6 +35,6 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     auth.init_app(app, config)
     limits.init_app(app, config, rt.members, rt.redis)
     dashboard.init_app(app, config, rt.redis)
-    for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp):
+    for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp, audit.bp):
         app.register_blueprint(blueprint)
     return app

@@ -5,6 +5,7 @@
     taskport scheduler    rq-scheduler (periodic housekeeping)
     taskport up           all of the above under honcho, plus an embedded Redis when REDIS_URL is unset
     taskport config       the configuration table (markdown)
+    taskport audit        the audit trail of task transitions (--task ID, --member M)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from app import audit
 from app.config import Config, ConfigError
 from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, port_in_use, session_members
 from app.logs import setup_logging
@@ -202,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     from taskport.cli import add_commands as add_client_commands
 
     add_client_commands(sub)
+    audit.add_parser(sub)
     return parser
 
 

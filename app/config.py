@@ -76,7 +76,8 @@ class Config:
     alert_window: int = _setting("TASKPORT_ALERT_WINDOW", 300, "seconds of the failure-alert window")
     redis_timeout: float = _setting("TASKPORT_REDIS_TIMEOUT", 2.0, "socket timeout for Redis calls, seconds")
     dashboard_user: str = _setting("TASKPORT_DASHBOARD_USER", "admin", "operator user for /rq")
-    dashboard_password: str = _setting("TASKPORT_DASHBOARD_PASSWORD", "", "operator password; empty = /rq off")
+    dashboard_password: str = _setting(
+        "TASKPORT_DASHBOARD_PASSWORD", "", "operator password (/rq, /api/v1/audit); empty = both off")
     log_level: str = _setting("TASKPORT_LOG_LEVEL", "INFO", "log level of every process")
     sse_heartbeat: float = _setting(
         "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")
@@ -90,6 +91,14 @@ class Config:
         "off in open mode; off = never")
     sse_poll: float = _setting(
         "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
+    result_store: str = _setting(
+        "TASKPORT_RESULT_STORE", "", "file:///dir or s3://bucket/prefix; empty = TASKPORT_DATA_DIR/results on disk")
+    result_store_timeout: float = _setting(
+        "TASKPORT_RESULT_STORE_TIMEOUT", 5.0, "connect and read timeout of s3:// result store calls, seconds")
+    inline_result_max: int = _setting(
+        "TASKPORT_INLINE_RESULT_MAX", 64 * 1024, "JSON results longer than this many bytes go to the result store")
+    audit_retention: str = _setting(
+        "TASKPORT_AUDIT_RETENTION", "30d,1000000", "audit stream retention: an age (s/m/h/d) and/or an entry count")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -125,6 +134,10 @@ class Config:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
                 "and cancel every task: set TASKPORT_API_KEYS, bind 127.0.0.1, or set TASKPORT_ALLOW_OPEN=1")
+        self.result_location  # noqa: B018
+        self.audit_limits  # noqa: B018
+        if self.inline_result_max <= 0 or self.result_store_timeout <= 0:
+            raise ConfigError("TASKPORT_INLINE_RESULT_MAX and TASKPORT_RESULT_STORE_TIMEOUT must be positive")
 
     @property
     def backoff(self) -> list[int]:
@@ -171,6 +184,37 @@ class Config:
     @property
     def redis_dir(self) -> Path:
         return Path(self.data_dir) / "redis"
+
+    @property
+    def result_location(self) -> tuple[str, str, str]:
+        """(scheme, bucket or '', path or prefix) of TASKPORT_RESULT_STORE: ``file``/'' /dir or ``s3``/bucket/prefix."""
+        raw = self.result_store.strip()
+        if not raw:
+            return "file", "", str(self.results_dir)
+        scheme, sep, rest = raw.partition("://")
+        if scheme == "file" and sep and rest:
+            return "file", "", rest
+        bucket, _, prefix = rest.partition("/")
+        if scheme == "s3" and sep and bucket:
+            return "s3", bucket, prefix.strip("/")
+        raise ConfigError("TASKPORT_RESULT_STORE must look like file:///path or s3://bucket/prefix")
+
+    @property
+    def audit_limits(self) -> tuple[int, int]:
+        """(max entries, max age in seconds) of the audit stream; 0 = no limit of that kind."""
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        count = age = 0
+        for part in filter(None, (p.strip() for p in self.audit_retention.split(","))):
+            number, unit = (part[:-1], units.get(part[-1])) if part[-1] in units else (part, None)
+            if not (number.isascii() and number.isdigit() and len(number) <= 12):
+                raise ConfigError("TASKPORT_AUDIT_RETENTION looks like 30d,1000000 (an age and/or a count)")
+            if unit is None:
+                count = int(number)
+            else:
+                age = int(number) * unit
+        if not count and not age:
+            raise ConfigError("TASKPORT_AUDIT_RETENTION needs an age (30d) or an entry count (1000000)")
+        return count, age
 
     def child_environ(self, role: str = "web") -> dict[str, str]:
         """The environment a child process of ``role`` needs to rebuild this Config.

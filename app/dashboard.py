@@ -69,8 +69,14 @@ def _guard(user: str, password: str) -> Response | None:
     """Let a dashboard request through only with the operator's credentials."""
     if not _is_dashboard():
         return None
+    return operator_check(user, password, "dashboard")
+
+
+def operator_check(user: str, password: str, what: str) -> Response | None:
+    """None when the request carries the operator's HTTP Basic credentials; else the answer to give:
+    404 "<what> disabled" when no operator password is configured, 401 with a Basic challenge."""
     if not password:
-        return problem(404, "not-found", "Not found", "dashboard disabled")
+        return problem(404, "not-found", "Not found", f"{what} disabled")
     auth = request.authorization
     if (
         auth is not None and auth.type == "basic"
@@ -78,5 +84,5 @@ def _guard(user: str, password: str) -> Response | None:
         and hmac.compare_digest((auth.password or "").encode(), password.encode())
     ):
         return None
-    return problem(401, "unauthorized", "Operator credentials required", "the dashboard needs HTTP Basic credentials",
+    return problem(401, "unauthorized", "Operator credentials required", f"the {what} needs HTTP Basic credentials",
                    {"WWW-Authenticate": REALM})

@@ -45,6 +45,8 @@ STATS = f"{PREFIX}stats"  # hash: counters (submitted, completed, failed, ...) f
 FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
 SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
 ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert went out in this window
+AUDIT = f"{PREFIX}audit"  # stream: one entry per task transition, capped by TASKPORT_AUDIT_RETENTION
+ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's orphan sweep continues after
 
 
 def housekeeping_lock(job: str) -> str:
@@ -52,4 +54,4 @@ def housekeeping_lock(job: str) -> str:
 
 
 def all_static() -> list[str]:
-    return [EXPIRY, RUNNING, MEMBERS, STATS, FAILURES, SLOW_WARNED, ALERT_SENT]
+    return [EXPIRY, RUNNING, MEMBERS, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP]

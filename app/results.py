@@ -1,9 +1,17 @@
-"""Result files (exports) behind a small storage interface.
+"""Result files (exports, large JSON results) behind a small storage interface.
 
 Processors write files through ``ResultStore.writer``; the API streams them back with ``open``;
-housekeeping and cancellation remove them with ``delete``. :class:`LocalResultStore` keeps them on
-disk, one folder per task under ``Config.results_dir``; another backend (S3, ...) only has to
-implement the :class:`ResultStore` protocol and be returned by :func:`result_store`.
+housekeeping and cancellation remove them with ``delete``, and housekeeping's orphan sweep walks
+``task_ids``. :class:`LocalResultStore` keeps them on disk, one folder per task under
+``Config.results_dir``; :class:`app.s3store.S3ResultStore` keeps them in an S3-compatible bucket.
+:func:`result_store` returns the one ``TASKPORT_RESULT_STORE`` names. Both pass the same contract
+tests (tests/unit/test_result_store_contract.py).
+
+A JSON result longer than ``TASKPORT_INLINE_RESULT_MAX`` is written as ``result.json`` by
+:func:`spill`, and the task record keeps only a reference; :func:`unspill` reads it back.
+
+A store that cannot be reached raises :class:`StoreUnavailable` (a worker retries the task, then
+fails it with error code -5; the API answers 503 with Retry-After).
 
 A writer never leaves a half-written file under its final name: bytes go to a hidden temporary
 file in the task's folder that is renamed into place (atomically, ``os.replace``) only when the
@@ -20,7 +28,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
+
+import orjson
 
 from app.config import Config
 
@@ -29,6 +39,12 @@ _TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 # A plain file name: no separators, no leading dot (so never "." / ".." and never a temp file).
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TEMP_SUFFIX = ".part"
+SPILLED_NAME = "result.json"  # a JSON result too long for Redis, under the task's folder
+SPILLED_REF = "$result_store"  # the reference left in the task record: {SPILLED_REF: name, "size": bytes}
+
+
+class StoreUnavailable(Exception):
+    """The result store cannot be reached (network, timeout, a 5xx from the server): worth retrying."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +72,11 @@ class ResultStore(Protocol):
         ...
 
     def delete(self, task_id: str) -> None:
-        """Remove every file of the task; idempotent."""
+        """Remove every file of the task (and any unfinished upload); idempotent."""
+        ...
+
+    def task_ids(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` ids of tasks that have files, in id order, each greater than ``after``."""
         ...
 
 
@@ -123,7 +143,69 @@ class LocalResultStore:
         except FileNotFoundError:
             pass
 
+    def task_ids(self, after: str, limit: int) -> list[str]:
+        """See :meth:`ResultStore.task_ids`."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if n > after and _TASK_ID.fullmatch(n))[:limit]
+
 
 def result_store(config: Config) -> ResultStore:
-    """The result store the configuration asks for (today: files under ``config.results_dir``)."""
-    return LocalResultStore(config.results_dir)
+    """The result store ``TASKPORT_RESULT_STORE`` names (default: files under ``config.results_dir``)."""
+    scheme, bucket, where = config.result_location
+    if scheme == "s3":
+        from app.s3store import S3ResultStore  # boto3 loads only where it is used
+
+        return S3ResultStore(bucket, where, scratch=Path(config.data_dir) / "scratch",
+                             timeout=config.result_store_timeout)
+    return LocalResultStore(where)
+
+
+def streamed_body(handle: BinaryIO, size: int = 1024 * 1024) -> Blocks | None:
+    """A download's body for ``handle``: None for a file on disk (the WSGI server's file wrapper sends it
+    with sendfile), else its bytes in ``size`` blocks. An object store's stream read through the file
+    wrapper's 8 KiB reads ran at 134 MiB/s and 2.6 web CPU s per GiB; in 1 MiB blocks 377 MiB/s and
+    0.4 s (bench/download.py)."""
+    try:
+        handle.fileno()
+        return None
+    except (OSError, AttributeError):
+        return Blocks(handle, size)
+
+
+class Blocks:
+    """A WSGI body: ``handle``'s bytes ``size`` at a time. The server's ``close()`` closes the handle,
+    also when the body was never iterated (a HEAD request) or the client left halfway."""
+
+    def __init__(self, handle: BinaryIO, size: int) -> None:
+        self.handle, self.size = handle, size
+
+    def __iter__(self) -> Iterator[bytes]:
+        while block := self.handle.read(self.size):
+            yield block
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def spill(store: ResultStore, task_id: str, result: Any, limit: int) -> Any:
+    """``result`` itself when its JSON is at most ``limit`` bytes, else a reference to it, written to
+    ``store`` as ``result.json`` (raises StoreUnavailable when the store cannot take it)."""
+    body = orjson.dumps(result)
+    if len(body) <= limit:
+        return result
+    with store.writer(task_id, SPILLED_NAME) as fh:
+        fh.write(body)
+    return {SPILLED_REF: SPILLED_NAME, "size": len(body)}
+
+
+def unspill(store: ResultStore, task_id: str, stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored result with a spilled ``result`` read back from ``store`` (FileNotFoundError when it
+    is gone, StoreUnavailable when the store cannot be reached)."""
+    ref = stored.get("result")
+    if not (isinstance(ref, dict) and set(ref) == {SPILLED_REF, "size"}):
+        return stored
+    with store.open(task_id, check_name(ref[SPILLED_REF])) as fh:
+        return {**stored, "result": orjson.loads(fh.read())}

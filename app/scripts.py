@@ -6,6 +6,35 @@ with the status it found. Keys arrive in KEYS[] (built by app.keys), never built
 
 from __future__ import annotations
 
+from app.config import Config
+
+# The audit trail, one fragment for every script that changes a task's status: each calls
+# audit(...) once (a one-line splice) after its writes, so a transition and its audit entry are one
+# atomic step. build() puts the fragment in front of each script, with the retention rendered in.
+# KEYS: the audit stream is the LAST key of every script (TaskStore passes keys.AUDIT last)
+# ARGV: none of its own; the call passes the task's key, its id and the status it left ('' at submit).
+# Entry fields: task, member, type, from, to, code (error code or ''), attempt, payload (the SHA-256
+# of the payload JSON, written into the hash at submit): all read from the hash after the change, so
+# the entry says what the task became. The entry id is the time (ms). Trimmed with MAXLEN ~ (entries) and
+# MINID ~ (age) so trimming is cheap (whole stream nodes); 0 = no limit of that kind.
+AUDIT = """
+local function audit(task_key, id, from)
+  local h = redis.call('HMGET', task_key, 'member', 'type', 'status', 'error_code', 'attempts', 'payload_sha256')
+  local stream, maxlen, max_age_ms = KEYS[#KEYS], __AUDIT_MAXLEN__, __AUDIT_MAX_AGE_MS__
+  local cmd = {'XADD', stream}
+  if maxlen > 0 then cmd = {'XADD', stream, 'MAXLEN', '~', maxlen} end
+  local entry = {'*', 'task', id, 'member', h[1] or '', 'type', h[2] or '', 'from', from, 'to', h[3] or '',
+                 'code', h[4] or '', 'attempt', h[5] or '0', 'payload', h[6] or ''}
+  for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
+  redis.call(unpack(cmd))
+  if max_age_ms > 0 then
+    local t = redis.call('TIME')
+    local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age_ms
+    redis.call('XTRIM', stream, 'MINID', '~', string.format('%d', oldest))
+  end
+end
+"""
+
 # Create a task unless the member's dedup key is held, and queue its RQ job in the same step.
 # Atomic so that N concurrent identical submits create exactly one task, and so that a task and its
 # job reach Redis (and its append-only file) together or not at all; a duplicate queues nothing.
@@ -36,6 +65,7 @@ while i < first_field do
   redis.call(ARGV[i], KEYS[k], unpack(ARGV, i + 2, i + 1 + argc))
   i, k = i + 2 + argc, k + 1
 end
+audit(KEYS[2], ARGV[1], '')
 return {1}
 """
 
@@ -54,6 +84,7 @@ redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
 redis.call('PUBLISH', KEYS[4], seq)
+audit(KEYS[1], ARGV[3], status)
 return {1, payload, redis.call('HGETALL', KEYS[1])}
 """
 
@@ -118,7 +149,18 @@ if ARGV[11] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[11], 1) end
 if ARGV[3] == 'FAILED' then redis.call('ZADD', KEYS[8], ARGV[10], id) end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('PUBLISH', KEYS[6], seq)
+audit(KEYS[1], id, status)
 return {1, status}
 """
 
-ALL = {"submit": SUBMIT, "start": START, "progress": PROGRESS, "transition": TRANSITION}
+SOURCES = {"submit": SUBMIT, "start": START, "progress": PROGRESS, "transition": TRANSITION}
+
+
+def build(max_entries: int, max_age_s: int) -> dict[str, str]:
+    """Every script with the audit fragment in front, its retention rendered in (0 = no such limit)."""
+    fragment = AUDIT.replace("__AUDIT_MAXLEN__", str(int(max_entries)))
+    fragment = fragment.replace("__AUDIT_MAX_AGE_MS__", str(int(max_age_s) * 1000))
+    return {name: fragment + source for name, source in SOURCES.items()}
+
+
+ALL = build(*Config().audit_limits)  # with the default retention; TaskStore builds its own from its Config

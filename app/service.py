@@ -107,3 +107,6 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 def _is_uuid(value: str) -> bool:
     return _UUID.fullmatch(value) is not None
+
+
+is_task_id = _is_uuid  # the public name, for views that take a task id outside the task routes

@@ -45,6 +45,7 @@ class ErrorCode:
     TIMEOUT = -2
     WORKER_LOST = -3
     EXPIRED = -4
+    RESULT_STORE = -5
 
 
 class BusinessCode(IntEnum):
@@ -59,6 +60,7 @@ ERROR_MESSAGES = {
     ErrorCode.TIMEOUT: "task timed out",
     ErrorCode.WORKER_LOST: "worker lost: the process running the task died and no retry was left",
     ErrorCode.EXPIRED: "task expired before it finished",
+    ErrorCode.RESULT_STORE: "result store unavailable: the result could not be stored, please retry later",
 }
 
 QUEUES = ("high", "default", "low")  # RQ queue names, in the order workers listen

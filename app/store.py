@@ -7,6 +7,7 @@ round trip (HGETALL, or a pipeline when the result is needed too).
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,8 @@ class TaskStore:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
         self.redis: Any = conn  # redis-py's bytes|str unions say nothing here: replies are bytes (no decoding)
         self.config = config
-        self._scripts = {name: conn.register_script(src) for name, src in scripts.ALL.items()}
+        self._sources = scripts.build(*config.audit_limits)  # the audit retention is rendered into the scripts
+        self._scripts = {name: conn.register_script(src) for name, src in self._sources.items()}
 
     def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
         """Run a script now (EVALSHA, loading it on NOSCRIPT), or queue it on a caller's pipeline.
@@ -72,9 +74,10 @@ class TaskStore:
         restarted Redis) would fail inside MULTI while the rest of the transaction still applied, and
         redis-py's own remedy costs a SCRIPT EXISTS round trip on every execute.
         """
+        keys_ = [*keys_, keys.AUDIT]  # every script's last key: see scripts.AUDIT
         if client is None:
             return self._scripts[name](keys=keys_, args=args)
-        return client.eval(scripts.ALL[name], len(keys_), *keys_, *args)
+        return client.eval(self._sources[name], len(keys_), *keys_, *args)
 
     # -- submit ---------------------------------------------------------------------------------
     def create(self, new: NewTask, enqueue: Callable[[Any], None]) -> tuple[bool, str, Task | None]:
@@ -87,10 +90,12 @@ class TaskStore:
         """
         c = self.config
         created = now_ms()
+        body = orjson.dumps(new.payload)
         fields = [
             "type", new.type, "member", new.member, "status", S.PENDING,
             "progress", 0, "attempts", 0, "max_attempts", new.max_attempts, "priority", new.priority,
             "created_at", created, "updated_at", created, "expires_at", created + c.task_ttl * 1000, "seq", 0,
+            "payload_sha256", base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode(),
         ]  # fmt: skip
         job_keys, job_args = self._recorded_job(enqueue)
         key_ttl = c.task_ttl + c.tombstone_ttl
@@ -99,7 +104,7 @@ class TaskStore:
             [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
              keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS, *job_keys],
             [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
-             orjson.dumps(new.payload), new.member, len(job_args), *job_args, *fields],
+             body, new.member, len(job_args), *job_args, *fields],
         )  # fmt: skip
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from rq import Queue
 
-from app import scripts
+from app import keys, scripts
 from app.config import Config
 from app.jobs import JobQueue
 from app.service import dedup_digest
@@ -48,7 +48,7 @@ class PipelinedStore(TaskStore):
         self.pipe = pipe
 
     def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
-        self.pipe.eval(scripts.ALL[name], len(keys_), *keys_, *args)
+        self.pipe.eval(scripts.ALL[name], len(keys_) + 1, *keys_, keys.AUDIT, *args)
         return [1]
 
 

@@ -26,7 +26,7 @@ from app.results import ResultStore, result_store
 from app.states import TaskStatus
 from app.store import TaskStore
 from app.task import iso, now_ms
-from workers import processors
+from workers import orphans, processors
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -84,6 +84,7 @@ class Housekeeper:
         lifetime_ms = (self.config.task_ttl + self.config.result_ttl + self.config.tombstone_ttl) * 1000
         report.add("history_trimmed", self.store.trim_histories(now - lifetime_ms))
         self.jobs.trim_finished()
+        report.add("orphans_removed", orphans.sweep(self.store, self.results, self.redis))
 
     def _after_expiry(self, task_id: str, previous: str) -> None:
         tlog = task_logger(log, task_id)

@@ -24,7 +24,7 @@ from app.config import Config
 from app.connection import connect
 from app.logs import task_logger
 from app.process import die_with_parent
-from app.results import ResultStore, result_store
+from app.results import ResultStore, StoreUnavailable, result_store, spill
 from app.states import ERROR_MESSAGES, ErrorCode
 from app.store import Started, TaskStore
 from workers import processors
@@ -82,6 +82,7 @@ class Runner:
             if proc is None:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
             output = proc.func(started.payload, ctx)
+            output = spill(self.results, task.id, output, self.config.inline_result_max)  # large JSON: a reference
         except TaskCancelled:
             tlog.info("stopped: the task was cancelled or taken over")
             self.results.delete(task.id)
@@ -92,6 +93,10 @@ class Runner:
         except JobTimeoutException:
             self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
             return None
+        except StoreUnavailable as exc:  # known and transient: no traceback; -5 once no attempt is left
+            tlog.warning("result store unavailable (attempt %d of %d): %s", task.attempts, task.max_attempts, exc)
+            return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog,
+                                       ErrorCode.RESULT_STORE)
         except Exception:
             tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
             return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
@@ -110,9 +115,9 @@ class Runner:
             tlog.info("failed with code %d: %s", code, message)
 
     def _retry_or_fail(self, task_id: str, run_id: str, attempts: int, max_attempts: int, ctx: TaskContext,
-                       tlog: logging.LoggerAdapter) -> Retry | None:
+                       tlog: logging.LoggerAdapter, code: int = ErrorCode.INTERNAL) -> Retry | None:
         if attempts >= max_attempts:
-            self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
+            self._fail(task_id, run_id, code, ERROR_MESSAGES[code], ctx, tlog)
             return None
         backoff = self.config.backoff
         delay = backoff[min(attempts - 1, len(backoff) - 1)]

@@ -125,7 +125,7 @@ def _components(spec: APISpec) -> None:
         ("InternalError", 500, "an internal error occurred (details only in the log)", "Problem"),
     ):
         c.response(name, _content(PROBLEM_JSON, f"{code}: {text}", body))
-    c.response("Unavailable", _content(PROBLEM_JSON, "Redis is unreachable: retry later", "Problem", retry=True))
+    c.response("Unavailable", _content(PROBLEM_JSON, "Redis or result store down: retry", "Problem", retry=True))
     c.response("Gone", _content(JSON, "EXPIRED: the status document (no result)", "StatusDocument"))
     c.response("StillRunning", _content(JSON, "PENDING or PROCESSING: the status document", "StatusDocument", True))
 
@@ -230,12 +230,12 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
 def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     result = _op("The result of a COMPLETED task", {
         200: _content(JSON, "the result document", "Result"), 202: "StillRunning", 404: "NotFound",
-        409: "TaskConflict", 410: "Gone"}, security)
+        409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security)
     spec.path("/api/v1/tasks/{task_id}/result", parameters=[TASK_ID], operations={"get": result})
     file = _op("Download the file of a COMPLETED task whose result is a file", {
         200: {"description": "the file as an attachment, with its own content type (`result.file.content_type`)",
               "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
-        202: "StillRunning", 404: "NotFound", 409: "TaskConflict", 410: "Gone"}, security)
+        202: "StillRunning", 404: "NotFound", 409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security)
     spec.path("/api/v1/tasks/{task_id}/result/file", parameters=[TASK_ID], operations={"get": file})
 
 
@@ -255,5 +255,23 @@ def _other_paths(spec: APISpec) -> None:
     })
     dashboard["security"] = [{"basicAuth": []}]
     spec.path("/rq/", operations={"get": dashboard})
+    _audit_path(spec)
     spec.path("/", operations={"get": _op("A page to submit a task and watch it progress", {
         200: _content("text/html", "the page", {"type": "string"})})})
+
+
+def _audit_path(spec: APISpec) -> None:
+    page = {"type": "object", "properties": {"entries": {"type": "array", "items": {"type": "object"}},
+                                             "next_cursor": {"type": "string", "nullable": True}}}
+    trail = _op("The audit trail of task transitions, newest first (operators; see docs/storage.md)", {
+        200: _content(JSON, "entries {id, at, task_id, member, type, from, to, error_code, attempt, "
+                            "payload_sha256} and the cursor of the next page", page),
+        401: _content(PROBLEM_JSON, "operator credentials missing or wrong (`WWW-Authenticate: Basic`)", "Problem"),
+        404: _content(PROBLEM_JSON, "audit trail disabled (no operator password configured)", "Problem"),
+        422: "ValidationFailed",
+    })
+    trail["security"] = [{"basicAuth": []}]
+    trail["parameters"] = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}, "description": d}
+                           for n, d in (("task_id", "only this task"), ("member", "only this member's tasks"),
+                                        ("limit", "1..1000, default 100"), ("cursor", "next_cursor of a page"))]
+    spec.path("/api/v1/audit", operations={"get": trail})

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from flask import Blueprint, Response, request, send_file
 from marshmallow import ValidationError
 
 from app.api import json_response
-from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, UnsupportedMediaType, ValidationFailed
+from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, Unavailable, UnsupportedMediaType, ValidationFailed
+from app.results import StoreUnavailable, streamed_body, unspill
 from app.runtime import runtime
 from app.schemas import HistoryQuerySchema, SubmitSchema
 from app.states import ACTIVE, TaskStatus
@@ -23,6 +25,8 @@ bp = Blueprint("tasks", __name__, url_prefix="/api/v1")
 _submit_schema = SubmitSchema()
 _history_schema = HistoryQuerySchema()
 RETRY_AFTER = {"Retry-After": "1"}
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @bp.post("/tasks")
@@ -115,7 +119,7 @@ def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
     task, stored = rt.service.find_with_result(rt.members.current(), task_id)
     doc = task.to_doc(now_ms())
     if doc["status"] == TaskStatus.COMPLETED and stored is not None:
-        return task, stored
+        return task, _from_result_store(lambda: unspill(rt.results, task.id, stored))
     if doc["status"] in ACTIVE:
         return json_response(doc, 202, RETRY_AFTER)
     if doc["status"] in (TaskStatus.FAILED, TaskStatus.CANCELLED):
@@ -143,14 +147,24 @@ def result_file(task: Task, stored: dict[str, Any]) -> Response:
     info = (stored.get("result") or {}).get("file") if isinstance(stored.get("result"), dict) else None
     if not info:
         raise NotFound("this task's result has no file")
-    try:
-        handle = runtime().results.open(task.id, info["name"])
-    except FileNotFoundError:
-        raise NotFound("the result file is gone") from None
+    handle = _from_result_store(lambda: runtime().results.open(task.id, info["name"]))
     response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
     response.headers["Content-Type"] = info["content_type"]  # as recorded (Flask would add a second charset)
     response.content_length = info["size"]
+    if (blocks := streamed_body(handle)) is not None:  # an object store's stream: see app.results
+        response.response = blocks
     return response
+
+
+def _from_result_store(read: Callable[[], T]) -> T:
+    """``read()`` from the result store: 404 when the object is gone, 503 + Retry-After when the store is down."""
+    try:
+        return read()
+    except FileNotFoundError:
+        raise NotFound("the result file is gone") from None
+    except StoreUnavailable as exc:
+        log.error("result store unavailable during %s %s: %s", request.method, request.path, exc)
+        raise Unavailable("the result store is unreachable, retry shortly") from None
 
 
 @bp.delete("/tasks/<task_id>")
