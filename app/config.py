@@ -65,6 +65,9 @@ class Config:
         "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")
     sse_poll: float = _setting(
         "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
+    max_result: int = _setting(
+        "TASKPORT_MAX_RESULT", 16 * 1024 * 1024, "largest stored result (output + failures as JSON), bytes; "
+        "a larger one fails the task with -1")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -86,7 +89,7 @@ class Config:
             raise ConfigError("TASKPORT_WORKER_CLASS must be fork, simple or spawn")
         if self.redis_fsync not in ("everysec", "always"):
             raise ConfigError("TASKPORT_REDIS_FSYNC must be everysec or always")
-        for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers"):
+        for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed

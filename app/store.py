@@ -28,6 +28,10 @@ S = TaskStatus
 INLINE_RESULT_MAX = 64
 
 
+class ResultNotStorable(ValueError):
+    """A processor's output cannot be stored (not JSON-serializable, or over ``Config.max_result``)."""
+
+
 @dataclass(frozen=True)
 class NewTask:
     task_id: str
@@ -204,19 +208,35 @@ class TaskStore:
     def complete(
         self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
         failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
+        files_run: str | None = None,
     ) -> bool:
+        """PROCESSING -> COMPLETED for this run, with its result. ``files_run`` names the run whose result
+        folder holds the result's files (see app.results). Raises ResultNotStorable, writing nothing,
+        when the result is not JSON-serializable or longer than ``Config.max_result``."""
         stored: dict[str, Any] = {"result": result}
         if failures:
             stored["failures"] = failures
         if error_code is not None:
             stored["error_code"] = error_code
-        body = orjson.dumps(stored)
+        if files_run is not None:
+            stored["run"] = files_run
+        body = self._encode_result(stored)
         fields = ["progress", 100, "message", message or "completed", *_items_fields(items)]
         if len(body) <= INLINE_RESULT_MAX:
             fields += ["result", body]
             body = b""
         ok, _ = self._terminal(task_id, (S.PROCESSING,), S.COMPLETED, fields, run_id=run_id, result=body)
         return ok
+
+    def _encode_result(self, stored: dict[str, Any]) -> bytes:
+        try:
+            body = orjson.dumps(stored)
+        except orjson.JSONEncodeError as exc:
+            raise ResultNotStorable(f"the output is not JSON-serializable: {exc}") from None
+        if len(body) > self.config.max_result:
+            raise ResultNotStorable(f"the output is {len(body)} bytes as JSON, over the {self.config.max_result} "
+                                    "bytes limit (TASKPORT_MAX_RESULT)")
+        return body
 
     def fail(
         self, task_id: str, run_id: str, code: int, message: str, *, items: dict[str, int] | None = None,
@@ -270,8 +290,9 @@ class TaskStore:
         """Up to ``limit`` task ids of a sorted-set index whose score is at most ``before_ms``, oldest first."""
         return [m.decode() for m in self.redis.zrangebyscore(index, "-inf", before_ms, start=0, num=limit)]
 
-    def expire_batch(self, task_ids: list[str], now: int) -> list[tuple[str, str]]:
-        """Act on tasks whose time in the expiry index has come. Returns (task_id, status it left).
+    def expire_batch(self, task_ids: list[str], now: int) -> list[tuple[str, str, str]]:
+        """Act on tasks whose time in the expiry index has come. Returns (task_id, status it left, its RQ
+        job id).
 
         Terminal -> EXPIRED tombstone (result dropped); unfinished -> EXPIRED with -4; a tombstone whose
         time is over (or a task already gone) leaves the index. Three round trips for the whole batch.
@@ -279,8 +300,10 @@ class TaskStore:
         c = self.config
         pipe = self.redis.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hget(keys.task(task_id), "status")
-        statuses = [s.decode() if s else None for s in pipe.execute()]
+            pipe.hmget(keys.task(task_id), "status", "job")
+        found = pipe.execute()
+        statuses = [s.decode() if s else None for s, _ in found]
+        jobs = {t: job.decode() if job else t for t, (_, job) in zip(task_ids, found, strict=True)}
         tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
         unfinished = ["error_code", ErrorCode.EXPIRED, "error_message", ERROR_MESSAGES[ErrorCode.EXPIRED],
                       "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", now]
@@ -292,7 +315,7 @@ class TaskStore:
             else:
                 pipe.zrem(keys.EXPIRY, task_id)
         answers = pipe.execute()
-        return [(task_id, answer[1].decode()) for task_id, answer in zip(task_ids, answers, strict=True)
+        return [(task_id, answer[1].decode(), jobs[task_id]) for task_id, answer in zip(task_ids, answers, strict=True)
                 if isinstance(answer, list) and answer[0] == 1]
 
     def trim_histories(self, created_before_ms: int) -> int:
@@ -303,14 +326,17 @@ class TaskStore:
             pipe.zremrangebyscore(keys.history(member), "-inf", created_before_ms)
         return sum(pipe.execute())
 
-    def recover(self, task: Task, stale_before_ms: int, requeue: Any) -> str | None:
+    def recover(self, task: Task, stale_before_ms: int, requeue: Any, job_id: str | None = None) -> str | None:
         """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with
-        ``requeue(pipeline)``) while attempts remain, else FAILED -3. Returns the new status, or None
-        when the task was not stalled after all (a heartbeat came in, or it finished)."""
+        ``requeue(pipeline)``, which queues RQ job ``job_id``, recorded as the task's job) while attempts
+        remain, else FAILED -3. Returns the new status, or None when the task was not stalled after all
+        (a heartbeat came in, or it finished)."""
         if task.attempts < task.max_attempts:
             pipe = self.redis.pipeline(transaction=True)
             pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
             fields = ["message", "worker lost; retrying", "updated_at", now_ms()]
+            if job_id is not None:
+                fields += ["job", job_id]
             self._transition(task.id, (S.PROCESSING,), S.PENDING, fields, stale_before_ms=stale_before_ms,
                              stat="recovered", client=pipe)
             requeue(pipe)
@@ -319,6 +345,11 @@ class TaskStore:
         failed: list[Any] = ["error_code", ErrorCode.WORKER_LOST, "error_message", lost, "message", lost]
         ok, _ = self._terminal(task.id, (S.PROCESSING,), S.FAILED, failed, stale_before_ms=stale_before_ms)
         return S.FAILED if ok else None
+
+    def job_id(self, task_id: str) -> str:
+        """The id of the task's current RQ job: the task id, unless a recovery re-queued it under another."""
+        job = self.redis.hget(keys.task(task_id), "job")
+        return job.decode() if job else task_id
 
     def running(self, limit: int = 10_000) -> list[str]:
         return [m.decode() for m in self.redis.zrange(keys.RUNNING, 0, limit - 1)]

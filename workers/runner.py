@@ -4,6 +4,13 @@ Start and finish are compare-and-sets on the task (see app.scripts): a second de
 job finds the task PROCESSING and does nothing; a finish after a cancel, a recovery or an expiry
 writes nothing (and the processor's files are removed). This is the one place that catches broad
 exceptions, and it records every one of them.
+
+A run owns the task only while its claim (the run id in the task) holds. Housekeeping takes the claim
+of a run whose heartbeat went stale (a stopped or starved process) and re-queues the task under a new
+job id; if the old run wakes up, its next heartbeat or progress write is answered "taken" and its
+next checkpoint stops it. Its files live in a result folder of its own (app.results), so what it
+writes or removes on its way out never touches the files of the run that took over; its RQ job is
+not the re-queued one, so RQ's cleanup of it does not take the new job along.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from app.logs import task_logger
 from app.process import die_with_parent
 from app.results import ResultStore, result_store
 from app.states import ERROR_MESSAGES, ErrorCode
-from app.store import Started, TaskStore
+from app.store import ResultNotStorable, Started, TaskStore
 from workers import processors
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError
@@ -55,12 +62,10 @@ class Runner:
             return None
         task = started.task
         tlog.info("started %s, attempt %d of %d", task.type, task.attempts, task.max_attempts)
-        if task.attempts > 1:
-            self.results.delete(task_id)  # whatever an earlier, lost attempt left half-written
         ctx = TaskContext(
             task_id,
             lambda progress, message, items: self.store.report(task_id, run_id, progress, message, items),
-            results=self.results, interval=self.config.progress_interval, logger=tlog,
+            results=self.results.for_run(run_id), interval=self.config.progress_interval, logger=tlog,
         )
         with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval):
             return self._execute(started, run_id, ctx, tlog)
@@ -83,8 +88,8 @@ class Runner:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
             output = proc.func(started.payload, ctx)
         except TaskCancelled:
-            tlog.info("stopped: the task was cancelled or taken over")
-            self.results.delete(task.id)
+            tlog.info("stopped: the task was cancelled, expired or taken over by another run")
+            ctx.results.delete(task.id)  # this run's own folder only
             return None
         except TaskError as exc:
             self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
@@ -95,17 +100,27 @@ class Runner:
         except Exception:
             tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
             return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
-        if self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
-                               error_code=ctx.last_error_code):
+        self._complete(task.id, run_id, output, ctx, tlog)
+        return None
+
+    def _complete(self, task_id: str, run_id: str, output: Any, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
+        files_run = run_id if ctx.results.has_files(task_id) else None
+        try:
+            done = self.store.complete(task_id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
+                                       error_code=ctx.last_error_code, files_run=files_run)
+        except ResultNotStorable as exc:
+            tlog.error("output of %s cannot be stored: %s", task_id, exc)  # a known condition: no traceback
+            self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
+            return
+        if done:
             tlog.info("completed")
         else:
-            tlog.info("finished, but the task was cancelled or taken over meanwhile: output dropped")
-            self.results.delete(task.id)
-        return None
+            tlog.info("finished, but the task was cancelled, expired or taken over meanwhile: output dropped")
+            ctx.results.delete(task_id)
 
     def _fail(self, task_id: str, run_id: str, code: int, message: str, ctx: TaskContext,
               tlog: logging.LoggerAdapter) -> None:
-        self.results.delete(task_id)
+        ctx.results.delete(task_id)
         if self.store.fail(task_id, run_id, code, message, items=ctx.item_counts):
             tlog.info("failed with code %d: %s", code, message)
 
@@ -116,7 +131,7 @@ class Runner:
             return None
         backoff = self.config.backoff
         delay = backoff[min(attempts - 1, len(backoff) - 1)]
-        self.results.delete(task_id)
+        ctx.results.delete(task_id)
         if not self.store.retry(task_id, run_id, f"attempt {attempts} failed; retrying in {delay}s"):
             return None
         tlog.info("retrying in %ds", delay)
@@ -169,8 +184,9 @@ def on_stopped(job: Any, connection: Any) -> None:
     """RQ calls this in the worker once it killed a cancelled task's work horse (fork and spawn
     workers): the horse had no chance to clean up, so its partial files go here."""
     runner = _runner or prepare(Config.from_env())
-    runner.results.delete(job.id)
-    task_logger(log, job.id).info("work horse stopped; its partial files were removed")
+    task_id = job.args[0]  # the job id is the task id only for the first delivery chain (see app.jobs)
+    runner.results.delete(task_id)  # the task was cancelled or expired: none of its files are kept
+    task_logger(log, task_id).info("work horse stopped; its partial files were removed")
 
 
 def run_task(task_id: str) -> Retry | None:

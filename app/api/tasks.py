@@ -144,7 +144,7 @@ def result_file(task: Task, stored: dict[str, Any]) -> Response:
     if not info:
         raise NotFound("this task's result has no file")
     try:
-        handle = runtime().results.open(task.id, info["name"])
+        handle = runtime().results.for_run(stored.get("run")).open(task.id, info["name"])
     except FileNotFoundError:
         raise NotFound("the result file is gone") from None
     response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
