@@ -7,6 +7,7 @@ round trip (HGETALL, or a pipeline when the result is needed too).
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ S = TaskStatus
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
 # default), and a key of its own costs more than a hundred bytes of bookkeeping.
 INLINE_RESULT_MAX = 64
+# A filtered history page examines at most this many index entries per task it may return (see history).
+HISTORY_SCAN = 5
 
 
 class ResultNotStorable(ValueError):
@@ -258,32 +261,33 @@ class TaskStore:
 
     def history(
         self, member: str, *, limit: int, cursor: str | None = None, status: str | None = None,
-        type_: str | None = None, now: int | None = None, batch: int = 100,
+        type_: str | None = None, now: int | None = None,
     ) -> Page:
         """The member's tasks, newest first, filtered; ``cursor`` continues a previous page.
 
-        The position is (creation score, how many entries with that score were already passed), so
-        tasks created meanwhile never shift a page. Filters scan at most ``budget`` entries a page.
+        A page costs at most ``1 + HISTORY_SCAN * limit`` Redis commands whatever the filter matches: one
+        range read of the member's index, then one HGETALL per entry it examines (in one pipeline): at
+        most ``limit`` entries unfiltered, ``HISTORY_SCAN * limit`` with a filter. So a filtered page can
+        hold fewer than ``limit`` tasks, even none, with a ``next_cursor`` to go on from; it is the last
+        page only when ``next_cursor`` is None. The position is (creation score, how many entries with
+        that score were already passed), so tasks created meanwhile never shift a page.
         """
         now = now if now is not None else now_ms()
-        key = keys.history(member)
-        top, skip = decode_cursor(cursor) if cursor else (float("inf"), 0)
+        top, skip = decode_cursor(cursor) if cursor else (None, 0)
+        window = limit * HISTORY_SCAN if status or type_ else limit
+        rows = self.redis.zrevrangebyscore(keys.history(member), "+inf" if top is None else top, "-inf",
+                                           start=skip, num=window + 1, withscores=True)
+        more, rows = len(rows) > window, rows[:window]
         found: list[Task] = []
-        budget = max(limit * 20, 1000)
-        while budget > 0:
-            rows = self.redis.zrevrangebyscore(
-                key, "+inf" if top == float("inf") else top, "-inf", start=skip, num=batch, withscores=True)
-            for (_, score), task in zip(rows, self.get_many([r[0].decode() for r in rows]), strict=True):
-                top, skip = (top, skip + 1) if score == top else (score, 1)
-                budget -= 1
-                if task and _matches(task, status, type_, now):
-                    found.append(task)
-                    if len(found) == limit:
-                        return Page(found, encode_cursor((top, skip)))
-            if len(rows) < batch:
-                return Page(found, None)
-        return Page(found, encode_cursor((top, skip)))
-
+        for index, ((_, score), task) in enumerate(zip(rows, self.get_many([r[0].decode() for r in rows]),
+                                                       strict=True)):
+            top, skip = (top, skip + 1) if score == top else (int(score), 1)
+            if task and _matches(task, status, type_, now):
+                found.append(task)
+                if len(found) == limit:
+                    more = more or index + 1 < len(rows)
+                    break
+        return Page(found, encode_cursor((int(top), skip)) if more and top is not None else None)
 
     # -- housekeeping ---------------------------------------------------------------------------
     def due(self, index: str, before_ms: int, limit: int) -> list[str]:
@@ -363,18 +367,24 @@ def _matches(task: Task, status: str | None, type_: str | None, now: int) -> boo
 
 
 def encode_cursor(position: tuple[float, int]) -> str:
-    raw = f"{int(position[0])}:{position[1]}".encode()
+    raw = f"{int(position[0])}:{int(position[1])}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[float, int]:
+# What a cursor this service made decodes to: a creation time in ms and a count, in ASCII digits, within
+# bounds Redis accepts (its LIMIT offset is a signed 64-bit integer; a score a double).
+_CURSOR = re.compile(r"(0|[1-9][0-9]{0,15}):(0|[1-9][0-9]{0,9})")
+
+
+def decode_cursor(cursor: str) -> tuple[int, int]:
     """Raises ValueError for anything that is not a cursor this service made."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        score, skip = raw.split(":")
-        value = (float(int(score)), int(skip))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError("malformed cursor") from exc
-    if value[1] < 0:
+    if len(cursor) > 64 or not cursor.isascii():
         raise ValueError("malformed cursor")
-    return value
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (ValueError, UnicodeDecodeError) as exc:  # binascii.Error is a ValueError
+        raise ValueError("malformed cursor") from exc
+    match = _CURSOR.fullmatch(raw)
+    if match is None:
+        raise ValueError("malformed cursor")
+    return int(match[1]), int(match[2])

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, request, send_file
 from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.wsgi import get_input_stream
 
 from app.api import json_response
 from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, UnsupportedMediaType, ValidationFailed
@@ -56,12 +58,32 @@ def _json_body() -> dict[str, Any]:
     if request.mimetype != "application/json":
         raise UnsupportedMediaType("send the body as application/json")
     try:
-        body = orjson.loads(request.get_data())
+        body = orjson.loads(_body_bytes(runtime().config.max_body))
     except orjson.JSONDecodeError:
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body
+
+
+def _body_bytes(limit: int) -> bytes:
+    """The request body, refused with 413 past ``limit`` bytes whether or not it came with a Content-Length.
+
+    Werkzeug's own limit stops a chunked body at the limit without a word (the rest is cut off), so the
+    body is read here, unlimited but at most ``limit + 1`` bytes: getting that many means it is too big.
+    """
+    stream = get_input_stream(request.environ, max_content_length=None)  # a Content-Length still bounds it
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise RequestEntityTooLarge()
+    return b"".join(chunks)
 
 
 def _dedup_key(from_body: str | None) -> str | None:

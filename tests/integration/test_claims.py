@@ -135,3 +135,25 @@ def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, tmp_path: P
     conn.close()
 
 
+
+
+def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(claims: Stack) -> None:
+    claims.start_worker()
+    with Api(claims.base_url) as api:
+        task_id = api.create("test.unstorable", {"kind": "object"})
+        done = api.wait_for(task_id, "FAILED", "COMPLETED", timeout=15)  # no scheduler: only the run can end it
+        assert done["status"] == "FAILED" and done["error"]["code"] == -1 and done["attempts"] == 1, done
+
+
+def test_a_task_past_its_ttl_never_starts(stack: Stack) -> None:
+    stack.configure(task_ttl=1)
+    stack.start_web()
+    with Api(stack.base_url) as api:
+        task_id = api.create("demo.sleep", {"steps": 1})
+        wait_until(lambda: api.get(f"{TASKS}/{task_id}").status_code == 410, timeout=5, message="EXPIRED")
+        [worker] = stack.start_worker()
+        wait_until(lambda: "delivery ignored: task is EXPIRED" in worker.log(), timeout=15,
+                   message=lambda: f"the late delivery to be refused\n{worker.describe()}")
+        response = api.get(f"{TASKS}/{task_id}")
+        assert response.status_code == 410 and response.json()["status"] == "EXPIRED"
+        assert response.json()["error"]["code"] == -4 and response.json()["progress"] == 0

@@ -4,6 +4,8 @@ tests/integration/test_store_contract.py, run against fakeredis and the real red
 
 from __future__ import annotations
 
+import base64
+
 import uuid
 
 import pytest
@@ -89,8 +91,14 @@ def test_read_past_expires_at_is_expired_before_housekeeping(store):
 
 
 def test_cursor_round_trip_and_rejects_garbage():
-    assert decode_cursor(encode_cursor((1700000000000.0, 3))) == (1700000000000.0, 3)
-    for bad in ("x", "!!", encode_cursor((1.0, 1))[:-2] + "@@"):
+    assert decode_cursor(encode_cursor((1700000000000.0, 3))) == (1700000000000, 3)
+    def raw(text: str) -> str:
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    garbage = ("x", "!!", encode_cursor((1.0, 1))[:-2] + "@@", "²", raw("1:" + str(2**63 + 1)), raw("1:" + "9" * 5000),
+               raw(str(2**64) + ":0"), raw("1:-1"), raw("-5:0"), raw("1:²"), raw("١:٢"), raw("1.5:0"), raw("1:2:3"),
+               raw("nan:0"), raw(" 1:2"), "A" * 10_000)
+    for bad in garbage:
         with pytest.raises(ValueError):
             decode_cursor(bad)
 
