@@ -5,7 +5,6 @@ tests/integration/test_store_contract.py, run against fakeredis and the real red
 from __future__ import annotations
 
 import base64
-
 import uuid
 
 import pytest
