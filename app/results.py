@@ -74,6 +74,11 @@ class ResultStore(Protocol):
         """The same store as one run sees it: files in a folder of the run's own (None: the task's)."""
         ...
 
+    def prune(self, task_id: str) -> None:
+        """Of a run view: remove what the task's other runs left. Runs hold a task one after another, so
+        those are earlier runs, lost or taken over; a run never removes anything of a later one."""
+        ...
+
 
 def check_task_id(task_id: str) -> str:
     """Return ``task_id`` if it is a canonical UUID string, else raise ValueError."""
@@ -151,6 +156,18 @@ class LocalResultStore:
             return any(self._folder(task_id).iterdir())
         except FileNotFoundError:
             return False
+
+    def prune(self, task_id: str) -> None:
+        """See :meth:`ResultStore.prune`."""
+        if self.run_id is None:
+            raise ValueError("prune is for a run's view of the store (for_run)")
+        own = self._folder(task_id)
+        try:
+            others = [p for p in own.parent.iterdir() if p.name.startswith("run-") and p != own]
+        except FileNotFoundError:
+            return
+        for folder in others:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def delete(self, task_id: str) -> None:
         """See :meth:`ResultStore.delete`."""

@@ -67,6 +67,8 @@ class Runner:
             lambda progress, message, items: self.store.report(task_id, run_id, progress, message, items),
             results=self.results.for_run(run_id), interval=self.config.progress_interval, logger=tlog,
         )
+        if task.attempts > 1:
+            ctx.results.prune(task_id)  # whatever earlier, lost or taken-over runs left half-written
         with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval):
             return self._execute(started, run_id, ctx, tlog)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,11 +86,22 @@ def stalled_run(api: Api, gate: Path) -> tuple[str, str, int]:
     return task_id, old_who, pid
 
 
-def test_old_run_wakes_up_before_the_requeued_job_starts(claims: Stack, tmp_path: Path) -> None:
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def conn(claims: Stack) -> Iterator[redis.Redis]:
+    client = claims.redis()
+    yield client
+    client.close()
+
+
+def test_old_run_wakes_up_before_the_requeued_job_starts(claims: Stack, gate: Path, conn: redis.Redis) -> None:
     claims.start_worker(name="only")
-    conn = claims.redis()
-    gate = tmp_path / "gate"
-    gate.mkdir()
     with Api(claims.base_url) as api:
         task_id, old_who, pid = stalled_run(api, gate)
         try:
@@ -106,14 +118,10 @@ def test_old_run_wakes_up_before_the_requeued_job_starts(claims: Stack, tmp_path
         assert done["status"] == "COMPLETED" and done["attempts"] == 2, done
         assert file_of(api, task_id) == new_who.encode()
     assert len(run_folders(claims.config, task_id)) == 1
-    conn.close()
 
 
-def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, tmp_path: Path) -> None:
+def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, gate: Path, conn: redis.Redis) -> None:
     [first] = claims.start_worker(name="first")
-    conn = claims.redis()
-    gate = tmp_path / "gate"
-    gate.mkdir()
     with Api(claims.base_url) as api:
         task_id, old_who, pid = stalled_run(api, gate)
         try:
@@ -132,7 +140,6 @@ def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, tmp_path: P
         assert api.status(task_id)["status"] == "COMPLETED"
         assert file_of(api, task_id) == new_who.encode()  # the new run's file survived the old run's exit
     assert len(run_folders(claims.config, task_id)) == 1
-    conn.close()
 
 
 

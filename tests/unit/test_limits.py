@@ -16,21 +16,10 @@ import pytest
 import redis
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
-from app import create_app
 from app.store import HISTORY_SCAN, NewTask, TaskStore
 from app.task import now_ms
 
 PROBLEM = "application/problem+json"
-
-
-@pytest.fixture
-def app(config, conn):
-    return create_app(config, conn=conn)
-
-
-@pytest.fixture
-def client(app):
-    return app.test_client()
 
 
 @pytest.mark.parametrize("error", [
