@@ -19,6 +19,7 @@ from rq.job import Job
 
 from app.config import Config
 from app.jobs import JobQueue
+from app.service import TaskService
 from app.states import CLAIM_TAKEN, QUEUES, TaskStatus
 from app.store import NewTask, TaskStore
 from app.task import now_ms
@@ -144,3 +145,24 @@ def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(conn, tmp_path, p
     assert task.error_message == "processing error, please retry later"
     logged = [r for r in caplog.records if "cannot be stored" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is None  # a known condition: one line, no traceback
+
+
+def test_cancel_and_a_stopped_horse_act_on_the_requeued_job(conn, config, runner, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    task_id = submit(conn, config, gate)
+    JobQueue(conn, config).remove(task_id)  # a worker took the first job (the run below stands for it)
+    old, old_who = start_run(runner, task_id)
+    recover_stalled(conn, config)
+    release(gate, old_who)
+    old.join(10)
+    job_id = runner.store.job_id(task_id)
+    assert Job.exists(job_id, connection=conn)
+    TaskService(conn, config).cancel("public", task_id)  # PENDING: its queued job is the re-queued one
+    assert not Job.exists(job_id, connection=conn) and JobQueue(conn, config).queues["default"].job_ids == []
+
+    with runner.results.for_run(uuid.uuid4().hex).writer(task_id, "left.txt") as fh:
+        fh.write(b"partial")
+    runner_module._runner = runner
+    runner_module.on_stopped(Job.create("workers.runner.run_task", args=(task_id,), id=job_id, connection=conn), conn)
+    assert not (config.results_dir / task_id).exists()  # RQ names the job; the task is its argument
