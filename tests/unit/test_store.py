@@ -5,12 +5,13 @@ tests/integration/test_store_contract.py, run against fakeredis and the real red
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 
 import pytest
 
-from app import keys
-from app.states import TRANSITIONS, TaskStatus
+from app import keys, scripts
+from app.states import CLAIM_TAKEN, TRANSITIONS, TaskStatus
 from app.store import NewTask, Started, decode_cursor, encode_cursor
 from app.task import now_ms
 
@@ -115,3 +116,12 @@ def test_every_key_has_the_prefix():
              keys.history("m"), keys.housekeeping_lock("j"), *keys.all_static()]
     assert all(k.startswith(keys.PREFIX) for k in built)
     assert all("{x}" in k for k in built[:4])
+
+
+def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
+    """The scripts spell statuses as Lua literals: a misspelt one would be a status no reader knows."""
+    words = set(re.findall(r"'([A-Z_]{2,})'", " ".join(scripts.ALL.values())))
+    not_statuses = words - {s.value for s in S} - {CLAIM_TAKEN}
+    assert CLAIM_TAKEN in words and S.EXPIRED in words
+    assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
+                              "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD"}
