@@ -1,7 +1,7 @@
 """Bounded answers to unbounded input, on the Flask test client with fakeredis: Redis saying "not now"
 is a 503 (never a 500 with a traceback), garbage cursors and oversize chunked bodies are 4xx, made-up
 HTTP methods share one metrics series, and a history page reads O(limit) entries however little its
-filter matches. tests/integration/test_limits.py checks the same against real servers.
+filter matches. tests/integration/test_bounds.py checks the same against real servers.
 """
 
 from __future__ import annotations
