@@ -32,7 +32,7 @@ from app.connection import connect
 from app.logs import task_logger
 from app.process import die_with_parent
 from app.results import ResultStore, result_store
-from app.states import ERROR_MESSAGES, ErrorCode
+from app.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.store import ResultNotStorable, Started, TaskStore
 from workers import processors
 from workers.context import TaskContext
@@ -90,9 +90,7 @@ class Runner:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
             output = proc.func(started.payload, ctx)
         except TaskCancelled:
-            tlog.info("stopped: the task was cancelled, expired or taken over by another run")
-            ctx.results.delete(task.id)  # this run's own folder only
-            return None
+            return self._stopped(task.id, ctx, tlog)
         except TaskError as exc:
             self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
             return None
@@ -100,10 +98,26 @@ class Runner:
             self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
             return None
         except Exception:
+            if self._claim_lost(task.id, run_id, ctx):  # e.g. a later run removed what this one was writing
+                return self._stopped(task.id, ctx, tlog)
             tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
             return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
         self._complete(task.id, run_id, output, ctx, tlog)
         return None
+
+    @staticmethod
+    def _stopped(task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
+        tlog.info("stopped: the task was cancelled, expired or taken over by another run")
+        ctx.results.delete(task_id)  # this run's own folder only
+
+    def _claim_lost(self, task_id: str, run_id: str, ctx: TaskContext) -> bool:
+        """Whether the task is no longer this run's (asked of Redis unless the context knows already)."""
+        if ctx.cancelled:
+            return True
+        try:
+            return self.store.report(task_id, run_id, None) != TaskStatus.PROCESSING
+        except redis.RedisError:
+            return False  # the usual path then records the failure as well as it can
 
     def _complete(self, task_id: str, run_id: str, output: Any, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
         files_run = run_id if ctx.results.has_files(task_id) else None

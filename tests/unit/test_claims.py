@@ -9,6 +9,7 @@ does the same with real processes, a real SIGSTOP and real RQ workers.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from pathlib import Path
@@ -45,9 +46,10 @@ def runner(conn, config) -> Runner:
     return Runner(config, conn)
 
 
-def submit(conn, config: Config, gate: Path) -> str:
+def submit(conn, config: Config, gate: Path, explode: bool = False) -> str:
     store, jobs = TaskStore(conn, config), JobQueue(conn, config)
-    new = NewTask(task_id=str(uuid.uuid4()), member="public", type="test.gated", payload={"gate": str(gate)},
+    payload = {"gate": str(gate), "explode": explode}
+    new = NewTask(task_id=str(uuid.uuid4()), member="public", type="test.gated", payload=payload,
                   dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=2)
     store.create(new, lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
     return new.task_id
@@ -166,3 +168,19 @@ def test_cancel_and_a_stopped_horse_act_on_the_requeued_job(conn, config, runner
     runner_module._runner = runner
     runner_module.on_stopped(Job.create("workers.runner.run_task", args=(task_id,), id=job_id, connection=conn), conn)
     assert not (config.results_dir / task_id).exists()  # RQ names the job; the task is its argument
+
+
+def test_an_exception_in_a_run_that_lost_its_claim_is_a_quiet_stop(conn, config, runner, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    task_id = submit(conn, config, gate, explode=True)
+    old, old_who = start_run(runner, task_id)
+    recover_stalled(conn, config)
+    release(gate, old_who)
+    old.join(10)
+    assert not old.is_alive()
+    task = runner.store.get(task_id)
+    assert task is not None and (task.status, task.attempts) == (S.PENDING, 1)  # the recovery's retry stands
+    assert not any("processor raised" in r.getMessage() or r.exc_info for r in caplog.records)
+    assert any("taken over by another run" in r.getMessage() for r in caplog.records)

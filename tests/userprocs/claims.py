@@ -3,12 +3,11 @@
 ``test.unstorable`` returns an output the store refuses: ``{"kind": "object"}`` something orjson cannot
 serialize, ``{"kind": "big", "size": n}`` a string of ``n`` characters.
 
-
 ``test.gated`` announces who runs it (``who <pid>-<thread>``, as its progress message), writes that into
-its result file ``out.txt``, then waits, checking for cancellation, until the file ``<gate>/<who>``
-exists. After the wait it reports progress once more (a checkpoint that asks Redis) and returns
-``{"who": ..., "file": {...}}``. So a test can stall one run, let another run take over, and decide
-which of them goes on first.
+its result file ``out.txt``, then waits (checking for cancellation) for the file ``<gate>/<who>``; with
+``explode`` it then raises. After the wait it reports progress once more (a checkpoint that asks
+Redis) and returns ``{"who": ..., "file": {...}}``. So a test can stall one run, let another run take
+over, and decide which of them goes on first.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from workers.processors import processor
 class GatedSchema(Schema):
     # defaults everywhere: the OpenAPI document's example of a type is its schema's defaults
     gate = fields.String(load_default="gate", validate=validate.Length(min=1))
+    explode = fields.Boolean(load_default=False)  # raise RuntimeError once released, with no checkpoint first
 
 
 def who() -> str:
@@ -41,6 +41,8 @@ def gated(payload: dict, ctx: TaskContext) -> dict:
         fh.write(me.encode())
         while not os.path.exists(os.path.join(payload["gate"], me)):
             ctx.sleep(0.02)
+        if payload["explode"]:
+            raise RuntimeError("what a run meets when a later run removed the files it was writing")
         ctx.progress(90, message="released")
         ctx.flush()
         ctx.check_cancelled()
