@@ -99,6 +99,9 @@ class Config:
         "TASKPORT_INLINE_RESULT_MAX", 64 * 1024, "JSON results longer than this many bytes go to the result store")
     audit_retention: str = _setting(
         "TASKPORT_AUDIT_RETENTION", "30d,1000000", "audit stream retention: an age (s/m/h/d) and/or an entry count")
+    max_result: int = _setting(
+        "TASKPORT_MAX_RESULT", 16 * 1024 * 1024, "largest stored result (output + failures as JSON), bytes; "
+        "a larger one fails the task with -1")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -124,7 +127,7 @@ class Config:
             raise ConfigError("TASKPORT_WORKER_CLASS must be fork, simple or spawn")
         if self.redis_fsync not in ("everysec", "always"):
             raise ConfigError("TASKPORT_REDIS_FSYNC must be everysec or always")
-        for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers"):
+        for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed

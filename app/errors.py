@@ -1,7 +1,8 @@
 """HTTP errors as types, rendered as RFC 9457 problem details by one set of handlers.
 
 Nothing internal reaches a body: unexpected exceptions become a generic 500 (logged with traceback),
-Redis outages a 503 with Retry-After, and werkzeug's own errors (413, 405, ...) the same problem shape.
+Redis outages a 503 with Retry-After (unreachable, out of memory, read-only, loading: one log line each,
+no traceback), and werkzeug's own errors (413, 405, ...) the same problem shape.
 """
 
 from __future__ import annotations
@@ -65,6 +66,39 @@ class Unavailable(AppError):
         super().__init__(detail, headers={"Retry-After": "5"}, **extra)  # seconds: a Redis restart's order
 
 
+# Redis answers that mean "not now" rather than "not this": unreachable or timed out, full (maxmemory
+# with noeviction), a replica since a failover, still loading its data, busy in a long script. A write
+# inside a Lua script gets them wrapped ("Error running script ...: -OOM command not allowed ..."), so
+# the reply's text is read as well as redis-py's exception class.
+UNAVAILABLE_DETAILS = {
+    "unreachable": "the task store is unreachable, retry shortly",
+    "OOM": "the task store is out of memory, retry later",
+    "READONLY": "the task store is read-only (a failover may be in progress), retry shortly",
+    "LOADING": "the task store is loading its data, retry shortly",
+    "MASTERDOWN": "the task store has lost its primary, retry shortly",
+    "BUSY": "the task store is busy, retry shortly",
+}
+_UNAVAILABLE_CLASSES: tuple[tuple[type[redis.exceptions.RedisError], str], ...] = (
+    (redis.exceptions.BusyLoadingError, "LOADING"),  # a ConnectionError subclass: before it
+    (redis.exceptions.ConnectionError, "unreachable"),
+    (redis.exceptions.TimeoutError, "unreachable"),
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+)
+
+
+def redis_unavailable(exc: redis.exceptions.RedisError) -> str | None:
+    """Which of :data:`UNAVAILABLE_DETAILS` the error is, or None for any other Redis error (a bug)."""
+    for cls, reason in _UNAVAILABLE_CLASSES:
+        if isinstance(exc, cls):
+            return reason
+    text = str(exc)
+    for code in UNAVAILABLE_DETAILS:
+        if text.startswith(f"{code} ") or f"-{code} " in text:
+            return code
+    return None
+
+
 def task_not_found() -> NotFound:
     return NotFound("task not found or expired")
 
@@ -96,11 +130,14 @@ def init_app(app: Flask) -> None:
             response.headers["Allow"] = ", ".join(exc.valid_methods)  # type: ignore[attr-defined]
         return response
 
-    @app.errorhandler(redis.exceptions.ConnectionError)
-    @app.errorhandler(redis.exceptions.TimeoutError)
-    def _redis_down(exc: Exception) -> Response:
-        log.error("redis unavailable during %s %s: %s", request.method, request.path, exc)
-        return _app_error(Unavailable("the task store is unreachable, retry shortly"))
+    @app.errorhandler(redis.exceptions.RedisError)
+    def _redis_error(exc: redis.exceptions.RedisError) -> Response:
+        reason = redis_unavailable(exc)
+        if reason is None:
+            return _unexpected(exc)
+        # a known condition: one line, no traceback
+        log.error("redis unavailable (%s) during %s %s: %s", reason, request.method, request.path, exc)
+        return _app_error(Unavailable(UNAVAILABLE_DETAILS[reason]))
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:

@@ -1,4 +1,9 @@
-"""The RQ side of a task: one job per task (job id = task id) whose only argument is the task id.
+"""The RQ side of a task: one job per delivery chain, whose only argument is the task id.
+
+The first job's id is the task id. A recovery (housekeeping taking a task whose heartbeat stopped)
+re-queues it under a job id of its own (:func:`attempt_job_id`), recorded in the task's hash: the
+stalled delivery may still be alive, and when it ends RQ deletes *its* job, which must not be the
+re-queued one (that would leave the task PENDING with no job until it expires).
 
 RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
 result (``RESULT_TTL``) and a failed job is forgotten after ``FAILED_JOB_TTL``. A queued job has no
@@ -31,19 +36,26 @@ FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashb
 log = logging.getLogger(__name__)
 
 
+def attempt_job_id(task_id: str, attempt: int) -> str:
+    """The RQ job id under which a recovery re-queues a task after ``attempt`` (RQ allows [A-Za-z0-9_-])."""
+    return f"{task_id}_{attempt}"
+
+
 class JobQueue:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
         self.redis = conn
         self.config = config
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
 
-    def enqueue(self, task_id: str, priority: str, timeout: int, pipeline: redis.client.Pipeline | None = None) -> None:
-        """Queue the task's job; with ``pipeline`` the commands join the caller's round trip."""
+    def enqueue(self, task_id: str, priority: str, timeout: int, pipeline: redis.client.Pipeline | None = None,
+                job_id: str | None = None) -> None:
+        """Queue the task's job (id ``job_id``, default the task id); with ``pipeline`` the commands join the
+        caller's round trip."""
         queue = self.queues[priority]
         job = queue.create_job(
             RUN_TASK,
             args=(task_id,),
-            job_id=task_id,
+            job_id=job_id or task_id,
             timeout=timeout,  # RQ raises JobTimeoutException in run_task, which fails the task with -2
             result_ttl=RESULT_TTL,
             failure_ttl=FAILED_JOB_TTL,
@@ -61,20 +73,20 @@ class JobQueue:
         for queue in self.queues.values():
             queue.finished_job_registry.cleanup()
 
-    def remove(self, *task_ids: str) -> None:
+    def remove(self, *job_ids: str) -> None:
         """Drop queued (or retry-scheduled) jobs so they never start: one pipelined round trip however
         many. A job a worker took meanwhile runs, finds its task no longer PENDING and does nothing."""
         pipe = self.redis.pipeline(transaction=False)
-        for task_id in task_ids:
+        for job_id in job_ids:
             for queue in self.queues.values():
-                queue.remove(task_id, pipeline=pipe)
-                queue.scheduled_job_registry.remove(task_id, pipeline=pipe)
-            pipe.delete(Job.key_for(task_id))
+                queue.remove(job_id, pipeline=pipe)
+                queue.scheduled_job_registry.remove(job_id, pipeline=pipe)
+            pipe.delete(Job.key_for(job_id))
         pipe.execute()
 
-    def stop(self, task_id: str) -> None:
+    def stop(self, job_id: str) -> None:
         """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""
         try:
-            send_stop_job_command(self.redis, task_id)
+            send_stop_job_command(self.redis, job_id)
         except (NoSuchJobError, InvalidJobOperation):
             pass  # not running (anymore): the processor's next checkpoint sees the cancel

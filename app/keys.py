@@ -19,7 +19,8 @@ def payload(task_id: str) -> str:
 
 
 def result(task_id: str) -> str:
-    """String: the result JSON ({"result", "failures", "error_code"}) of a COMPLETED task."""
+    """String: the result JSON ({"result", "failures", "error_code", "run"}) of a COMPLETED task ("run": the
+    run whose result folder holds its files, when it wrote any)."""
     return f"{PREFIX}task:{{{task_id}}}:result"
 
 

@@ -31,6 +31,10 @@ from app.states import QUEUES
 
 EXTENSION = "taskport.metrics"
 START = "taskport.request_start"  # WSGI environ key: perf_counter() when the request began
+# The method label takes these values and "other": every made-up method a client sends would otherwise
+# add a counter series for good (label values must come from a bounded set). Endpoints are the app's
+# own (or "unmatched"), statuses the ones it answers.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -135,7 +139,8 @@ class HttpMetrics:
 
     def _observe(self, response: Response) -> Response:
         start = request.environ.get(START)
-        key = (request.endpoint or "unmatched", request.method, response.status_code)
+        method = request.method if request.method in METHODS else "other"  # a client picks the method
+        key = (request.endpoint or "unmatched", method, response.status_code)
         children = self._children.get(key)
         if children is None:
             status = str(key[2])

@@ -13,6 +13,12 @@ A JSON result longer than ``TASKPORT_INLINE_RESULT_MAX`` is written as ``result.
 A store that cannot be reached raises :class:`StoreUnavailable` (a worker retries the task, then
 fails it with error code -5; the API answers 503 with Retry-After).
 
+Each run of a task writes into a folder of its own (``<task_id>/run-<run_id>``, see
+:meth:`ResultStore.for_run`): a run whose claim was taken over (a stalled worker that wakes up after
+housekeeping re-queued its task) can then neither overwrite nor remove the files of the run that took
+over; it removes only its own. The completed run's id is kept beside the result, so the API finds
+its file; removing the task's files (expiry, cancel) removes every run's folder.
+
 A writer never leaves a half-written file under its final name: bytes go to a hidden temporary
 file in the task's folder that is renamed into place (atomically, ``os.replace``) only when the
 ``with`` block exits cleanly, and removed when it raises (including a cancellation or a timeout).
@@ -39,6 +45,7 @@ _TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 # A plain file name: no separators, no leading dot (so never "." / ".." and never a temp file).
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TEMP_SUFFIX = ".part"
+_RUN_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, as workers.runner makes it
 SPILLED_NAME = "result.json"  # a JSON result too long for Redis, under the task's folder
 SPILLED_REF = "$result_store"  # the reference left in the task record: {SPILLED_REF: name, "size": bytes}
 
@@ -72,11 +79,24 @@ class ResultStore(Protocol):
         ...
 
     def delete(self, task_id: str) -> None:
-        """Remove every file of the task (and any unfinished upload); idempotent."""
+        """Remove every file of the task, and any unfinished upload (of a run view: only that run's); idempotent."""
         ...
 
     def task_ids(self, after: str, limit: int) -> list[str]:
         """Up to ``limit`` ids of tasks that have files, in id order, each greater than ``after``."""
+        ...
+
+    def has_files(self, task_id: str) -> bool:
+        """Whether anything was written for the task (of a run view: by that run)."""
+        ...
+
+    def for_run(self, run_id: str | None) -> ResultStore:
+        """The same store as one run sees it: files in a folder of the run's own (None: the task's)."""
+        ...
+
+    def prune(self, task_id: str) -> None:
+        """Of a run view: remove what the task's other runs left. Runs hold a task one after another, so
+        those are earlier runs, lost or taken over; a run never removes anything of a later one."""
         ...
 
 
@@ -87,6 +107,13 @@ def check_task_id(task_id: str) -> str:
     return task_id
 
 
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is a run id as the runner makes them, else raise ValueError."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise ValueError("invalid run id for result storage")
+    return run_id
+
+
 def check_name(name: str) -> str:
     """Return ``name`` if it is a plain file name (no path, no leading dot), else raise ValueError."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -95,13 +122,20 @@ def check_name(name: str) -> str:
 
 
 class LocalResultStore:
-    """Result files on the local disk: ``<root>/<task_id>/<name>``."""
+    """Result files on the local disk: ``<root>/<task_id>/run-<run_id>/<name>`` (a run's view), or
+    ``<root>/<task_id>/<name>`` (results written before runs had folders)."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, run_id: str | None = None) -> None:
         self.root = Path(root)
+        self.run_id = None if run_id is None else check_run_id(run_id)
+
+    def for_run(self, run_id: str | None) -> LocalResultStore:
+        """See :meth:`ResultStore.for_run`."""
+        return LocalResultStore(self.root, run_id)
 
     def _folder(self, task_id: str) -> Path:
-        return self.root / check_task_id(task_id)
+        folder = self.root / check_task_id(task_id)
+        return folder if self.run_id is None else folder / f"run-{self.run_id}"
 
     def _path(self, task_id: str, name: str) -> Path:
         return self._folder(task_id) / check_name(name)
@@ -135,6 +169,25 @@ class LocalResultStore:
     def open(self, task_id: str, name: str) -> BinaryIO:
         """See :meth:`ResultStore.open`."""
         return self._path(task_id, name).open("rb")
+
+    def has_files(self, task_id: str) -> bool:
+        """See :meth:`ResultStore.has_files`."""
+        try:
+            return any(self._folder(task_id).iterdir())
+        except FileNotFoundError:
+            return False
+
+    def prune(self, task_id: str) -> None:
+        """See :meth:`ResultStore.prune`."""
+        if self.run_id is None:
+            raise ValueError("prune is for a run's view of the store (for_run)")
+        own = self._folder(task_id)
+        try:
+            others = [p for p in own.parent.iterdir() if p.name.startswith("run-") and p != own]
+        except FileNotFoundError:
+            return
+        for folder in others:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def delete(self, task_id: str) -> None:
         """See :meth:`ResultStore.delete`."""

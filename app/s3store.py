@@ -18,6 +18,9 @@ retries); a missing object becomes FileNotFoundError.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import io
 import logging
 import os
@@ -32,7 +35,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from app.results import FileInfo, StoreUnavailable, check_name, check_task_id
+from app.results import FileInfo, StoreUnavailable, check_name, check_run_id, check_task_id
 
 log = logging.getLogger(__name__)
 PART_SIZE = 8 * 1024 * 1024  # bytes per multipart part (S3's minimum is 5 MiB): the writer's memory
@@ -62,7 +65,8 @@ class S3ResultStore:
     """See the module docstring. One client per process (a forked work horse builds its own)."""
 
     def __init__(self, bucket: str, prefix: str, *, scratch: Path, timeout: float = 5.0,
-                 part_size: int = PART_SIZE, attempts: int = ATTEMPTS) -> None:
+                 part_size: int = PART_SIZE, attempts: int = ATTEMPTS, run_id: str | None = None) -> None:
+        self.run_id = None if run_id is None else check_run_id(run_id)
         self.bucket = bucket
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.scratch = Path(scratch)
@@ -79,15 +83,45 @@ class S3ResultStore:
             self._pid = os.getpid()
         return self._client
 
-    def _folder(self, task_id: str) -> str:
+    def for_run(self, run_id: str | None) -> S3ResultStore:
+        """See :meth:`app.results.ResultStore.for_run` (shares this store's client)."""
+        view = copy.copy(self)
+        view.run_id = None if run_id is None else check_run_id(run_id)
+        return view
+
+    def _task_folder(self, task_id: str) -> str:
         return f"{self.prefix}{check_task_id(task_id)}/"
+
+    def _folder(self, task_id: str) -> str:
+        task = self._task_folder(task_id)
+        return task if self.run_id is None else f"{task}run-{self.run_id}/"
+
+    def _scratch(self, task_id: str) -> Path:
+        return self.scratch / check_task_id(task_id) / (f"run-{self.run_id}" if self.run_id else "task")
+
+    def has_files(self, task_id: str) -> bool:
+        """See :meth:`app.results.ResultStore.has_files` (one LIST call)."""
+        folder = self._folder(task_id)
+        page = translated(lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=folder, MaxKeys=1))
+        return bool(page.get("Contents"))
+
+    def prune(self, task_id: str) -> None:
+        """See :meth:`app.results.ResultStore.prune`: the folders of the task's other runs."""
+        if self.run_id is None:
+            raise ValueError("prune is for a run's view of the store (for_run)")
+        task, own = self._task_folder(task_id), self._folder(task_id)
+        page = translated(lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=f"{task}run-",
+                                                              Delimiter="/"))
+        for folder in (p["Prefix"] for p in page.get("CommonPrefixes", [])):
+            if folder != own:
+                translated(functools.partial(self._delete, folder))
 
     def _key(self, task_id: str, name: str) -> str:
         return self._folder(task_id) + check_name(name)
 
     @contextmanager
     def _write(self, task_id: str, name: str) -> Iterator[BinaryIO]:
-        folder = self.scratch / task_id
+        folder = self._scratch(task_id)
         folder.mkdir(parents=True, exist_ok=True)
         upload = _Upload(self, self._key(task_id, name), str(folder / name))
         try:
@@ -98,6 +132,8 @@ class S3ResultStore:
             raise
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the task's scratch folder, once no other run uses it
+                folder.parent.rmdir()
 
     def writer(self, task_id: str, name: str) -> AbstractContextManager[BinaryIO]:
         """See :meth:`app.results.ResultStore.writer`."""
@@ -124,7 +160,7 @@ class S3ResultStore:
         """See :meth:`app.results.ResultStore.delete`. With the store unreachable this logs and returns:
         housekeeping's orphan sweep removes what is left once the task has no result to serve."""
         folder = self._folder(task_id)
-        shutil.rmtree(self.scratch / task_id, ignore_errors=True)
+        shutil.rmtree(self._scratch(task_id) if self.run_id else self.scratch / task_id, ignore_errors=True)
         try:
             translated(lambda: self._delete(folder))
         except StoreUnavailable as exc:

@@ -70,12 +70,15 @@ return {1}
 """
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
+# A task past its expires_at is EXPIRED to every reader already, so it never starts (EXPIRED is final).
 # KEYS: task, payload, running, events
 # ARGV: run_id, now_ms, task_id
 # Returns {1, payload_json, HGETALL} when started, {0, current_status} otherwise.
 START = """
-local status = redis.call('HGET', KEYS[1], 'status')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'expires_at')
+local status = cur[1]
 if status ~= 'PENDING' then return {0, status or ''} end
+if (tonumber(cur[2]) or math.huge) <= tonumber(ARGV[2]) then return {0, 'EXPIRED'} end
 local payload = redis.call('GET', KEYS[2])
 if not payload then return {0, 'MISSING_PAYLOAD'} end
 redis.call('HSET', KEYS[1], 'status', 'PROCESSING', 'run_id', ARGV[1], 'started_at', ARGV[2],
@@ -90,13 +93,19 @@ return {1, payload, redis.call('HGETALL', KEYS[1])}
 
 # Progress and heartbeat of a running task: only the run that started it may write, and only while
 # PROCESSING, so a late write after a cancel, a retry or a recovery is dropped. Progress never goes down.
+# A run whose claim was taken (recovery re-queued the task, maybe another run started it) is told
+# 'TAKEN' (app.states.CLAIM_TAKEN), never the new run's PROCESSING; past expires_at it is told EXPIRED.
 # KEYS: task, running, events
 # ARGV: run_id, now_ms, progress ('' = heartbeat only), message, items_total, items_succeeded,
 #       items_failed  (items '' = unchanged), task_id
-# Returns the status found ('PROCESSING' when written).
+# Returns the status found ('PROCESSING' when written, 'TAKEN' when another run holds the task).
 PROGRESS = """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'progress')
-if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[1] then return cur[1] or '' end
+local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'progress', 'expires_at')
+if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[1] then
+  if cur[1] == 'PENDING' or cur[1] == 'PROCESSING' then return 'TAKEN' end
+  return cur[1] or ''
+end
+if (tonumber(cur[4]) or math.huge) <= tonumber(ARGV[2]) then return 'EXPIRED' end
 redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[8])
 if ARGV[3] == '' then return 'PROCESSING' end
 local progress = tonumber(ARGV[3])
@@ -118,16 +127,18 @@ return 'PROCESSING'
 #       drop ('payload' | 'all' | ''), stale_before_ms ('' = no check; else the task's heartbeat must be
 #       older, so a recovery never takes a task from a live worker), now_ms, stat ('' = none),
 #       task_id, field1, value1, ...
-# Every transition ends the current run: its run_id is dropped.
+# Every transition ends the current run: its run_id is dropped. Past the task's expires_at only the
+# move to EXPIRED is allowed (readers already see EXPIRED; it is final): anything else answers EXPIRED.
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
 TRANSITION = """
-local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'expires_at')
 local id = ARGV[12]
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
 for s in string.gmatch(ARGV[1], '[^,]+') do if s == status then ok = true end end
 if not ok or (ARGV[2] ~= '' and cur[2] ~= ARGV[2]) then return {0, status} end
+if ARGV[3] ~= 'EXPIRED' and (tonumber(cur[3]) or math.huge) <= tonumber(ARGV[10]) then return {0, 'EXPIRED'} end
 if ARGV[9] ~= '' then
   local beat = redis.call('ZSCORE', KEYS[4], id)
   if beat and tonumber(beat) > tonumber(ARGV[9]) then return {0, status} end

@@ -89,10 +89,11 @@ class TaskService:
         if not done:
             raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",
                            task_status=previous)
+        job = self.store.job_id(task_id)
         if previous == TaskStatus.PENDING:
-            self.jobs.remove(task_id)
+            self.jobs.remove(job)
         else:
-            self.jobs.stop(task_id)
+            self.jobs.stop(job)
         task_logger(log, task_id).info("cancelled (was %s)", previous)
 
 

@@ -15,6 +15,10 @@ class TaskStatus(StrEnum):
     DUPLICATE = "DUPLICATE"  # only ever an answer to a duplicate submit, never stored
 
 
+# Not a status: what the progress script answers a run whose claim another run holds now (recovery
+# re-queued its task). The run stops at its next checkpoint and touches nothing of the new run.
+CLAIM_TAKEN = "TAKEN"
+
 ACTIVE = frozenset({TaskStatus.PENDING, TaskStatus.PROCESSING})
 TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 STORED = ACTIVE | TERMINAL | {TaskStatus.EXPIRED}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,12 @@ S = TaskStatus
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
 # default), and a key of its own costs more than a hundred bytes of bookkeeping.
 INLINE_RESULT_MAX = 64
+# A filtered history page examines at most this many index entries per task it may return (see history).
+HISTORY_SCAN = 5
+
+
+class ResultNotStorable(ValueError):
+    """A processor's output cannot be stored (not JSON-serializable, or over ``Config.max_result``)."""
 
 
 @dataclass(frozen=True)
@@ -209,19 +216,35 @@ class TaskStore:
     def complete(
         self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
         failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
+        files_run: str | None = None,
     ) -> bool:
+        """PROCESSING -> COMPLETED for this run, with its result. ``files_run`` names the run whose result
+        folder holds the result's files (see app.results). Raises ResultNotStorable, writing nothing,
+        when the result is not JSON-serializable or longer than ``Config.max_result``."""
         stored: dict[str, Any] = {"result": result}
         if failures:
             stored["failures"] = failures
         if error_code is not None:
             stored["error_code"] = error_code
-        body = orjson.dumps(stored)
+        if files_run is not None:
+            stored["run"] = files_run
+        body = self._encode_result(stored)
         fields = ["progress", 100, "message", message or "completed", *_items_fields(items)]
         if len(body) <= INLINE_RESULT_MAX:
             fields += ["result", body]
             body = b""
         ok, _ = self._terminal(task_id, (S.PROCESSING,), S.COMPLETED, fields, run_id=run_id, result=body)
         return ok
+
+    def _encode_result(self, stored: dict[str, Any]) -> bytes:
+        try:
+            body = orjson.dumps(stored)
+        except orjson.JSONEncodeError as exc:
+            raise ResultNotStorable(f"the output is not JSON-serializable: {exc}") from None
+        if len(body) > self.config.max_result:
+            raise ResultNotStorable(f"the output is {len(body)} bytes as JSON, over the {self.config.max_result} "
+                                    "bytes limit (TASKPORT_MAX_RESULT)")
+        return body
 
     def fail(
         self, task_id: str, run_id: str, code: int, message: str, *, items: dict[str, int] | None = None,
@@ -243,40 +266,42 @@ class TaskStore:
 
     def history(
         self, member: str, *, limit: int, cursor: str | None = None, status: str | None = None,
-        type_: str | None = None, now: int | None = None, batch: int = 100,
+        type_: str | None = None, now: int | None = None,
     ) -> Page:
         """The member's tasks, newest first, filtered; ``cursor`` continues a previous page.
 
-        The position is (creation score, how many entries with that score were already passed), so
-        tasks created meanwhile never shift a page. Filters scan at most ``budget`` entries a page.
+        A page costs at most ``1 + HISTORY_SCAN * limit`` Redis commands whatever the filter matches: one
+        range read of the member's index, then one HGETALL per entry it examines (in one pipeline): at
+        most ``limit`` entries unfiltered, ``HISTORY_SCAN * limit`` with a filter. So a filtered page can
+        hold fewer than ``limit`` tasks, even none, with a ``next_cursor`` to go on from; it is the last
+        page only when ``next_cursor`` is None. The position is (creation score, how many entries with
+        that score were already passed), so tasks created meanwhile never shift a page.
         """
         now = now if now is not None else now_ms()
-        key = keys.history(member)
-        top, skip = decode_cursor(cursor) if cursor else (float("inf"), 0)
+        top, skip = decode_cursor(cursor) if cursor else (None, 0)
+        window = limit * HISTORY_SCAN if status or type_ else limit
+        rows = self.redis.zrevrangebyscore(keys.history(member), "+inf" if top is None else top, "-inf",
+                                           start=skip, num=window + 1, withscores=True)
+        more, rows = len(rows) > window, rows[:window]
         found: list[Task] = []
-        budget = max(limit * 20, 1000)
-        while budget > 0:
-            rows = self.redis.zrevrangebyscore(
-                key, "+inf" if top == float("inf") else top, "-inf", start=skip, num=batch, withscores=True)
-            for (_, score), task in zip(rows, self.get_many([r[0].decode() for r in rows]), strict=True):
-                top, skip = (top, skip + 1) if score == top else (score, 1)
-                budget -= 1
-                if task and _matches(task, status, type_, now):
-                    found.append(task)
-                    if len(found) == limit:
-                        return Page(found, encode_cursor((top, skip)))
-            if len(rows) < batch:
-                return Page(found, None)
-        return Page(found, encode_cursor((top, skip)))
-
+        for index, ((_, score), task) in enumerate(zip(rows, self.get_many([r[0].decode() for r in rows]),
+                                                       strict=True)):
+            top, skip = (top, skip + 1) if score == top else (int(score), 1)
+            if task and _matches(task, status, type_, now):
+                found.append(task)
+                if len(found) == limit:
+                    more = more or index + 1 < len(rows)
+                    break
+        return Page(found, encode_cursor((int(top), skip)) if more and top is not None else None)
 
     # -- housekeeping ---------------------------------------------------------------------------
     def due(self, index: str, before_ms: int, limit: int) -> list[str]:
         """Up to ``limit`` task ids of a sorted-set index whose score is at most ``before_ms``, oldest first."""
         return [m.decode() for m in self.redis.zrangebyscore(index, "-inf", before_ms, start=0, num=limit)]
 
-    def expire_batch(self, task_ids: list[str], now: int) -> list[tuple[str, str]]:
-        """Act on tasks whose time in the expiry index has come. Returns (task_id, status it left).
+    def expire_batch(self, task_ids: list[str], now: int) -> list[tuple[str, str, str]]:
+        """Act on tasks whose time in the expiry index has come. Returns (task_id, status it left, its RQ
+        job id).
 
         Terminal -> EXPIRED tombstone (result dropped); unfinished -> EXPIRED with -4; a tombstone whose
         time is over (or a task already gone) leaves the index. Three round trips for the whole batch.
@@ -284,8 +309,10 @@ class TaskStore:
         c = self.config
         pipe = self.redis.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hget(keys.task(task_id), "status")
-        statuses = [s.decode() if s else None for s in pipe.execute()]
+            pipe.hmget(keys.task(task_id), "status", "job")
+        found = pipe.execute()
+        statuses = [s.decode() if s else None for s, _ in found]
+        jobs = {t: job.decode() if job else t for t, (_, job) in zip(task_ids, found, strict=True)}
         tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
         unfinished = ["error_code", ErrorCode.EXPIRED, "error_message", ERROR_MESSAGES[ErrorCode.EXPIRED],
                       "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", now]
@@ -297,7 +324,7 @@ class TaskStore:
             else:
                 pipe.zrem(keys.EXPIRY, task_id)
         answers = pipe.execute()
-        return [(task_id, answer[1].decode()) for task_id, answer in zip(task_ids, answers, strict=True)
+        return [(task_id, answer[1].decode(), jobs[task_id]) for task_id, answer in zip(task_ids, answers, strict=True)
                 if isinstance(answer, list) and answer[0] == 1]
 
     def trim_histories(self, created_before_ms: int) -> int:
@@ -308,14 +335,17 @@ class TaskStore:
             pipe.zremrangebyscore(keys.history(member), "-inf", created_before_ms)
         return sum(pipe.execute())
 
-    def recover(self, task: Task, stale_before_ms: int, requeue: Any) -> str | None:
+    def recover(self, task: Task, stale_before_ms: int, requeue: Any, job_id: str | None = None) -> str | None:
         """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with
-        ``requeue(pipeline)``) while attempts remain, else FAILED -3. Returns the new status, or None
-        when the task was not stalled after all (a heartbeat came in, or it finished)."""
+        ``requeue(pipeline)``, which queues RQ job ``job_id``, recorded as the task's job) while attempts
+        remain, else FAILED -3. Returns the new status, or None when the task was not stalled after all
+        (a heartbeat came in, or it finished)."""
         if task.attempts < task.max_attempts:
             pipe = self.redis.pipeline(transaction=True)
             pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
             fields = ["message", "worker lost; retrying", "updated_at", now_ms()]
+            if job_id is not None:
+                fields += ["job", job_id]
             self._transition(task.id, (S.PROCESSING,), S.PENDING, fields, stale_before_ms=stale_before_ms,
                              stat="recovered", client=pipe)
             requeue(pipe)
@@ -324,6 +354,11 @@ class TaskStore:
         failed: list[Any] = ["error_code", ErrorCode.WORKER_LOST, "error_message", lost, "message", lost]
         ok, _ = self._terminal(task.id, (S.PROCESSING,), S.FAILED, failed, stale_before_ms=stale_before_ms)
         return S.FAILED if ok else None
+
+    def job_id(self, task_id: str) -> str:
+        """The id of the task's current RQ job: the task id, unless a recovery re-queued it under another."""
+        job = self.redis.hget(keys.task(task_id), "job")
+        return job.decode() if job else task_id
 
     def running(self, limit: int = 10_000) -> list[str]:
         return [m.decode() for m in self.redis.zrange(keys.RUNNING, 0, limit - 1)]
@@ -337,18 +372,24 @@ def _matches(task: Task, status: str | None, type_: str | None, now: int) -> boo
 
 
 def encode_cursor(position: tuple[float, int]) -> str:
-    raw = f"{int(position[0])}:{position[1]}".encode()
+    raw = f"{int(position[0])}:{int(position[1])}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[float, int]:
+# What a cursor this service made decodes to: a creation time in ms and a count, in ASCII digits, within
+# bounds Redis accepts (its LIMIT offset is a signed 64-bit integer; a score a double).
+_CURSOR = re.compile(r"(0|[1-9][0-9]{0,15}):(0|[1-9][0-9]{0,9})")
+
+
+def decode_cursor(cursor: str) -> tuple[int, int]:
     """Raises ValueError for anything that is not a cursor this service made."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        score, skip = raw.split(":")
-        value = (float(int(score)), int(skip))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError("malformed cursor") from exc
-    if value[1] < 0:
+    if len(cursor) > 64 or not cursor.isascii():
         raise ValueError("malformed cursor")
-    return value
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (ValueError, UnicodeDecodeError) as exc:  # binascii.Error is a ValueError
+        raise ValueError("malformed cursor") from exc
+    match = _CURSOR.fullmatch(raw)
+    if match is None:
+        raise ValueError("malformed cursor")
+    return int(match[1]), int(match[2])

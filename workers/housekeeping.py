@@ -20,7 +20,7 @@ from rq import Queue, Retry
 from app import keys
 from app.config import Config
 from app.connection import connect
-from app.jobs import JobQueue
+from app.jobs import JobQueue, attempt_job_id
 from app.logs import task_logger
 from app.results import ResultStore, result_store
 from app.states import TaskStatus
@@ -75,9 +75,9 @@ class Housekeeper:
                 break
             report.add("due", len(due))
             expired = self.store.expire_batch(due, now)
-            self.jobs.remove(*(t for t, previous in expired if previous == TaskStatus.PENDING))
-            for task_id, previous in expired:
-                self._after_expiry(task_id, previous)
+            self.jobs.remove(*(job for _, previous, job in expired if previous == TaskStatus.PENDING))
+            for task_id, previous, job in expired:
+                self._after_expiry(task_id, previous, job)
                 report.add(f"expired_{previous.lower()}")
             if len(due) < BATCH:
                 break
@@ -86,10 +86,10 @@ class Housekeeper:
         self.jobs.trim_finished()
         report.add("orphans_removed", orphans.sweep(self.store, self.results, self.redis))
 
-    def _after_expiry(self, task_id: str, previous: str) -> None:
+    def _after_expiry(self, task_id: str, previous: str, job: str) -> None:
         tlog = task_logger(log, task_id)
         if previous == TaskStatus.PROCESSING:
-            self.jobs.stop(task_id)
+            self.jobs.stop(job)
         self.results.delete(task_id)  # the result file, or what a stopped or lost run left behind
         tlog.info("expired (was %s)", previous)
 
@@ -104,8 +104,12 @@ class Housekeeper:
                 continue
             proc = processors.get(task.type)
             timeout = proc.timeout if proc else 600
+            # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
+            # (result_ttl 0), and must not take the re-queued one with it
+            job = attempt_job_id(task.id, task.attempts)
             outcome = self.store.recover(
-                task, cutoff, lambda pipe, t=task, s=timeout: self.jobs.enqueue(t.id, t.priority, s, pipeline=pipe))
+                task, cutoff, lambda pipe, t=task, s=timeout, j=job: self.jobs.enqueue(
+                    t.id, t.priority, s, pipeline=pipe, job_id=j), job_id=job)
             if outcome:
                 report.add(f"recovered_to_{outcome.lower()}")
                 task_logger(log, task_id).warning(

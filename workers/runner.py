@@ -4,6 +4,13 @@ Start and finish are compare-and-sets on the task (see app.scripts): a second de
 job finds the task PROCESSING and does nothing; a finish after a cancel, a recovery or an expiry
 writes nothing (and the processor's files are removed). This is the one place that catches broad
 exceptions, and it records every one of them.
+
+A run owns the task only while its claim (the run id in the task) holds. Housekeeping takes the claim
+of a run whose heartbeat went stale (a stopped or starved process) and re-queues the task under a new
+job id; if the old run wakes up, its next heartbeat or progress write is answered "taken" and its
+next checkpoint stops it. Its files live in a result folder of its own (app.results), so what it
+writes or removes on its way out never touches the files of the run that took over; its RQ job is
+not the re-queued one, so RQ's cleanup of it does not take the new job along.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import threading
 import uuid
 from typing import Any
 
+import orjson
 import redis
 from rq import Retry, get_current_job
 from rq.timeouts import JobTimeoutException
@@ -25,8 +33,9 @@ from app.connection import connect
 from app.logs import task_logger
 from app.process import die_with_parent
 from app.results import ResultStore, StoreUnavailable, result_store, spill
-from app.states import ERROR_MESSAGES, ErrorCode
-from app.store import Started, TaskStore
+from app.states import ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.store import ResultNotStorable, Started, TaskStore
+from app.task import Task
 from workers import processors
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError
@@ -55,13 +64,13 @@ class Runner:
             return None
         task = started.task
         tlog.info("started %s, attempt %d of %d", task.type, task.attempts, task.max_attempts)
-        if task.attempts > 1:
-            self.results.delete(task_id)  # whatever an earlier, lost attempt left half-written
         ctx = TaskContext(
             task_id,
             lambda progress, message, items: self.store.report(task_id, run_id, progress, message, items),
-            results=self.results, interval=self.config.progress_interval, logger=tlog,
+            results=self.results.for_run(run_id), interval=self.config.progress_interval, logger=tlog,
         )
+        if task.attempts > 1:
+            self._prune(task_id, ctx, tlog)
         with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval):
             return self._execute(started, run_id, ctx, tlog)
 
@@ -82,35 +91,84 @@ class Runner:
             if proc is None:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
             output = proc.func(started.payload, ctx)
-            output = spill(self.results, task.id, output, self.config.inline_result_max)  # large JSON: a reference
         except TaskCancelled:
-            tlog.info("stopped: the task was cancelled or taken over")
-            self.results.delete(task.id)
-            return None
+            return self._stopped(task.id, ctx, tlog)
         except TaskError as exc:
             self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
             return None
         except JobTimeoutException:
             self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
             return None
-        except StoreUnavailable as exc:  # known and transient: no traceback; -5 once no attempt is left
-            tlog.warning("result store unavailable (attempt %d of %d): %s", task.attempts, task.max_attempts, exc)
-            return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog,
-                                       ErrorCode.RESULT_STORE)
+        except StoreUnavailable as exc:  # the processor's own writes to the result store
+            return self._store_down(task, run_id, exc, ctx, tlog)
         except Exception:
+            if self._claim_lost(task.id, run_id, ctx):  # e.g. a later run removed what this one was writing
+                return self._stopped(task.id, ctx, tlog)
             tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
             return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
-        if self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
-                               error_code=ctx.error_code):
+        return self._complete(task, run_id, output, ctx, tlog)
+
+    def _store_down(self, task: Task, run_id: str, exc: StoreUnavailable, ctx: TaskContext,
+                    tlog: logging.LoggerAdapter) -> Retry | None:
+        """The result store is unreachable: known and transient, so no traceback; -5 once no attempt is left."""
+        tlog.warning("result store unavailable (attempt %d of %d): %s", task.attempts, task.max_attempts, exc)
+        return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog,
+                                   ErrorCode.RESULT_STORE)
+
+    @staticmethod
+    def _prune(task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
+        """Remove whatever earlier, lost or taken-over runs left half-written (the orphan sweep catches
+        what a store outage leaves here)."""
+        try:
+            ctx.results.prune(task_id)
+        except StoreUnavailable as exc:
+            tlog.warning("could not remove earlier runs' files (left to the orphan sweep): %s", exc)
+
+    def _unstorable(self, task_id: str, run_id: str, exc: Exception, ctx: TaskContext,
+                    tlog: logging.LoggerAdapter) -> None:
+        tlog.error("output of %s cannot be stored: %s", task_id, exc)  # a known condition: no traceback
+        self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
+
+    @staticmethod
+    def _stopped(task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
+        tlog.info("stopped: the task was cancelled, expired or taken over by another run")
+        ctx.results.delete(task_id)  # this run's own folder only
+
+    def _claim_lost(self, task_id: str, run_id: str, ctx: TaskContext) -> bool:
+        """Whether the task is no longer this run's (asked of Redis unless the context knows already)."""
+        if ctx.cancelled:
+            return True
+        try:
+            return self.store.report(task_id, run_id, None) != TaskStatus.PROCESSING
+        except redis.RedisError:
+            return False  # the usual path then records the failure as well as it can
+
+    def _complete(self, task: Task, run_id: str, output: Any, ctx: TaskContext,
+                  tlog: logging.LoggerAdapter) -> Retry | None:
+        try:
+            output = spill(ctx.results, task.id, output, self.config.inline_result_max)  # large JSON: a reference
+            files_run = run_id if ctx.results.has_files(task.id) else None
+        except StoreUnavailable as exc:
+            return self._store_down(task, run_id, exc, ctx, tlog)
+        except orjson.JSONEncodeError as exc:  # not JSON
+            self._unstorable(task.id, run_id, exc, ctx, tlog)
+            return None
+        try:
+            done = self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
+                                       error_code=ctx.error_code, files_run=files_run)
+        except ResultNotStorable as exc:  # too large
+            self._unstorable(task.id, run_id, exc, ctx, tlog)
+            return None
+        if done:
             tlog.info("completed")
         else:
-            tlog.info("finished, but the task was cancelled or taken over meanwhile: output dropped")
-            self.results.delete(task.id)
+            tlog.info("finished, but the task was cancelled, expired or taken over meanwhile: output dropped")
+            ctx.results.delete(task.id)
         return None
 
     def _fail(self, task_id: str, run_id: str, code: int, message: str, ctx: TaskContext,
               tlog: logging.LoggerAdapter) -> None:
-        self.results.delete(task_id)
+        ctx.results.delete(task_id)
         if self.store.fail(task_id, run_id, code, message, items=ctx.item_counts):
             tlog.info("failed with code %d: %s", code, message)
 
@@ -121,7 +179,7 @@ class Runner:
             return None
         backoff = self.config.backoff
         delay = backoff[min(attempts - 1, len(backoff) - 1)]
-        self.results.delete(task_id)
+        ctx.results.delete(task_id)
         if not self.store.retry(task_id, run_id, f"attempt {attempts} failed; retrying in {delay}s"):
             return None
         tlog.info("retrying in %ds", delay)
@@ -174,8 +232,9 @@ def on_stopped(job: Any, connection: Any) -> None:
     """RQ calls this in the worker once it killed a cancelled task's work horse (fork and spawn
     workers): the horse had no chance to clean up, so its partial files go here."""
     runner = _runner or prepare(Config.from_env())
-    runner.results.delete(job.id)
-    task_logger(log, job.id).info("work horse stopped; its partial files were removed")
+    task_id = job.args[0]  # the job id is the task id only for the first delivery chain (see app.jobs)
+    runner.results.delete(task_id)  # the task was cancelled or expired: none of its files are kept
+    task_logger(log, task_id).info("work horse stopped; its partial files were removed")
 
 
 def run_task(task_id: str) -> Retry | None:

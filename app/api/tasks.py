@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 import orjson
 from flask import Blueprint, Response, request, send_file
 from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.wsgi import get_input_stream
 
 from app.api import json_response
 from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, Unavailable, UnsupportedMediaType, ValidationFailed
@@ -60,12 +62,32 @@ def _json_body() -> dict[str, Any]:
     if request.mimetype != "application/json":
         raise UnsupportedMediaType("send the body as application/json")
     try:
-        body = orjson.loads(request.get_data())
+        body = orjson.loads(_body_bytes(runtime().config.max_body))
     except orjson.JSONDecodeError:
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body
+
+
+def _body_bytes(limit: int) -> bytes:
+    """The request body, refused with 413 past ``limit`` bytes whether or not it came with a Content-Length.
+
+    Werkzeug's own limit stops a chunked body at the limit without a word (the rest is cut off), so the
+    body is read here, unlimited but at most ``limit + 1`` bytes: getting that many means it is too big.
+    """
+    stream = get_input_stream(request.environ, max_content_length=None)  # a Content-Length still bounds it
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise RequestEntityTooLarge()
+    return b"".join(chunks)
 
 
 def _dedup_key(from_body: str | None) -> str | None:
@@ -119,7 +141,7 @@ def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
     task, stored = rt.service.find_with_result(rt.members.current(), task_id)
     doc = task.to_doc(now_ms())
     if doc["status"] == TaskStatus.COMPLETED and stored is not None:
-        return task, _from_result_store(lambda: unspill(rt.results, task.id, stored))
+        return task, _from_result_store(lambda: unspill(rt.results.for_run(stored.get("run")), task.id, stored))
     if doc["status"] in ACTIVE:
         return json_response(doc, 202, RETRY_AFTER)
     if doc["status"] in (TaskStatus.FAILED, TaskStatus.CANCELLED):
@@ -147,7 +169,7 @@ def result_file(task: Task, stored: dict[str, Any]) -> Response:
     info = (stored.get("result") or {}).get("file") if isinstance(stored.get("result"), dict) else None
     if not info:
         raise NotFound("this task's result has no file")
-    handle = _from_result_store(lambda: runtime().results.open(task.id, info["name"]))
+    handle = _from_result_store(lambda: runtime().results.for_run(stored.get("run")).open(task.id, info["name"]))
     response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
     response.headers["Content-Type"] = info["content_type"]  # as recorded (Flask would add a second charset)
     response.content_length = info["size"]

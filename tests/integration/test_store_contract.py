@@ -19,9 +19,9 @@ from rq.job import Job
 
 from app import keys
 from app.config import Config
-from app.jobs import JobQueue
-from app.states import TaskStatus
-from app.store import NewTask, Started, TaskStore
+from app.jobs import JobQueue, attempt_job_id
+from app.states import CLAIM_TAKEN, TaskStatus
+from app.store import NewTask, ResultNotStorable, Started, TaskStore
 from app.task import Task, now_ms
 from tests.integration.harness import wait_until
 
@@ -143,7 +143,7 @@ class TestTaskStoreContract:
         counts = {"total": 10, "succeeded": 3, "failed": 1}
         assert store.report(new.task_id, run_id, 40, "item 4 of 10", counts) == S.PROCESSING
         assert store.report(new.task_id, run_id, 20, "going back") == S.PROCESSING
-        assert store.report(new.task_id, "intruder", 90, "not mine") == S.PROCESSING
+        assert store.report(new.task_id, "intruder", 90, "not mine") == CLAIM_TAKEN  # never another run's PROCESSING
         assert store.report(new.task_id, run_id, None) == S.PROCESSING  # a bare heartbeat
         task = read(store, new.task_id)
         assert (task.progress, task.message, task.items) == (40, "going back", counts)
@@ -193,6 +193,35 @@ class TestTaskStoreContract:
         assert config.result_ttl - 5 <= conn.ttl(keys.result(new.task_id)) <= config.result_ttl
         assert not store.complete(new.task_id, run_id, {"twice": 1}, items=None, failures=[], error_code=None)
 
+    def test_expired_is_final_even_before_housekeeping_ran(self, store: TaskStore, conn: redis.Redis) -> None:
+        queued, running_ = new_task(), new_task()
+        create(store, queued)
+        run_id = running(store, running_)
+        for task_id in (queued.task_id, running_.task_id):
+            conn.hset(keys.task(task_id), "expires_at", now_ms() - 1)  # readers see EXPIRED from now on
+        assert store.start(queued.task_id, "late-run") == S.EXPIRED
+        assert store.report(running_.task_id, run_id, 50, "late") == S.EXPIRED
+        assert not store.complete(running_.task_id, run_id, {"late": 1}, items=None, failures=[], error_code=None)
+        assert not store.fail(running_.task_id, run_id, 10001, "late")
+        assert not store.retry(running_.task_id, run_id, "late")
+        assert store.cancel(queued.task_id) == (False, S.EXPIRED)
+        assert read(store, queued.task_id).status == S.PENDING and read(store, running_.task_id).progress == 0
+        later = now_ms() + 1000
+        assert sorted(store.expire_batch([queued.task_id, running_.task_id], later)) == sorted(
+            [(queued.task_id, S.PENDING, queued.task_id), (running_.task_id, S.PROCESSING, running_.task_id)])
+        assert read(store, running_.task_id).status == S.EXPIRED
+
+    def test_an_output_that_cannot_be_stored_writes_nothing(self, conn: redis.Redis, config: Config) -> None:
+        store = TaskStore(conn, Config.from_env({}, redis_url="redis://unused", data_dir=config.data_dir,
+                                                max_result=1000))
+        new = new_task()
+        run_id = running(store, new)
+        for output in ({"when": object()}, {"big": "x" * 1000}, {1: "non-str key"}):
+            with pytest.raises(ResultNotStorable):
+                store.complete(new.task_id, run_id, output, items=None, failures=[], error_code=None)
+        assert read(store, new.task_id).status == S.PROCESSING  # the runner then fails it with -1
+        assert store.complete(new.task_id, run_id, {"small": 1}, items=None, failures=[], error_code=None)
+
     def test_cancel_wins_over_a_late_finish(self, store: TaskStore, conn: redis.Redis) -> None:
         new = new_task()
         run_id = running(store, new)
@@ -237,10 +266,11 @@ class TestTaskStoreContract:
         task = read(store, new.task_id)
         assert store.recover(task, now_ms() - 60_000, lambda pipe: None) is None  # beat is newer: left alone
         conn.zadd(keys.RUNNING, {new.task_id: 1})
-        requeue = lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe)  # noqa: E731
-        assert store.recover(task, now_ms(), requeue) == S.PENDING
+        job = attempt_job_id(new.task_id, task.attempts)
+        requeue = lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe, job_id=job)  # noqa: E731
+        assert store.recover(task, now_ms(), requeue, job_id=job) == S.PENDING
         assert read(store, new.task_id).status == S.PENDING
-        assert jobs.queues["default"].job_ids == [new.task_id]
+        assert jobs.queues["default"].job_ids == [job] and store.job_id(new.task_id) == job != new.task_id
         again = store.start(new.task_id, "run-2")
         assert isinstance(again, Started) and again.task.attempts == 2
         conn.zadd(keys.RUNNING, {new.task_id: 1})
@@ -256,7 +286,7 @@ class TestTaskStoreContract:
         later = now_ms() + 10 * config.task_ttl * 1000
         assert sorted(store.due(keys.EXPIRY, later, 10)) == sorted([done.task_id, pending.task_id])
         assert sorted(store.expire_batch([done.task_id, pending.task_id], later)) == sorted(
-            [(done.task_id, S.COMPLETED), (pending.task_id, S.PENDING)])
+            [(done.task_id, S.COMPLETED, done.task_id), (pending.task_id, S.PENDING, pending.task_id)])
         tomb, failed = read(store, done.task_id), read(store, pending.task_id)
         assert tomb.status == failed.status == S.EXPIRED
         assert failed.error_code == -4 and tomb.error_code is None

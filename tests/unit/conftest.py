@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 
+from app import create_app
 from app.config import Config
 from app.store import TaskStore
 
@@ -27,3 +28,13 @@ def conn() -> Iterator[fakeredis.FakeRedis]:
 @pytest.fixture
 def store(conn, config) -> TaskStore:
     return TaskStore(conn, config)
+
+
+@pytest.fixture
+def app(config, conn):
+    return create_app(config, conn=conn)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()

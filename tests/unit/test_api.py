@@ -15,16 +15,6 @@ from app.states import QUEUES
 PROBLEM = "application/problem+json"
 
 
-@pytest.fixture
-def app(config, conn):
-    return create_app(config, conn=conn)
-
-
-@pytest.fixture
-def client(app):
-    return app.test_client()
-
-
 def submit(client, body, **kw):
     return client.post("/api/v1/tasks", json=body, **kw)
 

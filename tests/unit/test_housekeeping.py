@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from app import keys
-from app.states import TaskStatus
+from app.states import CLAIM_TAKEN, TaskStatus
 from app.store import NewTask, Started
 from app.task import now_ms
 from workers import processors
@@ -104,10 +104,13 @@ def test_stalled_task_is_requeued_while_attempts_remain(hk, conn, config):
     report = pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
     assert report.counts == {"recovered_to_pending": 1}
     assert hk.store.get(task_id).status == S.PENDING
-    assert conn.lrange("rq:queue:default", 0, -1) == [task_id.encode()]
-    assert hk.store.report(task_id, run_id, None) == S.PENDING  # the lost run's late heartbeat loses
+    # re-queued under a job id of its own, recorded in the task (cancel and expiry act on that job)
+    assert conn.lrange("rq:queue:default", 0, -1) == [f"{task_id}_1".encode()]
+    assert hk.store.job_id(task_id) == f"{task_id}_1"
+    assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # the lost run's late heartbeat loses
     again = hk.store.start(task_id, "run-2")
     assert isinstance(again, Started) and again.task.attempts == 2
+    assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # never the new run's PROCESSING
     assert hk.store.stats()["recovered"] == 1
 
 

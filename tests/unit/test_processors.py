@@ -264,10 +264,24 @@ def test_export_defaults():
         ({"rows": 1, "end_date": "2026-02-30"}, "payload.end_date"),
         ({"rows": 1, "end_date": 20260101}, "payload.end_date"),
         ({"rows": 1, "start_date": "2026-03-02", "end_date": "2026-03-01"}, "payload.end_date"),
+        # bounded range: no 3.65 M dates for one row, no overflow past 9999-12-31
+        ({"rows": 1, "start_date": "0001-01-01", "end_date": "2026-01-01"}, "payload.start_date"),
+        ({"rows": 1, "start_date": "2026-01-01", "end_date": "9999-12-31"}, "payload.end_date"),
+        ({"rows": 1, "start_date": "9999-12-31"}, "payload.start_date"),
+        ({"rows": 1, "end_date": "0001-01-01"}, "payload.end_date"),
+        ({"rows": 1, "start_date": "1900-01-01", "end_date": "2100-12-31"}, "payload.end_date"),
+        ({"rows": 1, "start_date": "2000-01-01", "end_date": "2010-01-08"}, "payload.end_date"),
     ],
 )
 def test_export_rejects(payload: dict, path: str):
     assert list(errors_of("orders.export", payload)) == [path]
+
+
+def test_export_accepts_the_bounds_of_its_range():
+    for payload in ({"rows": 1, "start_date": "1900-01-01"}, {"rows": 1, "end_date": "2100-12-31"},
+                    {"rows": 1, "start_date": "2100-12-31"}, {"rows": 1, "end_date": "1900-01-01"},
+                    {"rows": 1, "start_date": "2000-01-01", "end_date": "2010-01-07"}):
+        assert registry.validate("orders.export", payload)["rows"] == 1, payload
 
 
 def test_export_accepts_single_day_range():

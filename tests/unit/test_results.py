@@ -112,3 +112,30 @@ def test_factory_uses_results_dir(tmp_path: Path):
     assert store.root == tmp_path / "results"
     checked: ResultStore = store  # LocalResultStore satisfies the protocol (mypy checks this line)
     assert checked is store
+
+
+def read(store: LocalResultStore, task_id: str) -> bytes:
+    with store.open(task_id, "out.csv") as fh:
+        return fh.read()
+
+
+def test_a_run_writes_and_removes_only_its_own_folder(store: LocalResultStore, task_id: str):
+    old, new = store.for_run("a" * 32), store.for_run("b" * 32)
+    with old.writer(task_id, "out.csv") as fh:
+        fh.write(b"old")
+    with new.writer(task_id, "out.csv") as fh:
+        fh.write(b"new")
+    assert old.has_files(task_id) and new.has_files(task_id) and not store.for_run("c" * 32).has_files(task_id)
+    old.delete(task_id)  # a run taken over leaves: the other run's file stays
+    assert read(new, task_id) == b"new" and not old.has_files(task_id)
+    with old.writer(task_id, "out.csv") as fh:
+        fh.write(b"old again")
+    new.prune(task_id)  # the later run removes what earlier runs left
+    assert not old.has_files(task_id) and read(new, task_id) == b"new"
+    store.delete(task_id)  # the task's own view removes every run's folder
+    assert not new.has_files(task_id) and not (store.root / task_id).exists()
+    for bad in ("../x", "A" * 32, "a" * 31):
+        with pytest.raises(ValueError):
+            store.for_run(bad)
+    with pytest.raises(ValueError):
+        store.prune(task_id)

@@ -4,12 +4,14 @@ tests/integration/test_store_contract.py, run against fakeredis and the real red
 
 from __future__ import annotations
 
+import base64
+import re
 import uuid
 
 import pytest
 
-from app import keys
-from app.states import TRANSITIONS, TaskStatus
+from app import keys, scripts
+from app.states import CLAIM_TAKEN, TRANSITIONS, TaskStatus
 from app.store import NewTask, Started, decode_cursor, encode_cursor
 from app.task import now_ms
 
@@ -89,8 +91,14 @@ def test_read_past_expires_at_is_expired_before_housekeeping(store):
 
 
 def test_cursor_round_trip_and_rejects_garbage():
-    assert decode_cursor(encode_cursor((1700000000000.0, 3))) == (1700000000000.0, 3)
-    for bad in ("x", "!!", encode_cursor((1.0, 1))[:-2] + "@@"):
+    assert decode_cursor(encode_cursor((1700000000000.0, 3))) == (1700000000000, 3)
+    def raw(text: str) -> str:
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    garbage = ("x", "!!", encode_cursor((1.0, 1))[:-2] + "@@", "²", raw("1:" + str(2**63 + 1)), raw("1:" + "9" * 5000),
+               raw(str(2**64) + ":0"), raw("1:-1"), raw("-5:0"), raw("1:²"), raw("١:٢"), raw("1.5:0"), raw("1:2:3"),
+               raw("nan:0"), raw(" 1:2"), "A" * 10_000)
+    for bad in garbage:
         with pytest.raises(ValueError):
             decode_cursor(bad)
 
@@ -108,3 +116,13 @@ def test_every_key_has_the_prefix():
              keys.history("m"), keys.housekeeping_lock("j"), *keys.all_static()]
     assert all(k.startswith(keys.PREFIX) for k in built)
     assert all("{x}" in k for k in built[:4])
+
+
+def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
+    """The scripts spell statuses as Lua literals: a misspelt one would be a status no reader knows."""
+    words = set(re.findall(r"'([A-Z_]{2,})'", " ".join(scripts.ALL.values())))
+    not_statuses = words - {s.value for s in S} - {CLAIM_TAKEN}
+    assert CLAIM_TAKEN in words and S.EXPIRED in words
+    assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
+                              "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD",
+                              "TIME", "XADD", "XTRIM", "MAXLEN", "MINID"}

@@ -28,6 +28,12 @@ MAX_ROWS = 1_000_000
 CHUNK_ROWS = 1000  # rows written between two progress calls
 DEFAULT_START = date(2026, 1, 1)
 DEFAULT_SPAN_DAYS = 365
+# Bounds of the payload's dates: order dates of this century and the next, at most ten years in one
+# export. Without them 0001-01-01..9999-12-31 cost seconds of CPU whatever ``rows`` is, and a date near
+# 9999-12-31 overflowed when the default one-year span was added to it.
+MIN_DATE = date(1900, 1, 1)
+MAX_DATE = date(2100, 12, 31)
+MAX_SPAN_DAYS = 3660
 HEADER = ("order_code", "order_date", "customer", "items", "amount", "currency", "status")
 STATUSES = ("paid", "shipped", "delivered", "refunded", "cancelled")
 CONTENT_TYPES = {
@@ -43,9 +49,11 @@ def _check_date(value: str) -> None:
     if not _ISO_DATE.fullmatch(value):
         raise ValidationError("Not a valid date: use YYYY-MM-DD.")
     try:
-        date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError as exc:
         raise ValidationError("Not a valid date: use YYYY-MM-DD.") from exc
+    if not MIN_DATE <= day <= MAX_DATE:
+        raise ValidationError(f"Must be between {MIN_DATE.isoformat()} and {MAX_DATE.isoformat()}.")
 
 
 class ExportSchema(Schema):
@@ -59,6 +67,8 @@ class ExportSchema(Schema):
         start, end = data.get("start_date"), data.get("end_date")
         if start and end and end < start:  # ISO dates compare correctly as strings
             raise ValidationError("Must not be earlier than start_date.", field_name="end_date")
+        if start and end and (date.fromisoformat(end) - date.fromisoformat(start)).days >= MAX_SPAN_DAYS:
+            raise ValidationError(f"Must be less than {MAX_SPAN_DAYS} days after start_date.", field_name="end_date")
 
 
 @processor("orders.export", schema=ExportSchema, timeout=3600)
@@ -109,10 +119,9 @@ def make_row(index: int, day: date) -> Row:
 def _chunks(rows: int, start: date, end: date, ctx: TaskContext) -> Iterator[list[Row]]:
     """Rows in chunks of ``CHUNK_ROWS``, reporting progress after each chunk has been written."""
     span = (end - start).days + 1
-    days = [start + timedelta(days=d) for d in range(span)]
     for first in range(0, rows, CHUNK_ROWS):
         last = min(first + CHUNK_ROWS, rows)
-        yield [make_row(i, days[i * span // rows]) for i in range(first, last)]
+        yield [make_row(i, start + timedelta(days=i * span // rows)) for i in range(first, last)]
         ctx.progress(last, rows, f"row {last} of {rows}")
 
 

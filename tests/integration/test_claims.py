@@ -1,0 +1,166 @@
+"""No run outlives its claim, with real processes: a real RQ worker's work horse is stopped (SIGSTOP, as a
+GIL-holding C call or a starved CPU would stall it), housekeeping's recovery takes its task over, and
+the horse is continued (SIGCONT). Both orders:
+
+- the old run wakes up before the re-queued job starts (one worker: the job waits for it). Before the
+  fix, RQ's cleanup of the old delivery (``result_ttl=0``) deleted the re-queued job of the same id and
+  the task stayed PENDING;
+- the old run wakes up after a second worker ran the re-queued job to COMPLETED. Before the fix, the
+  old run's heartbeat was answered PROCESSING (the new run's), and on its way out it deleted the new
+  run's result folder.
+
+The old run must stop at its next heartbeat and touch nothing of the new run: its files, its job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from app.config import Config
+from tests.integration.harness import TASKS, Api, Stack, wait_until
+from workers import processors
+from workers.housekeeping import Housekeeper, PassReport
+
+MODULE = "tests.userprocs.claims"
+
+
+@pytest.fixture
+def claims(stack: Stack) -> Stack:
+    stack.configure(processors=MODULE, heartbeat_interval=0.2, progress_interval=0.1, stall_timeout=1.0)
+    processors.load([MODULE])  # the recovery pass runs in this process
+    stack.start_web()
+    return stack
+
+
+def announced(api: Api, task_id: str, not_who: str | None = None) -> str:
+    """Who runs the task (``<pid>-<thread>``), once a run other than ``not_who`` has announced itself."""
+    def who() -> str | None:
+        message = api.status(task_id)["message"] or ""
+        found = message.removeprefix("who ")
+        return found if message.startswith("who ") and found != not_who else None
+
+    return wait_until(who, timeout=20, message=f"a run of {task_id} to announce itself")
+
+
+def recover(config: Config, conn: redis.Redis) -> None:
+    """Run the recovery pass until it takes the stalled task (its heartbeat must age past the timeout)."""
+    keeper = Housekeeper(conn, config)
+
+    def once() -> bool:
+        report = PassReport("recover")
+        keeper.recover(report)
+        return report.counts.get("recovered_to_pending") == 1
+
+    wait_until(once, timeout=15, interval=0.1, message="recovery to take the stalled task")
+
+
+def horse_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def file_of(api: Api, task_id: str) -> bytes:
+    response = api.get(f"{TASKS}/{task_id}/result/file")
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def run_folders(config: Config, task_id: str) -> list[Path]:
+    return sorted((config.results_dir / task_id).glob("run-*"))
+
+
+def stalled_run(api: Api, gate: Path) -> tuple[str, str, int]:
+    task_id = api.create("test.gated", {"gate": str(gate)})
+    old_who = announced(api, task_id)
+    pid = int(old_who.split("-")[0])
+    os.kill(pid, signal.SIGSTOP)
+    return task_id, old_who, pid
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def conn(claims: Stack) -> Iterator[redis.Redis]:
+    client = claims.redis()
+    yield client
+    client.close()
+
+
+def test_old_run_wakes_up_before_the_requeued_job_starts(claims: Stack, gate: Path, conn: redis.Redis) -> None:
+    claims.start_worker(name="only")
+    with Api(claims.base_url) as api:
+        task_id, old_who, pid = stalled_run(api, gate)
+        try:
+            recover(claims.config, conn)
+            assert api.status(task_id)["status"] == "PENDING"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # the old run stops at its next heartbeat; its delivery ends and RQ deletes its job, not the new one;
+        # the same worker then takes the re-queued job
+        new_who = announced(api, task_id, not_who=old_who)
+        assert horse_gone(pid)
+        (gate / new_who).touch()
+        done = api.wait_for(task_id, "COMPLETED", "FAILED", timeout=20)
+        assert done["status"] == "COMPLETED" and done["attempts"] == 2, done
+        assert file_of(api, task_id) == new_who.encode()
+    assert len(run_folders(claims.config, task_id)) == 1
+
+
+def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, gate: Path, conn: redis.Redis) -> None:
+    [first] = claims.start_worker(name="first")
+    with Api(claims.base_url) as api:
+        task_id, old_who, pid = stalled_run(api, gate)
+        try:
+            recover(claims.config, conn)
+            claims.start_worker(name="second")
+            new_who = announced(api, task_id, not_who=old_who)
+            (gate / new_who).touch()
+            done = api.wait_for(task_id, "COMPLETED", "FAILED", timeout=20)
+            assert done["status"] == "COMPLETED" and done["attempts"] == 2, done
+            assert file_of(api, task_id) == new_who.encode()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # the old run is told at its next heartbeat that its claim was taken, and stops at its next checkpoint
+        wait_until(lambda: horse_gone(pid), timeout=20, message=lambda: f"the old run to stop\n{first.describe()}")
+        wait_until(lambda: "taken over by another run" in first.log(), timeout=10, message="the old run's log line")
+        assert api.status(task_id)["status"] == "COMPLETED"
+        assert file_of(api, task_id) == new_who.encode()  # the new run's file survived the old run's exit
+    assert len(run_folders(claims.config, task_id)) == 1
+
+
+
+
+def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(claims: Stack) -> None:
+    claims.start_worker()
+    with Api(claims.base_url) as api:
+        task_id = api.create("test.unstorable", {"kind": "object"})
+        done = api.wait_for(task_id, "FAILED", "COMPLETED", timeout=15)  # no scheduler: only the run can end it
+        assert done["status"] == "FAILED" and done["error"]["code"] == -1 and done["attempts"] == 1, done
+
+
+def test_a_task_past_its_ttl_never_starts(stack: Stack) -> None:
+    stack.configure(task_ttl=1)
+    stack.start_web()
+    with Api(stack.base_url) as api:
+        task_id = api.create("demo.sleep", {"steps": 1})
+        wait_until(lambda: api.get(f"{TASKS}/{task_id}").status_code == 410, timeout=5, message="EXPIRED")
+        [worker] = stack.start_worker()
+        wait_until(lambda: "delivery ignored: task is EXPIRED" in worker.log(), timeout=15,
+                   message=lambda: f"the late delivery to be refused\n{worker.describe()}")
+        response = api.get(f"{TASKS}/{task_id}")
+        assert response.status_code == 410 and response.json()["status"] == "EXPIRED"
+        assert response.json()["error"]["code"] == -4 and response.json()["progress"] == 0
