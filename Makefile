@@ -44,3 +44,11 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
 	touch $@ $(RUNTIME_STAMP)
+
+# requirements.txt is what a Heroku-style Python buildpack installs: exact pins compiled from pyproject.toml's
+# dependencies by uv (tests/unit/test_lock.py fails when the two disagree). Run after changing the dependencies.
+LOCK_PYTHON := $(shell cat .python-version)
+.PHONY: lock
+lock: $(DEV_STAMP)
+	$(BIN)/uv pip compile pyproject.toml --quiet --python-version $(LOCK_PYTHON) --python-platform linux \
+		--custom-compile-command 'make lock' --output-file requirements.txt

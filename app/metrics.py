@@ -25,6 +25,7 @@ from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from rq import Queue, Worker
+from rq.registry import CanceledJobRegistry
 
 from app import keys
 from app.states import QUEUES
@@ -52,6 +53,7 @@ class RedisCollector:
             queue = Queue(name, connection=conn)
             self.queue_keys.append((name, queue.key))
             for registry, obj in (("started", queue.started_job_registry), ("failed", queue.failed_job_registry),
+                                  ("canceled", CanceledJobRegistry(name, connection=conn)),
                                   ("scheduled", queue.scheduled_job_registry),
                                   ("deferred", queue.deferred_job_registry)):
                 self.registry_keys.append((name, registry, obj.key))
@@ -86,7 +88,7 @@ class RedisCollector:
         up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
         queued = GaugeMetricFamily("taskport_queue_length", "jobs waiting in an RQ queue", labels=["queue"])
         registries = GaugeMetricFamily(
-            "taskport_rq_jobs", "jobs in an RQ queue's registry (started, failed, scheduled, deferred)",
+            "taskport_rq_jobs", "jobs in an RQ queue's registry (started, failed, canceled, scheduled, deferred)",
             labels=["queue", "registry"])
         workers = GaugeMetricFamily("taskport_rq_workers", "RQ workers registered in Redis")
         running = GaugeMetricFamily("taskport_tasks_processing", "tasks PROCESSING now (those with a heartbeat)")
