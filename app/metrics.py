@@ -28,6 +28,7 @@ from rq import Queue, Worker
 from rq.registry import CanceledJobRegistry
 
 from app import keys
+from app.readiness import housekeeping_ages, live_workers
 from app.states import QUEUES
 
 EXTENSION = "taskport.metrics"
@@ -63,9 +64,11 @@ class RedisCollector:
         return self._families()
 
     def collect(self) -> Iterator[Metric]:
-        """Read Redis once; if it does not answer, report ``taskport_redis_up 0`` and nothing else from it."""
+        """Read Redis (one pipeline, plus the readiness reads); if it does not answer, report
+        ``taskport_redis_up 0`` and nothing else from it."""
         try:
             values = self._read()
+            values += [live_workers(self.redis), housekeeping_ages(self.redis)]
         except redis.RedisError:
             up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
             up.add_metric([], 0)
@@ -82,7 +85,7 @@ class RedisCollector:
         pipe.scard(Worker.redis_workers_keys)
         pipe.zcard(keys.RUNNING)
         pipe.hgetall(keys.STATS)
-        return pipe.execute()  # type: ignore[no-any-return]
+        return list(pipe.execute())
 
     def _families(self, values: list[Any] | None = None) -> list[Metric]:
         up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
@@ -93,7 +96,12 @@ class RedisCollector:
         workers = GaugeMetricFamily("taskport_rq_workers", "RQ workers registered in Redis")
         running = GaugeMetricFamily("taskport_tasks_processing", "tasks PROCESSING now (those with a heartbeat)")
         totals = CounterMetricFamily("taskport_tasks", "task lifecycle events since the data began", labels=["event"])
-        families: list[Metric] = [up, queued, registries, workers, running, totals]
+        listening = GaugeMetricFamily(
+            "taskport_queue_workers", "RQ workers listening on a queue (0: its tasks stay PENDING)", labels=["queue"])
+        housekeeping = GaugeMetricFamily(
+            "taskport_housekeeping_age_seconds", "seconds since a housekeeping pass last ended (absent: never)",
+            labels=["pass"])
+        families: list[Metric] = [up, queued, registries, workers, running, totals, listening, housekeeping]
         if values is None:
             return families
         it = iter(values)
@@ -108,6 +116,11 @@ class RedisCollector:
             value = _number(raw)
             if value is not None:
                 totals.add_metric([field.decode(errors="replace")], value)
+        for name, n in next(it).items():
+            listening.add_metric([name], n)
+        for name, age in next(it).items():
+            if age is not None:
+                housekeeping.add_metric([name], age)
         return families
 
 
