@@ -68,7 +68,7 @@ class JobQueue:
         cutoff = current_timestamp() - CANCELED_JOB_TTL
         for queue in self.queues.values():
             registry = CanceledJobRegistry(queue.name, connection=self.redis)
-            old = [as_text(i) for i in cast(list[bytes], self.redis.zrangebyscore(registry.key, 0, cutoff))]
+            old = [as_text(i) for i in cast(list[bytes], self.redis.zrangebyscore(registry.key, "-inf", cutoff))]
             if old:
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.zrem(registry.key, *old)
