@@ -52,3 +52,9 @@ LOCK_PYTHON := $(shell cat .python-version)
 lock: $(DEV_STAMP)
 	$(BIN)/uv pip compile pyproject.toml --quiet --python-version $(LOCK_PYTHON) --python-platform linux \
 		--custom-compile-command 'make lock' --output-file requirements.txt
+
+# The Procfile as a Heroku-style platform runs it, here: honcho with the venv's bin first on PATH, so the
+# Procfile's `python` is the venv's (honcho runs each line through /bin/sh with the caller's PATH).
+.PHONY: procfile
+procfile: $(RUNTIME_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start

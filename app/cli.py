@@ -27,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from app.config import Config, ConfigError
+from app.connection import connect
 from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, port_in_use, session_members
 from app.logs import setup_logging
 
@@ -73,6 +74,7 @@ def web_command(config: Config) -> list[str]:
 def cmd_web(args: argparse.Namespace) -> int:
     """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
     config = Config.from_env()  # fail here, readably, on a bad environment
+    connect(config)  # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
     host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
     if port_in_use(config.port, host):  # gunicorn would retry, then its workers die with tracebacks
         raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")

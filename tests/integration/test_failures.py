@@ -47,6 +47,7 @@ def test_known_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> Non
         results = run_all({
             "worker without REDIS_URL": (["worker"], {}),
             "scheduler without REDIS_URL": (["scheduler"], {}),
+            "web without REDIS_URL": (["web"], {"PORT": str(free_port())}),
             "Redis unreachable": (["worker"], {"REDIS_URL": nobody}),
             "port in use": (["web"], {"REDIS_URL": nobody, "PORT": str(busy.getsockname()[1])}),
             "data dir locked": (["up"], {"TASKPORT_DATA_DIR": str(locked), "PORT": str(free_port()),
@@ -57,6 +58,7 @@ def test_known_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> Non
     expected = {
         "worker without REDIS_URL": (EXIT_CONFIG, "REDIS_URL is not set"),
         "scheduler without REDIS_URL": (EXIT_CONFIG, "REDIS_URL is not set"),
+        "web without REDIS_URL": (EXIT_CONFIG, "REDIS_URL is not set"),
         "Redis unreachable": (EXIT_FAILURE, "Redis is unreachable"),
         "port in use": (EXIT_CONFIG, "is in use by another process"),
         "data dir locked": (EXIT_FAILURE, "is in use by another running taskport"),

@@ -32,8 +32,9 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-def test_no_redis_url_for_a_worker_is_one_line_and_exit_2(clean_env, capsys):
-    code, lines = run_main(capsys, "worker")
+@pytest.mark.parametrize("role", ["web", "worker"])
+def test_no_redis_url_is_one_line_and_exit_2(clean_env, capsys, role):
+    code, lines = run_main(capsys, role)
     assert (code, len(lines)) == (cli.EXIT_CONFIG, 1) and "REDIS_URL is not set" in lines[0]
 
 
@@ -56,6 +57,7 @@ def test_a_port_in_use_stops_the_web_before_gunicorn(clean_env, capsys):
         busy.listen()
         port = busy.getsockname()[1]
         clean_env.setenv("PORT", str(port))
+        clean_env.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
         code, lines = run_main(capsys, "web")
     assert code == cli.EXIT_CONFIG and lines == [
         f"taskport: error: PORT {port} is in use by another process: set PORT to a free one"]
