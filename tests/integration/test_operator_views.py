@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -105,8 +106,8 @@ def test_readiness_reports_workers_and_housekeeping_and_a_submit_without_worker_
     degraded = wait_until(lambda: (r := ready()).status_code == 503 and r.json(), message="/readyz to see no worker")
     assert degraded["workers"] == dict.fromkeys(QUEUES, 0)
     assert "no worker listens on queue default" in degraded["problems"]
-    unserved = wait_until(lambda: (r := api.submit("demo.sleep", {"steps": 2})).headers.get(WARNING_HEADER) and r,
-                          message="a submit to carry the warning (the web re-reads workers each second)")
+    unserved = wait_until(lambda: (r := api.submit("demo.sleep", {}, dedup_key=uuid.uuid4().hex)).headers.get(
+        WARNING_HEADER) and r, message="a submit to carry the warning (the web re-reads workers each second)")
     assert unserved.status_code == 202 and unserved.headers[WARNING_HEADER] == "no-worker; queue=default"
     text = requests.get(stack.url("/metrics"), timeout=5).text
     assert metric(text, "taskport_queue_workers", queue="default") == 0
