@@ -7,6 +7,7 @@ each pinned to a version its range allows.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -55,3 +56,12 @@ def test_the_python_version_is_one_pyproject_allows() -> None:
 def test_the_procfile_runs_without_the_console_script_on_path() -> None:
     lines = dict(line.split(": ", 1) for line in (REPO_ROOT / "Procfile").read_text().splitlines() if line)
     assert lines == {role: f"python -m app.cli {role}" for role in ("web", "worker", "scheduler")}
+
+
+def test_app_json_starts_every_procfile_process_with_a_redis() -> None:
+    app = json.loads((REPO_ROOT / "app.json").read_text())
+    procfile = [line.split(":", 1)[0] for line in (REPO_ROOT / "Procfile").read_text().splitlines() if line]
+    assert sorted(app["formation"]) == sorted(procfile)
+    assert all(app["formation"][name]["quantity"] >= 1 for name in procfile)
+    assert any(addon["plan"].startswith("heroku-redis") for addon in app["addons"])
+    assert app["env"]["TASKPORT_REDIS_TLS_VERIFY"]["value"] == "none"  # Heroku Redis' self-signed certificate
