@@ -62,7 +62,9 @@ def _mount_ui(state: BlueprintSetupState) -> None:
     state.app.register_blueprint(get_swaggerui_blueprint(
         UI_PATH, f"{bp.url_prefix}{OPENAPI_PATH}",
         config={"app_name": "taskport API", "layout": "BaseLayout", "deepLinking": True,
-                "persistAuthorization": True}, blueprint_name="api_docs"))
+                "persistAuthorization": True,
+                "validatorUrl": None},  # no badge fetched from validator.swagger.io: the page stays local
+        blueprint_name="api_docs"))
 
 
 @bp.get(OPENAPI_PATH)
