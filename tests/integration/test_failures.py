@@ -39,11 +39,12 @@ def run_all(cases: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, tup
 def test_known_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     (locked / "redis").mkdir(parents=True)
-    with socket.socket() as busy, open(locked / "redis" / "owner.lock", "w") as lock:
+    with socket.socket() as busy, socket.socket() as closed, open(locked / "redis" / "owner.lock", "w") as lock:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused, and no other
+        nobody = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"  # process can take the port meanwhile
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `taskport up` holds it
-        nobody = f"redis://127.0.0.1:{free_port()}/0"
         results = run_all({
             "worker without REDIS_URL": (["worker"], {}),
             "scheduler without REDIS_URL": (["scheduler"], {}),
