@@ -50,3 +50,17 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
 	touch $@ $(RUNTIME_STAMP)
+
+# requirements.txt is what a Heroku-style Python buildpack installs: exact pins compiled from pyproject.toml's
+# dependencies by uv (tests/unit/test_lock.py fails when the two disagree). Run after changing the dependencies.
+LOCK_PYTHON := $(shell cat .python-version)
+.PHONY: lock
+lock: $(DEV_STAMP)
+	$(BIN)/uv pip compile pyproject.toml --quiet --python-version $(LOCK_PYTHON) --python-platform linux \
+		--custom-compile-command 'make lock' --output-file requirements.txt
+
+# The Procfile as a Heroku-style platform runs it, here: honcho with the venv's bin first on PATH, so the
+# Procfile's `python` is the venv's (honcho runs each line through /bin/sh with the caller's PATH).
+.PHONY: procfile
+procfile: $(RUNTIME_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start

@@ -24,8 +24,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
 from app import audit
 from app.config import Config, ConfigError
+from app.connection import connect
 from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, port_in_use, session_members
 from app.logs import setup_logging
 
@@ -43,6 +47,11 @@ GUNICORN_TIMEOUT = 30
 GUNICORN_GRACEFUL_TIMEOUT = 5
 GUNICORN_KEEPALIVE = 5
 READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
+# Exit codes of every command (docs/deploy.md): 0 stopped on request; 1 a runtime failure (Redis unreachable,
+# the embedded Redis or a process failed); 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
 
 
 def web_command(config: Config) -> list[str]:
@@ -66,7 +75,12 @@ def web_command(config: Config) -> list[str]:
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
-    command = web_command(Config.from_env())  # fail here, readably, on a bad environment
+    config = Config.from_env()  # fail here, readably, on a bad environment
+    connect(config)  # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
+    if port_in_use(config.port, host):  # gunicorn would retry, then its workers die with tracebacks
+        raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
+    command = web_command(config)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(command[0], command)
@@ -213,11 +227,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (ConfigError, EmbeddedRedisError) as exc:
-        print(f"taskport: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+    except (ConfigError, EmbeddedRedisError, RedisError) as exc:
+        # A known condition is one line, never a traceback; the exit codes are in docs/deploy.md.
+        print(f"taskport: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, RedisConnectionError):
+        return f"Redis is unreachable ({exc}): check REDIS_URL and that Redis runs"
+    if isinstance(exc, RedisError):
+        return f"Redis answered with an error: {exc}"
+    return str(exc)
 
 
 if __name__ == "__main__":

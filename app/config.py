@@ -8,6 +8,7 @@ The table in README.md lists the same variables; ``Config.describe()`` prints it
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -102,6 +103,9 @@ class Config:
     max_result: int = _setting(
         "TASKPORT_MAX_RESULT", 16 * 1024 * 1024, "largest stored result (output + failures as JSON), bytes; "
         "a larger one fails the task with -1")
+    redis_tls_verify: str = _setting(
+        "TASKPORT_REDIS_TLS_VERIFY", "required",
+        "certificate check of a rediss:// URL: required, optional or none (none: Heroku Redis' self-signed one)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -127,9 +131,14 @@ class Config:
             raise ConfigError("TASKPORT_WORKER_CLASS must be fork, simple or spawn")
         if self.redis_fsync not in ("everysec", "always"):
             raise ConfigError("TASKPORT_REDIS_FSYNC must be everysec or always")
+        if self.redis_tls_verify not in TLS_VERIFY:
+            raise ConfigError("TASKPORT_REDIS_TLS_VERIFY must be required, optional or none")
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise ConfigError(f"TASKPORT_LOG_LEVEL must be a level name (DEBUG, INFO...), got {self.log_level!r}")
+        env = {f.name: f.metadata["env"] for f in fields(self)}
         for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
+                raise ConfigError(f"{env[name]} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
         if self.request_limit:
             _check_rate_limit(self.request_limit)
@@ -238,6 +247,10 @@ class Config:
         return [(f.metadata["env"], str(f.default), f.metadata["doc"]) for f in fields(cls)]
 
 
+TLS_VERIFY = ("required", "optional", "none")  # TASKPORT_REDIS_TLS_VERIFY: redis-py's ``ssl_cert_reqs`` values
+KIND_NAMES = {int: "an integer", float: "a number"}
+
+
 def _parse(name: str, env: str, raw: str, default: Any) -> Any:
     kind = type(default)
     try:
@@ -249,7 +262,7 @@ def _parse(name: str, env: str, raw: str, default: Any) -> Any:
             return Path(raw)
         return raw
     except ValueError as exc:
-        raise ConfigError(f"{env} must be a {kind.__name__}, got {raw!r}") from exc
+        raise ConfigError(f"{env} must be {KIND_NAMES.get(kind, kind.__name__)}, got {raw!r}") from exc
 
 
 def _check_rate_limit(text: str) -> None:

@@ -9,7 +9,7 @@ from redis.backoff import ExponentialBackoff
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
-from app.config import Config
+from app.config import Config, ConfigError
 
 # No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
 NO_SETINFO = DriverInfo(name=None, lib_version=None)
@@ -18,8 +18,9 @@ NO_SETINFO = DriverInfo(name=None, lib_version=None)
 def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
     """A client for ``config.redis_url`` with socket timeouts and health checks."""
     if not config.redis_url:
-        raise RuntimeError("REDIS_URL is not set: run `taskport up`, which starts an embedded Redis")
+        raise ConfigError("REDIS_URL is not set: run `taskport up`, which starts an embedded Redis")
     t = config.redis_timeout if timeout is None else timeout
+    tls = {"ssl_cert_reqs": config.redis_tls_verify} if config.redis_url.startswith("rediss://") else {}
     return redis.Redis.from_url(
         config.redis_url,
         socket_timeout=t,
@@ -28,6 +29,7 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
         driver_info=NO_SETINFO,
         # one quick retry heals a connection dropped by a Redis restart; more would turn an outage into a hang
         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), retries=1),
+        **tls,  # TASKPORT_REDIS_TLS_VERIFY (a plain redis:// URL takes no TLS arguments)
     )
 
 

@@ -30,6 +30,7 @@ from flask import Flask, Response, current_app, request
 
 from app.config import Config
 from app.errors import problem
+from app.jobs import register_queues
 
 PREFIX = "/rq"
 BLUEPRINT = "rq_dashboard"
@@ -54,6 +55,7 @@ def _with_connection(view: Callable[..., Any], conn: redis.Redis) -> Callable[..
     @functools.wraps(view)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         current_app.redis_conn = conn  # type: ignore[attr-defined]
+        register_queues(conn)  # high, default and low listed even before their first job (workers do it too)
         return view(*args, **kwargs)
 
     return wrapped

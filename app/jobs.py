@@ -14,12 +14,15 @@ in a queue would be skipped silently).
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 import redis
 from rq import Callback, Queue
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
-from rq.job import Job
+from rq.job import Job, JobStatus
+from rq.registry import CanceledJobRegistry
+from rq.utils import as_text, current_timestamp, now
 
 from app.config import Config
 from app.states import QUEUES
@@ -32,6 +35,7 @@ ON_STOPPED = Callback("workers.runner.on_stopped")  # the worker removes what a 
 # see bench/README.md, "Optimizations".
 RESULT_TTL = 0
 FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashboard
+CANCELED_JOB_TTL = FAILED_JOB_TTL  # and a job stopped on request in its canceled registry (trimmed by housekeeping)
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +73,19 @@ class JobQueue:
 
     def trim_finished(self) -> None:
         """Drop finished jobs whose ``RESULT_TTL`` is over from RQ's finished registries (one command each;
-        RQ itself does it only every ten minutes)."""
+        RQ itself does it only every ten minutes), and stopped jobs older than ``CANCELED_JOB_TTL`` from the
+        canceled registries (RQ never cleans those)."""
         for queue in self.queues.values():
             queue.finished_job_registry.cleanup()
+        cutoff = current_timestamp() - CANCELED_JOB_TTL
+        for queue in self.queues.values():
+            registry = CanceledJobRegistry(queue.name, connection=self.redis)
+            old = [as_text(i) for i in cast(list[bytes], self.redis.zrangebyscore(registry.key, "-inf", cutoff))]
+            if old:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.zrem(registry.key, *old)
+                pipe.delete(*(Job.key_for(i) for i in old))
+                pipe.execute()
 
     def remove(self, *job_ids: str) -> None:
         """Drop queued (or retry-scheduled) jobs so they never start: one pipelined round trip however
@@ -90,3 +104,41 @@ class JobQueue:
             send_stop_job_command(self.redis, job_id)
         except (NoSuchJobError, InvalidJobOperation):
             pass  # not running (anymore): the processor's next checkpoint sees the cancel
+
+
+def register_queues(conn: redis.Redis) -> None:
+    """List every queue in RQ's set of queues now, so rq-dashboard and ``rq info`` show high, default and
+    low from the start (RQ adds a queue there only at its first enqueue). One idempotent SADD."""
+    conn.sadd(Queue.redis_queues_keys, *(Queue(name, connection=conn).key for name in QUEUES))
+
+
+def record_stopped_as_canceled(job: Job) -> None:
+    """Move a job RQ stopped on request (a task cancelled, or expired, while running) from the failed
+    registry, where RQ puts it with status STOPPED, to the canceled registry, with its end time."""
+    conn = job.connection
+    job.ended_at = now()
+    pipe = conn.pipeline()
+    job.failed_job_registry.remove(job, pipeline=pipe)
+    job.set_status(JobStatus.CANCELED, pipeline=pipe)
+    job.save(pipeline=pipe, include_meta=False)
+    CanceledJobRegistry(job.origin, connection=conn).add(job, pipeline=pipe)
+    pipe.expire(job.key, CANCELED_JOB_TTL)
+    pipe.execute()
+
+
+class CancelAware:
+    """Mixin for an RQ worker class: a job stopped on request ends in the canceled registry, not the failed one.
+
+    RQ 3.0 treats ``send_stop_job_command`` as a failure ("Job stopped by user, work-horse terminated"):
+    operators would count every cancel as a failed job. Its status is STOPPED after RQ's own handling.
+    """
+
+    def handle_job_failure(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
+        super().handle_job_failure(job, queue, *args, **kwargs)  # type: ignore[misc]
+        if job.get_status(refresh=False) == JobStatus.STOPPED:
+            record_stopped_as_canceled(job)
+
+
+def cancel_aware(worker_class: type[Any]) -> type[Any]:
+    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
+    return type(worker_class.__name__, (CancelAware, worker_class), {})

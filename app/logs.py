@@ -16,7 +16,7 @@ import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-from app.config import Config
+from app.config import Config, ConfigError
 
 FORMAT = "%(asctime)s %(levelname)-5s %(procname)s[%(process)d] %(name)s task_id=%(task_id)s %(message)s"
 NO_TASK = "-"
@@ -48,6 +48,19 @@ def _task_id_in_library_line(record: logging.LogRecord) -> str:
     return NO_TASK
 
 
+QUIET_PROCESSES = frozenset({"housekeeper"})
+
+
+class QuietLibraryFilter(logging.Filter):
+    """Drop RQ's INFO lines (dequeued, "Job OK", "result will never expire...") in a process that only runs
+    housekeeping: each pass would add three of them every interval. The pass itself logs one line when
+    it did something (workers.housekeeping); RQ's warnings and errors still pass, and at DEBUG everything does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("rq.") and record.levelno == logging.INFO
+                    and logging.getLogger().getEffectiveLevel() > logging.DEBUG)
+
+
 class UTCFormatter(logging.Formatter):
     """ISO 8601 UTC timestamps with milliseconds and a trailing ``Z``, like the API's."""
 
@@ -73,6 +86,8 @@ def make_handler(procname: str) -> logging.StreamHandler[TextIO]:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(UTCFormatter(FORMAT))
     handler.addFilter(TaskIdFilter(procname))
+    if procname in QUIET_PROCESSES:
+        handler.addFilter(QuietLibraryFilter())
     handler.set_name(f"taskport-{procname}")
     return handler
 
@@ -85,7 +100,7 @@ def setup_logging(config: Config, process: str) -> None:
     """
     level = config.log_level.upper()
     if level not in logging.getLevelNamesMapping():
-        raise ValueError(f"TASKPORT_LOG_LEVEL must be a logging level name, got {config.log_level!r}")
+        raise ConfigError(f"TASKPORT_LOG_LEVEL must be a logging level name, got {config.log_level!r}")
     root = logging.getLogger()
     for old in [h for h in root.handlers if (h.get_name() or "").startswith("taskport-")]:
         root.removeHandler(old)

@@ -25,8 +25,10 @@ from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from rq import Queue, Worker
+from rq.registry import CanceledJobRegistry
 
 from app import keys
+from app.readiness import housekeeping_ages, live_workers
 from app.states import QUEUES
 
 EXTENSION = "taskport.metrics"
@@ -56,6 +58,7 @@ class RedisCollector:
             queue = Queue(name, connection=conn)
             self.queue_keys.append((name, queue.key))
             for registry, obj in (("started", queue.started_job_registry), ("failed", queue.failed_job_registry),
+                                  ("canceled", CanceledJobRegistry(name, connection=conn)),
                                   ("scheduled", queue.scheduled_job_registry),
                                   ("deferred", queue.deferred_job_registry)):
                 self.registry_keys.append((name, registry, obj.key))
@@ -65,9 +68,11 @@ class RedisCollector:
         return self._families()
 
     def collect(self) -> Iterator[Metric]:
-        """Read Redis once; if it does not answer, report ``taskport_redis_up 0`` and nothing else from it."""
+        """Read Redis (one pipeline, plus the readiness reads); if it does not answer, report
+        ``taskport_redis_up 0`` and nothing else from it."""
         try:
             values = self._read()
+            values += [live_workers(self.redis), housekeeping_ages(self.redis)]
         except redis.RedisError:
             up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
             up.add_metric([], 0)
@@ -84,18 +89,23 @@ class RedisCollector:
         pipe.scard(Worker.redis_workers_keys)
         pipe.zcard(keys.RUNNING)
         pipe.hgetall(keys.STATS)
-        return pipe.execute()  # type: ignore[no-any-return]
+        return list(pipe.execute())
 
     def _families(self, values: list[Any] | None = None) -> list[Metric]:
         up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
         queued = GaugeMetricFamily("taskport_queue_length", "jobs waiting in an RQ queue", labels=["queue"])
         registries = GaugeMetricFamily(
-            "taskport_rq_jobs", "jobs in an RQ queue's registry (started, failed, scheduled, deferred)",
+            "taskport_rq_jobs", "jobs in an RQ queue's registry (started, failed, canceled, scheduled, deferred)",
             labels=["queue", "registry"])
         workers = GaugeMetricFamily("taskport_rq_workers", "RQ workers registered in Redis")
         running = GaugeMetricFamily("taskport_tasks_processing", "tasks PROCESSING now (those with a heartbeat)")
         totals = CounterMetricFamily("taskport_tasks", "task lifecycle events since the data began", labels=["event"])
-        families: list[Metric] = [up, queued, registries, workers, running, totals]
+        listening = GaugeMetricFamily(
+            "taskport_queue_workers", "RQ workers listening on a queue (0: its tasks stay PENDING)", labels=["queue"])
+        housekeeping = GaugeMetricFamily(
+            "taskport_housekeeping_age_seconds", "seconds since a housekeeping pass last ended (absent: never)",
+            labels=["pass"])
+        families: list[Metric] = [up, queued, registries, workers, running, totals, listening, housekeeping]
         if values is None:
             return families
         it = iter(values)
@@ -110,6 +120,11 @@ class RedisCollector:
             value = _number(raw)
             if value is not None:
                 totals.add_metric([field.decode(errors="replace")], value)
+        for name, n in next(it).items():
+            listening.add_metric([name], n)
+        for name, age in next(it).items():
+            if age is not None:
+                housekeeping.add_metric([name], age)
         return families
 
 

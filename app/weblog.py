@@ -8,6 +8,8 @@ from gunicorn.glogging import Logger as _GunicornBaseLogger
 
 from app.logs import FORMAT, TaskIdFilter, UTCFormatter
 
+LISTENING = "Listening at: %s (%s)"
+
 
 class GunicornLogger(_GunicornBaseLogger):  # type: ignore[misc]
     """gunicorn's own lines (arbiter, workers) in the common format: ``--logger-class app.weblog.GunicornLogger``."""
@@ -18,3 +20,10 @@ class GunicornLogger(_GunicornBaseLogger):  # type: ignore[misc]
             for handler in log.handlers:
                 handler.setFormatter(UTCFormatter(FORMAT))
                 handler.addFilter(TaskIdFilter("web"))
+
+    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        # With --reuse-port each worker opens its own socket, so gunicorn's arbiter has none to name and
+        # logs "Listening at:  (pid)": name the configured address instead.
+        if msg == LISTENING and args and not args[0]:
+            args = (",".join(f"http://{address}" for address in self.cfg.bind), *args[1:])
+        super().info(msg, *args, **kwargs)

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 BATCH = 500
 MAX_BATCHES = 200  # one pass handles at most BATCH * MAX_BATCHES due tasks; the next pass goes on
 QUEUE = "housekeeping"
+READINGS = frozenset({"failures_in_window"})  # counts a pass reports that are not work it did
 
 
 @dataclass
@@ -42,6 +43,17 @@ class PassReport:
 
     def add(self, what: str, n: int = 1) -> None:
         self.counts[what] = self.counts.get(what, 0) + n
+
+    @property
+    def actions(self) -> dict[str, int]:
+        """What the pass changed (non-zero counts, minus the readings that change nothing)."""
+        return {k: v for k, v in self.counts.items() if v and k not in READINGS}
+
+    def log(self, seconds: float) -> None:
+        """One INFO line when the pass did something, else DEBUG: an idle service stays quiet at INFO."""
+        acted = self.actions
+        text = ", ".join(f"{k}={v}" for k, v in sorted(acted.items())) if acted else "nothing to do"
+        log.log(logging.INFO if acted else logging.DEBUG, "%s pass: %s in %.3f s", self.name, text, seconds)
 
 
 class Housekeeper:
@@ -62,7 +74,7 @@ class Housekeeper:
         started = time.perf_counter()
         run(report)
         self.redis.hincrby(keys.STATS, f"housekeeping_{name}", 1)
-        log.info("housekeeping %s: %s in %.3f s", name, report.counts or "nothing to do", time.perf_counter() - started)
+        report.log(time.perf_counter() - started)
         return report
 
     # -- expiry ---------------------------------------------------------------------------------

@@ -14,15 +14,16 @@ from rq.worker import BaseWorker, SpawnWorker
 
 from app.config import Config
 from app.connection import connect, wait_for_redis
+from app.jobs import cancel_aware, register_queues
 from app.logs import setup_logging
 from app.states import QUEUES
 
 log = logging.getLogger(__name__)
 
 WORKER_CLASSES: dict[str, type[BaseWorker]] = {
-    "fork": Worker,  # a forked work horse per job: a crash or a stop command kills only the horse
+    "fork": cancel_aware(Worker),  # a forked work horse per job: a crash or a stop command kills only the horse
     "simple": SimpleWorker,  # runs jobs in-process: fastest, but ignores stop commands
-    "spawn": SpawnWorker,  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
+    "spawn": cancel_aware(SpawnWorker),  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
 }
 
 
@@ -34,6 +35,7 @@ def build_worker(config: Config, name: str | None = None) -> BaseWorker:
     """
     conn = connect(config)
     wait_for_redis(conn)
+    register_queues(conn)
     worker_class = WORKER_CLASSES[config.worker_class]
     return worker_class(list(QUEUES), name=name, connection=conn)
 

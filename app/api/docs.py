@@ -1,4 +1,9 @@
-"""GET /api/v1/openapi.json: the OpenAPI 3 document of every endpoint, built once per app.
+"""GET /api/v1/openapi.json: the OpenAPI 3 document of every endpoint, built once per app; and /docs,
+an interactive page (Swagger UI) built from that same document.
+
+The page comes from ``flask-swagger-ui``, whose wheel ships Swagger UI's own files (the page loads
+nothing from a CDN); it is mounted with this blueprint, so every app that serves the document serves
+the page too.
 
 Bodies come from the marshmallow schemas of :mod:`app.schemas` (through apispec's marshmallow
 plugin); every registered task type contributes its payload schema (``Payload.<type>``) and an
@@ -15,6 +20,8 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from apispec.ext.marshmallow.common import resolve_schema_cls
 from flask import Blueprint, Flask, Response, current_app
+from flask.blueprints import BlueprintSetupState
+from flask_swagger_ui import get_swaggerui_blueprint
 from marshmallow import Schema, missing
 
 from app import schemas
@@ -45,7 +52,22 @@ or cancel it. Errors are RFC 9457 problem details (`application/problem+json`). 
 Authentication is `Authorization: Bearer <api key>`; with no keys configured the service runs in open mode."""
 
 
-@bp.get("/openapi.json")
+UI_PATH = "/docs"
+OPENAPI_PATH = "/openapi.json"
+
+
+@bp.record_once
+def _mount_ui(state: BlueprintSetupState) -> None:
+    """Swagger UI at /docs, reading the document below (a blueprint per app: tests build many apps)."""
+    state.app.register_blueprint(get_swaggerui_blueprint(
+        UI_PATH, f"{bp.url_prefix}{OPENAPI_PATH}",
+        config={"app_name": "taskport API", "layout": "BaseLayout", "deepLinking": True,
+                "persistAuthorization": True,
+                "validatorUrl": None},  # no badge fetched from validator.swagger.io: the page stays local
+        blueprint_name="api_docs"))
+
+
+@bp.get(OPENAPI_PATH)
 def openapi() -> Response:
     """The OpenAPI document (JSON), rendered on the first request and cached for the app's life."""
     return Response(openapi_bytes(current_app), content_type=JSON_UTF8)
@@ -242,10 +264,18 @@ def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
 def _other_paths(spec: APISpec) -> None:
     up = {"type": "object", "properties": {"status": {"type": "string"}}}
     spec.path("/healthz", operations={"get": _op("The process is up", {200: _content(JSON, "up", up)})})
-    spec.path("/readyz", operations={"get": _op("Redis answers", {
-        200: _content(JSON, "ready", up), 503: "Unavailable"})})
-    spec.path("/api/v1/openapi.json", operations={"get": _op("This document", {
+    ready = {"type": "object", "properties": {
+        "status": {"type": "string", "enum": ["ready", "degraded"]}, "store": {"type": "string"},
+        "workers": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "housekeeping": {"type": "object"}, "problems": {"type": "array", "items": {"type": "string"}}}}
+    spec.path("/readyz", operations={"get": _op("Redis answers, every queue has a worker, housekeeping runs", {
+        200: _content(JSON, "ready", ready),
+        503: {"description": "degraded (the report, with `problems`), or Redis unreachable (a problem)",
+              "content": {JSON: {"schema": ready}, PROBLEM_JSON: {"schema": "Problem"}}}})})
+    spec.path(f"{bp.url_prefix}{OPENAPI_PATH}", operations={"get": _op("This document", {
         200: _content(JSON, "the OpenAPI document", {"type": "object"})})})
+    spec.path(f"{UI_PATH}/", operations={"get": _op("This document as an interactive page (Swagger UI)", {
+        200: _content("text/html", "the page; its scripts and styles are served beside it", {"type": "string"})})})
     spec.path("/metrics", operations={"get": _op("Prometheus metrics", {
         200: _content("text/plain; version=0.0.4", "Prometheus text format", {"type": "string"})})})
     dashboard = _op("rq-dashboard, for operators", {

@@ -1,15 +1,32 @@
-"""Liveness and readiness, outside /api/v1."""
+"""Liveness and readiness, outside /api/v1, and the submit warning when no worker would run the task."""
 
 from __future__ import annotations
 
-import redis
-from flask import Blueprint, Response
+import logging
 
+import redis
+from flask import Blueprint, Response, current_app, request
+from flask.blueprints import BlueprintSetupState
+
+from app import keys
 from app.api import json_response
+from app.api import tasks as tasks_api
 from app.errors import Unavailable
+from app.logs import task_logger
+from app.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch
+from app.runtime import EXTENSION as RUNTIME
 from app.runtime import runtime
 
 bp = Blueprint("health", __name__)
+log = logging.getLogger(__name__)
+WATCH = "taskport.worker_watch"
+SUBMIT = f"{tasks_api.bp.name}.{tasks_api.submit.__name__}"
+RETRY_AFTER = "30"  # seconds: what it takes to start a worker or a scheduler
+
+
+@bp.record_once
+def _watch_workers(state: BlueprintSetupState) -> None:
+    state.app.extensions[WATCH] = WorkerWatch(state.app.extensions[RUNTIME].redis)
 
 
 @bp.get("/healthz")
@@ -20,9 +37,35 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    """Redis answers: the process can serve requests."""
+    """200 when Redis answers, every queue has a worker and housekeeping ran within two intervals;
+    503 with the same report (``status: degraded`` and its ``problems``) otherwise."""
+    rt = runtime()
     try:
-        runtime().redis.ping()
+        readiness = Readiness.read(rt.redis, rt.config)
     except redis.RedisError:
         raise Unavailable("the task store is unreachable") from None
-    return json_response({"status": "ready"})
+    if readiness.ready:
+        return json_response(readiness.document())
+    return json_response(readiness.document(), 503, {"Retry-After": RETRY_AFTER})
+
+
+@bp.after_app_request
+def _warn_if_unserved(response: Response) -> Response:
+    """A task accepted while no worker listens on its queue: say so (it stays PENDING until one starts)."""
+    if request.endpoint != SUBMIT or response.status_code != 202:
+        return response
+    watch: WorkerWatch = current_app.extensions[WATCH]
+    try:
+        unserved = watch.unserved()
+        if not unserved:
+            return response
+        task_id = response.headers["Location"].rsplit("/", 1)[-1]
+        task = runtime().service.store.get(task_id)
+        if task is None or task.priority not in unserved:
+            return response
+        runtime().redis.hincrby(keys.STATS, STAT_UNSERVED, 1)
+    except redis.RedisError:
+        return response  # the task was accepted; the warning is a courtesy
+    response.headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"
+    task_logger(log, task_id).warning("submitted while no worker listens on queue %s", task.priority)
+    return response

@@ -44,12 +44,14 @@ def test_unknown_variables_are_ignored() -> None:
 
 
 @pytest.mark.parametrize("env, problem", [
-    ({"PORT": "eighty"}, "PORT must be a int"),
-    ({"TASKPORT_STALL_TIMEOUT": "soon"}, "TASKPORT_STALL_TIMEOUT must be a float"),
+    ({"PORT": "eighty"}, "PORT must be an integer"),
+    ({"TASKPORT_STALL_TIMEOUT": "soon"}, "TASKPORT_STALL_TIMEOUT must be a number"),
     ({"TASKPORT_WORKER_CLASS": "threads"}, "TASKPORT_WORKER_CLASS"),
     ({"TASKPORT_REDIS_FSYNC": "no"}, "TASKPORT_REDIS_FSYNC"),
-    ({"TASKPORT_TASK_TTL": "0"}, "task_ttl must be positive"),
-    ({"TASKPORT_WORKERS": "-1"}, "workers must be positive"),
+    ({"TASKPORT_TASK_TTL": "0"}, "TASKPORT_TASK_TTL must be positive"),
+    ({"TASKPORT_WORKERS": "-1"}, "TASKPORT_WORKERS must be positive"),
+    ({"TASKPORT_REDIS_TLS_VERIFY": "yes"}, "TASKPORT_REDIS_TLS_VERIFY must be required, optional or none"),
+    ({"TASKPORT_LOG_LEVEL": "LOUD"}, "TASKPORT_LOG_LEVEL must be a level name"),
     ({"TASKPORT_RETRY_BACKOFF": "1,x"}, "TASKPORT_RETRY_BACKOFF"),
     ({"TASKPORT_API_KEYS": "k1:alice,k2"}, "key:member"),
 ])

@@ -1,0 +1,109 @@
+"""Readiness on fakeredis: workers per queue, housekeeping age, /readyz, the submit warning, /metrics."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from rq import SimpleWorker
+from rq.job import Job
+from rq.utils import utcformat
+
+from app import create_app, keys
+from app.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch, housekeeping_ages, live_workers
+from app.states import QUEUES
+from workers.housekeeping import PASSES
+from workers.scheduler import job_id
+
+
+def start_worker(conn, queues=QUEUES) -> SimpleWorker:
+    worker = SimpleWorker(list(queues), connection=conn)
+    worker.register_birth()
+    return worker
+
+
+def passes_ran(conn, seconds_ago: float) -> None:
+    ended = datetime.now(UTC) - timedelta(seconds=seconds_ago)
+    for name in PASSES:
+        conn.hset(Job.key_for(job_id(name)), "ended_at", utcformat(ended))
+
+
+@pytest.fixture
+def client(config, conn):
+    return create_app(config, conn=conn).test_client()
+
+
+def test_workers_are_counted_per_queue_and_only_while_registered(conn):
+    assert live_workers(conn) == dict.fromkeys(QUEUES, 0)
+    both = start_worker(conn)
+    start_worker(conn, ["high"])
+    assert live_workers(conn) == {"high": 2, "default": 1, "low": 1}
+    conn.delete(both.key)  # a killed worker's registration expired: RQ's set still names it
+    assert live_workers(conn) == {"high": 1, "default": 0, "low": 0}
+
+
+def test_housekeeping_age_is_read_from_the_periodic_jobs(conn):
+    assert housekeeping_ages(conn) == dict.fromkeys(PASSES, None)
+    passes_ran(conn, 42)
+    assert all(41 <= age <= 60 for age in housekeeping_ages(conn).values())
+
+
+def test_readiness_names_each_problem(conn, config):
+    passes_ran(conn, 3 * config.housekeeping_interval)
+    problems = Readiness.read(conn, config).problems
+    assert [p for p in problems if p.startswith("no worker")] == [f"no worker listens on queue {q}" for q in QUEUES]
+    assert sum("housekeeping pass" in p and "ago" in p for p in problems) == len(PASSES)
+    start_worker(conn)
+    passes_ran(conn, 2 * config.housekeeping_interval - 1)
+    assert Readiness.read(conn, config).ready
+
+
+def test_readyz_is_503_with_the_report_until_workers_and_housekeeping_run(client, conn):
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.headers["Retry-After"] and r.content_type.startswith("application/json")
+    body = r.get_json()
+    assert body["status"] == "degraded" and body["store"] == "ok" and body["workers"] == dict.fromkeys(QUEUES, 0)
+    assert body["housekeeping"]["last_run_seconds_ago"] == dict.fromkeys(PASSES, None)
+    start_worker(conn)
+    passes_ran(conn, 1)
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.get_json()["status"] == "ready" and r.get_json()["problems"] == []
+
+
+def submit(client, priority="default"):
+    body = {"type": "demo.sleep", "payload": {}, "priority": priority, "dedup_key": uuid.uuid4().hex}
+    return client.post("/api/v1/tasks", json=body)
+
+
+def test_a_submit_no_worker_listens_for_is_accepted_with_a_warning_and_counted(client, conn):
+    r = submit(client)
+    assert r.status_code == 202 and r.headers[WARNING_HEADER] == "no-worker; queue=default"
+    assert int(conn.hget(keys.STATS, STAT_UNSERVED)) == 1
+    samples = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(
+        client.get("/metrics").get_data(as_text=True)) for s in f.samples}
+    assert samples[("taskport_queue_workers", (("queue", "default"),))] == 0
+    assert samples[("taskport_tasks_total", (("event", STAT_UNSERVED),))] == 1
+    assert not any(name == "taskport_housekeeping_age_seconds" for name, _ in samples)
+
+
+def test_no_warning_when_a_worker_listens_on_the_tasks_queue(config, conn):
+    start_worker(conn, ["high"])
+    passes_ran(conn, 5)
+    client = create_app(config, conn=conn).test_client()
+    assert WARNING_HEADER not in submit(client, "high").headers
+    assert submit(client, "low").headers[WARNING_HEADER] == "no-worker; queue=low"
+    assert submit(client, "bogus").status_code == 422  # a rejected submit gets no warning either
+    ages = [s for f in text_string_to_metric_families(client.get("/metrics").get_data(as_text=True))
+            for s in f.samples if s.name == "taskport_housekeeping_age_seconds"]
+    assert len(ages) == len(PASSES) and all(4 <= s.value <= 30 for s in ages)
+
+
+def test_the_worker_watch_rereads_at_most_once_a_second(conn, monkeypatch):
+    watch = WorkerWatch(conn)
+    assert watch.unserved() == list(QUEUES)
+    start_worker(conn)
+    assert watch.unserved() == list(QUEUES)  # cached
+    monkeypatch.setattr("app.readiness.WORKER_CACHE_SECONDS", 0.0)
+    assert watch.unserved() == []
