@@ -65,6 +65,19 @@ class Config:
         "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")
     sse_poll: float = _setting(
         "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
+    web_worker_class: str = _setting(
+        "TASKPORT_WEB_WORKER_CLASS", "gevent",
+        "gunicorn worker class: gevent (an open stream costs a greenlet) or gthread (it holds a thread)")
+    web_connections: int = _setting(
+        "TASKPORT_WEB_CONNECTIONS", 2000, "open connections per gevent web process (streams included)")
+    web_io_timeout: float = _setting(
+        "TASKPORT_WEB_IO_TIMEOUT", 30.0, "seconds a gevent web connection may move no byte while reading or writing")
+    max_streams_per_member: int = _setting(
+        "TASKPORT_MAX_STREAMS_PER_MEMBER", 1000, "open event streams one member may hold (all web processes); "
+        "more get 429")
+    sse_max_minutes: float = _setting(
+        "TASKPORT_SSE_MAX_MINUTES", 30.0, "minutes after which the server ends an event stream (the client "
+        "resumes with Last-Event-ID)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -87,6 +100,11 @@ class Config:
         if self.redis_fsync not in ("everysec", "always"):
             raise ConfigError("TASKPORT_REDIS_FSYNC must be everysec or always")
         for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if self.web_worker_class not in ("gevent", "gthread"):
+            raise ConfigError("TASKPORT_WEB_WORKER_CLASS must be gevent or gthread")
+        for name in ("web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed

@@ -13,6 +13,7 @@ from app.config import Config
 
 # No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
 NO_SETINFO = DriverInfo(name=None, lib_version=None)
+POOL_SIZE = 64  # Redis connections per client (per process): requests beyond it wait for a free one
 
 
 def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
@@ -20,8 +21,10 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
     if not config.redis_url:
         raise RuntimeError("REDIS_URL is not set: run `taskport up`, which starts an embedded Redis")
     t = config.redis_timeout if timeout is None else timeout
-    return redis.Redis.from_url(
-        config.redis_url,
+    # A bounded pool that waits up to the timeout for a free connection: under gevent a burst of
+    # greenlets would otherwise open a connection each (and fail past redis-py's default of 100).
+    pool = redis.BlockingConnectionPool.from_url(
+        config.redis_url, max_connections=POOL_SIZE, timeout=t,
         socket_timeout=t,
         socket_connect_timeout=t,
         health_check_interval=30,
@@ -29,6 +32,9 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
         # one quick retry heals a connection dropped by a Redis restart; more would turn an outage into a hang
         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), retries=1),
     )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # as Redis.from_url does: closing the client closes its pool
+    return client
 
 
 def wait_for_redis(conn: redis.Redis, deadline_s: float = 30.0) -> None:

@@ -47,6 +47,16 @@ SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as 
 ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert went out in this window
 
 
+def streams(member: str) -> str:
+    """Sorted set: the member's open event streams (stream id scored by the ms its lease runs out)."""
+    return f"{PREFIX}streams:{member}"
+
+
+# ms an open stream's slot stays counted without a renewal: its web process renews every third of it,
+# so a killed process's slots are dropped at most this long after it died.
+STREAM_LEASE_MS = 60_000
+
+
 def housekeeping_lock(job: str) -> str:
     return f"{PREFIX}housekeeping:{job}:lock"
 
