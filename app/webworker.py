@@ -31,3 +31,12 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
         client.settimeout(self.io_timeout)
         # gunicorn's handle() would set blocking mode (no timeout) first: skip that one step of it
         super(_GunicornGeventWorker, self).handle(listener, client, addr)
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        try:
+            super().handle_request(listener_name, req, sock, addr)
+        except TimeoutError:
+            # a known condition, not a server fault: one line, no traceback; gunicorn then closes the socket
+            self.log.info("closed a connection from %s: no byte moved for %g s", addr[0] if addr else "?",
+                          self.io_timeout)
+            raise StopIteration from None
