@@ -31,7 +31,8 @@ class Config:
     host: str = _setting("TASKPORT_HOST", "0.0.0.0", "interface the web process binds; 127.0.0.1 = local only")
     port: int = _setting("PORT", 8000, "HTTP port of the web process")
     web_concurrency: int = _setting("WEB_CONCURRENCY", 2, "gunicorn worker processes")
-    web_threads: int = _setting("TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker (SSE streams hold one)")
+    web_threads: int = _setting(
+        "TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker under gthread (an SSE stream holds one)")
     workers: int = _setting("TASKPORT_WORKERS", 2, "RQ worker processes started by `taskport up`")
     worker_class: str = _setting(
         "TASKPORT_WORKER_CLASS", "fork", "RQ worker class: fork (Worker), simple (SimpleWorker), spawn")
