@@ -63,26 +63,42 @@ def _task_id(channel: bytes) -> str | None:
     return channel[start + 1:end].decode() if 0 <= start < end else None
 
 
+class Reading:
+    """One read of a task, shared by every watch of that task: a stream renders it once for all of them."""
+
+    __slots__ = ("task", "rendered")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.rendered: tuple[str, bytes] | None = None  # (status shown, event bytes), set by the first stream
+
+
 class Watch:
     """One open stream's mailbox: the newest read of its task (coalesced) and a wake-up flag."""
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         self._news = threading.Event()
-        self._latest: Task | None = None
+        self._latest: Reading | None = None
+        self.hung_up = False
 
-    def deliver(self, task: Task | None) -> None:
-        """The hub's latest read of the task (None: the task is gone entirely)."""
-        if task is None or self._latest is None or task.seq >= self._latest.seq:
-            self._latest = task
+    def hang_up(self) -> None:
+        """The client went away: the stream ends at its next wake-up (now)."""
+        self.hung_up = True
         self._news.set()
 
-    def wait(self, timeout: float) -> tuple[bool, Task | None]:
+    def deliver(self, reading: Reading | None) -> None:
+        """The hub's latest read of the task (None: the task is gone entirely)."""
+        if reading is None or self._latest is None or reading.task.seq >= self._latest.task.seq:
+            self._latest = reading
+        self._news.set()
+
+    def wait(self, timeout: float) -> tuple[bool, Reading | None]:
         """(True, latest read) once something was delivered, (False, None) after ``timeout`` s."""
         if not self._news.wait(max(timeout, 0.0)):
             return False, None
         self._news.clear()
-        return True, self._latest
+        return True, None if self.hung_up else self._latest
 
 
 class StreamSlots:
@@ -246,10 +262,11 @@ class EventHub:
         for i in range(0, len(wanted), BATCH):
             batch = wanted[i:i + BATCH]
             for task_id, task in zip(batch, self.store.get_many(batch), strict=True):
+                reading = Reading(task) if task is not None else None
                 with self._lock:
                     watches = list(self._watches.get(task_id, ()))
                 for w in watches:
-                    w.deliver(task)
+                    w.deliver(reading)
 
 
 EXTENSION = "taskport.streams"

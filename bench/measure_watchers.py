@@ -16,8 +16,9 @@ not receive is *missed*. The same changer runs with 0 watchers, so every row pay
 
 Serving models: the gthread worker (taskport's model before the event hub: a thread per request,
 2 × 8 of them) is measured with 0 watchers only, since 16 watchers would take all its threads; the
-gevent worker (the default) with 0, 100 and 1,000. ``docs/streams.md`` and bench/README.md
-("Serving model") read these rows.
+gevent worker (the default) with 0, 100 and 1,000. Both alternate for ``--rounds`` rounds and the
+best round of each row counts (other work on a shared machine only ever slows a round down).
+``docs/streams.md`` and bench/README.md ("Serving model") read these rows.
 """
 
 from __future__ import annotations
@@ -124,13 +125,13 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
 
 def watchers_phase(stack: Stack, conns: int, warmup: float, duration: float, rounds: int,
                    counts: tuple[int, ...] = COUNTS) -> dict[str, Any]:
-    """gthread and gevent alternately ``rounds`` times with ``counts[0]`` watchers (the best round of each
-    counts, as in the HTTP phases), then, on the last gevent web, each other count. Restarts the web."""
+    """gthread (``counts[0]`` watchers) and gevent (each of ``counts``) alternately, ``rounds`` times, a fresh
+    web for each; the best round of each (model, count) counts, as in the HTTP phases."""
     if stack.web is not None:
         stack.stop(stack.web)
     found: dict[str, dict[str, list[dict[str, Any]]]] = {"gthread": {}, "gevent": {}}
     starts = 0
-    for r in range(rounds):
+    for _ in range(rounds):
         for model in found:
             web = stack.start_web(replace(stack.config, web_worker_class=model))
             store = TaskStore(connect(stack.config), stack.config)
@@ -138,8 +139,7 @@ def watchers_phase(stack: Stack, conns: int, warmup: float, duration: float, rou
                 ids_file = stack.dir / f"watch-ids-{starts}.txt"
                 ids_file.write_text("\n".join(create_tasks(stack, store, base=starts * TASKS)))
                 starts += 1
-                last = model == "gevent" and r == rounds - 1
-                for n in counts if last else counts[:1]:
+                for n in counts if model == "gevent" else counts[:1]:
                     found[model].setdefault(str(n), []).append(
                         one_phase(stack, store, str(ids_file), n, conns, warmup, duration))
             finally:

@@ -28,15 +28,16 @@ Choices where the contract is silent:
   has reconnected. A new stream meanwhile is 503, as every read is.
 
 With gunicorn's gevent worker (the default) an open stream costs a greenlet and a watch, not a
-thread or a Redis connection. Its slot and watch are released however it ends (generator
-``finally`` plus ``call_on_close`` for a response that is closed before its first chunk).
+thread or a Redis connection; a second greenlet notices at once when the client closes the
+connection (:func:`app.webworker.on_hang_up`). Its slot and watch are released however it ends
+(generator ``finally`` plus ``call_on_close`` for a response that is closed before its first chunk).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import orjson
@@ -48,8 +49,9 @@ from app.api import json_response
 from app.errors import TooManyRequests, ValidationFailed
 from app.runtime import runtime
 from app.states import TERMINAL, TaskStatus
-from app.streams import EventHub, Streams, StreamSlots, Watch
+from app.streams import EventHub, Reading, Streams, StreamSlots, Watch
 from app.task import Task, now_ms
+from app.webworker import on_hang_up
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1")
 
@@ -91,6 +93,7 @@ def events(task_id: str) -> Response:
     except BaseException:
         stream.close()
         raise
+    stream.stop_watching_client = on_hang_up(request.environ, stream.hang_up)
     response = Response(stream.run(snapshot, last_id), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
     response.call_on_close(stream.close)
     return response
@@ -122,13 +125,22 @@ class TaskStream:
         self.slots = slots
         self.slot = slot
         self.watch: Watch | None = hub.watch(task_id)
+        self.stop_watching_client: Callable[[], None] | None = None  # see app.webworker.on_hang_up
         self.heartbeat = max(heartbeat, MIN_INTERVAL)
         start = time.monotonic()
         self.end_at = start + max(lifetime, MIN_INTERVAL) * (1 - 0.1 * random.random())
         self._beat_at = start + self.heartbeat
 
+    def hang_up(self) -> None:
+        """The client closed the connection: end now (and give the slot back) rather than at a later write."""
+        if self.watch is not None:
+            self.watch.hang_up()
+
     def close(self) -> None:
         """Release the watch and the slot (safe to call more than once)."""
+        if self.stop_watching_client is not None:
+            self.stop_watching_client()
+            self.stop_watching_client = None
         if self.watch is not None:
             self.hub.unwatch(self.watch)
             self.watch = None
@@ -141,26 +153,28 @@ class TaskStream:
         finally:
             self.close()
 
-    def _follow(self, task: Task | None, last_id: int | None) -> Iterator[bytes]:
+    def _follow(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
+        reading = Reading(snapshot) if snapshot is not None else None
         sent = -1
         status: str | None = None
-        if task is not None and last_id is not None and last_id <= task.seq:
+        if snapshot is not None and last_id is not None and last_id <= snapshot.seq:
             sent = last_id
-            if last_id == task.seq:
+            if last_id == snapshot.seq:
                 yield KEEP_ALIVE  # up to date: open the stream now rather than at the first change
-        while task is not None:  # None: the task is gone entirely (after its tombstone): just end
-            doc = task.to_doc(now_ms())
-            if task.seq > sent or (status is not None and doc["status"] != status):
-                yield format_event(task.seq, doc)
+        while reading is not None:  # None: the task is gone entirely (after its tombstone): just end
+            task = reading.task
+            shown, event = render(reading, now_ms())
+            if task.seq > sent or (status is not None and shown != status):
+                yield event
                 self._beat_at = time.monotonic() + self.heartbeat
-            sent, status = max(sent, task.seq), doc["status"]
+            sent, status = max(sent, task.seq), shown
             if status in FINAL:
                 return
-            task = yield from self._wait(task, sent)
+            reading = yield from self._wait(reading, sent)
 
-    def _wait(self, task: Task, sent: int) -> Generator[bytes, None, Task | None]:
+    def _wait(self, reading: Reading, sent: int) -> Generator[bytes, None, Reading | None]:
         """Send keep-alives until there is something to render: a newer read of the task (None: gone),
-        or ``task`` again once its ``expires_at`` has passed. At the stream's lifetime it ends (None)."""
+        or the same read once its ``expires_at`` has passed. At the stream's lifetime it ends (None)."""
         assert self.watch is not None
         while True:
             now = time.monotonic()
@@ -170,12 +184,23 @@ class TaskStream:
             if now >= self._beat_at:
                 yield KEEP_ALIVE
                 self._beat_at = now + self.heartbeat
-            expires_in = (task.expires_at - now_ms()) / 1000
+            expires_in = (reading.task.expires_at - now_ms()) / 1000
             if expires_in <= 0:
-                return task
+                return reading
             got, latest = self.watch.wait(min(self.end_at - now, self._beat_at - now, expires_in))
             if not got:
                 continue
-            if latest is None or latest.seq > sent or latest.status != task.status:
+            if latest is None or latest.task.seq > sent or latest.task.status != reading.task.status:
                 return latest
-            task = latest  # same state, maybe a new expires_at: wait with that one
+            reading = latest  # same state, maybe a new expires_at: wait with that one
+
+
+def render(reading: Reading, now: int) -> tuple[str, bytes]:
+    """(status shown, event bytes) of a read: rendered once per read and status, however many streams
+    share it (the status shown changes only when ``expires_at`` passes)."""
+    cached = reading.rendered
+    if cached is not None and cached[0] == reading.task.effective_status(now):
+        return cached
+    doc = reading.task.to_doc(now)
+    reading.rendered = (doc["status"], format_event(reading.task.seq, doc))
+    return reading.rendered
