@@ -36,6 +36,7 @@ from typing import Any
 from app import keys
 from app.connection import connect
 from app.store import TaskStore
+from bench.machine import process_tree_cpu
 from bench.measure_http import loadgen
 from bench.stack import REPO, Stack
 
@@ -103,12 +104,18 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
             raise RuntimeError(f"bench.watchers did not get ready: {ready}")
     ids = open(ids_file).read().split()
     changer = Changer(store, ids)
+    assert stack.web is not None
+    web_cpu = process_tree_cpu(stack.web.popen.pid)
     changer.start()
     try:
         polls = loadgen(stack.config.port, "status", conns=conns, warmup=warmup, duration=duration,
                         ids_file=ids_file, env=stack.environ())
     finally:
         changes = changer.stop()
+    # gunicorn's CPU per poll served (warm-up included), streams' work included: unlike req/s, other
+    # work on a shared machine does not skew it
+    polls["web_cpu_ms_per_poll"] = round(
+        (process_tree_cpu(stack.web.popen.pid) - web_cpu) * 1000 / max(int(polls["submitted_total"]), 1), 3)
     result: dict[str, Any] = {"watchers": watchers, "polls": polls, "changes": sum(changes.values())}
     if proc is not None:
         time.sleep(GRACE)  # the delivery window of the last changes (part of the measurement's definition)
