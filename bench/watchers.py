@@ -17,7 +17,6 @@ import asyncio
 import calendar
 import functools
 import json
-import resource
 import sys
 import time
 from array import array
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.loadgen import percentile
+from bench.loadgen import cpu_seconds, percentile
 
 
 def _epoch(iso: str) -> float:
@@ -126,11 +125,11 @@ async def watch(host: str, port: int, ids: list[str], count: int) -> dict[str, o
         await asyncio.wait_for(tally.all_answered, timeout=120)
     refused = sum(tally.refused.values())
     print(f"ready {count - refused} {refused}", flush=True)
-    cpu0 = _cpu()
+    cpu0 = cpu_seconds()
     started = time.perf_counter()
     await loop.run_in_executor(None, sys.stdin.readline)  # "stop"
     seconds = time.perf_counter() - started
-    cpu = _cpu() - cpu0
+    cpu = cpu_seconds() - cpu0
     for transport in transports:
         transport.close()
     delays = sorted(tally.delays)
@@ -143,11 +142,6 @@ async def watch(host: str, port: int, ids: list[str], count: int) -> dict[str, o
         "late_over_1s": sum(1 for d in delays if d > 1.0),
         "cpu_share": round(cpu / seconds, 3) if seconds else 0.0,
     }
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
