@@ -215,6 +215,9 @@ class EventHub:
                     self._down_since = time.monotonic()
                     log.warning("event hub: redis unavailable (%s); streams stay open, reconnecting", exc)
                 time.sleep(BACKOFF.compute(self._failures))
+            except Exception:  # a bug, not an outage: say so loudly, but keep the process's streams served
+                log.exception("event hub: unexpected error; restarting it")
+                time.sleep(BACKOFF.compute(1))
 
     def _serve(self) -> None:
         """Subscribe, catch up every watch, then deliver announced changes until idle or a Redis error."""

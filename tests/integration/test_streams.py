@@ -195,6 +195,19 @@ def test_a_stream_ends_at_its_lifetime_and_resumes_with_last_event_id(stack: Sta
         resumed.close()
 
 
+@pytest.mark.parametrize("last_id", ["\u00b2", "9" * 5000])
+def test_a_last_event_id_that_is_no_event_id_is_422_from_the_real_server(stack: Stack, api: Api, last_id: str) -> None:
+    stack.start_web()
+    task_id = api.create("demo.sleep", {"seconds": 60})
+    client = SseClient(stack.config.port, task_id, {"Last-Event-ID": last_id})  # sent as UTF-8 bytes
+    try:
+        assert client.status == 422
+        assert "application/problem+json" in client.head
+        assert client.body_json()["errors"].keys() == {"Last-Event-ID"}
+    finally:
+        client.close()
+
+
 def test_open_streams_carry_on_after_a_redis_crash_and_restart(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory(fsync="always")  # every acknowledged write survives the kill
     stack = Stack(server.url, tmp_path / "stack", sse_heartbeat=0.5)
