@@ -237,6 +237,27 @@ def test_open_streams_carry_on_after_a_redis_crash_and_restart(redis_factory: An
         stack.stop_all()
 
 
+def test_the_gevent_web_serves_metrics_and_the_dashboard(stack: Stack) -> None:
+    """gunicorn's gevent worker monkey-patches before the app loads: prometheus_client, rq-dashboard and
+    redis-py (hiredis) run under it unchanged, as every other integration test shows for the API."""
+    stack.configure(dashboard_password="s3cret")
+    proc = stack.start_web()
+    stack.start_worker()
+    assert "Using worker: app.webworker.GeventWorker" in proc.log()
+    with Api(stack.base_url) as api:
+        metrics = api.get("/metrics")
+        assert metrics.status_code == 200 and "taskport_redis_up 1.0" in metrics.text
+        assert "taskport_rq_workers 1.0" in metrics.text
+        page = api.get("/rq/", auth=("admin", "s3cret"))
+        assert page.status_code == 200 and "RQ" in page.text
+        queues = api.get("/rq/0/data/queues.json", auth=("admin", "s3cret"))
+        assert queues.status_code == 200
+        assert isinstance(queues.json()["queues"], list)
+        workers = api.get("/rq/0/data/workers.json", auth=("admin", "s3cret"))
+        assert workers.status_code == 200 and len(workers.json()["workers"]) == 1
+    assert "Traceback" not in proc.log(), proc.tail()
+
+
 def slow_header_client(port: int) -> socket.socket:
     """A client that sends a request line and then trickles its headers (never finishing them)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
