@@ -16,6 +16,7 @@ connection, instead of at its next write or two (a first write to a closed socke
 from __future__ import annotations
 
 import contextlib
+import resource
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,17 @@ from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
 
 from app.config import Config
 
+FILES_BESIDES_CONNECTIONS = 256  # Redis connections (a pool of 64), logs, result files being served
+
+
+def allow_open_files(wanted: int) -> None:
+    """Raise this process's open-file soft limit towards ``wanted`` (within the hard limit): a common
+    default of 1,024 would otherwise refuse connections long before ``TASKPORT_WEB_CONNECTIONS``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
 
 class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
     """gunicorn's ``gevent`` worker whose client sockets time out after ``TASKPORT_WEB_IO_TIMEOUT`` idle s."""
@@ -34,7 +46,9 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
     io_timeout: float = Config.web_io_timeout
 
     def init_process(self) -> None:
-        self.io_timeout = Config.from_env().web_io_timeout
+        config = Config.from_env()
+        self.io_timeout = config.web_io_timeout
+        allow_open_files(config.web_connections + FILES_BESIDES_CONNECTIONS)
         super().init_process()
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:

@@ -8,6 +8,7 @@ a test is about them, so every event comes from a pub/sub message and nothing de
 from __future__ import annotations
 
 import dataclasses
+import resource
 import uuid
 from collections.abc import Iterator
 
@@ -20,6 +21,7 @@ from app.runtime import EXTENSION
 from app.store import TaskStore
 from app.streams import EventHub, StreamSlots
 from app.task import now_ms
+from app.webworker import allow_open_files
 
 LONG = 30.0
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -365,3 +367,15 @@ def test_an_open_stream_outlives_a_redis_outage_and_resumes(config, conn):
 
 def test_the_default_cap_lets_one_member_hold_the_benchmarks_1000_streams():
     assert Config.from_env({}).max_streams_per_member >= 1000
+
+
+def test_the_gevent_worker_raises_the_open_file_limit_towards_its_connections():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        allow_open_files(1024)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(1024, hard)
+        allow_open_files(300)  # never lowered
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(1024, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
