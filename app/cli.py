@@ -33,19 +33,27 @@ from app.connection import connect
 from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, port_in_use, session_members
 from app.logs import setup_logging
 
-# gunicorn, chosen for a service whose requests are short except SSE streams:
-# - gthread: a request holds a thread, not a process, so an SSE stream costs one thread and pollers
-#   are still served by the others; idle keep-alive connections wait in the poller and hold no thread.
+# gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
+# "Serving model"; documented: docs/streams.md):
+# - gevent (default): a connection is a greenlet, so an open SSE stream, a slow client or an idle
+#   keep-alive connection costs a few KiB, not one of a handful of threads; up to
+#   TASKPORT_WEB_CONNECTIONS per process. gunicorn's gevent worker monkey-patches before the app is
+#   imported; redis-py (hiredis included), prometheus_client and rq-dashboard run unchanged on it.
+#   The worker class is app.webworker.GeventWorker: gunicorn's own, plus a socket timeout.
+# - gthread (TASKPORT_WEB_WORKER_CLASS=gthread, for comparison): a request holds a thread for its life.
 # - --timeout is the worker's heartbeat from its main loop, not a request deadline (that loop keeps
-#   beating while threads stream), so gunicorn's 30 s stays: it restarts only a truly stuck worker.
+#   beating while streams run), so gunicorn's 30 s stays: it restarts only a truly stuck worker.
 # - --graceful-timeout 5: on SIGTERM in-flight requests get 5 s; an SSE stream never ends by itself,
 #   so a longer grace only delays every deploy (and honcho SIGKILLs after 5 s anyway).
 # - --keep-alive 5: pollers asked to come back in 1 s (Retry-After) find their connection still open.
+#   Under gevent it is also the deadline for a whole request head (gunicorn's timeout_ctx), which
+#   is what cuts a client trickling its headers a line at a time.
 # - --reuse-port: one listening socket per worker, so a burst of connects spreads over all of them.
 # - --no-control-socket: gunicorn 27 would otherwise create ~/.gunicorn/gunicorn.ctl.
 GUNICORN_TIMEOUT = 30
 GUNICORN_GRACEFUL_TIMEOUT = 5
 GUNICORN_KEEPALIVE = 5
+GUNICORN_GEVENT_WORKER = "app.webworker.GeventWorker"
 READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
 # Exit codes of every command (docs/deploy.md): 0 stopped on request; 1 a runtime failure (Redis unreachable,
 # the embedded Redis or a process failed); 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
@@ -59,9 +67,8 @@ def web_command(config: Config) -> list[str]:
     level = logging.getLevelName(logging.getLevelNamesMapping().get(config.log_level.upper(), logging.INFO))
     return [
         sys.executable, "-m", "gunicorn", "app:create_app()",
-        "--worker-class", "gthread",
+        *_worker_flags(config),
         "--workers", str(config.web_concurrency),
-        "--threads", str(config.web_threads),
         "--bind", f"{config.host}:{config.port}",
         "--reuse-port",
         "--no-control-socket",
@@ -71,6 +78,12 @@ def web_command(config: Config) -> list[str]:
         "--logger-class", "app.weblog.GunicornLogger",
         "--log-level", level.lower(),
     ]
+
+
+def _worker_flags(config: Config) -> list[str]:
+    if config.web_worker_class == "gthread":
+        return ["--worker-class", "gthread", "--threads", str(config.web_threads)]
+    return ["--worker-class", GUNICORN_GEVENT_WORKER, "--worker-connections", str(config.web_connections)]
 
 
 def cmd_web(args: argparse.Namespace) -> int:

@@ -19,6 +19,15 @@ LOOPBACK = "127.0.0.1"
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
                       "rate_limit"})
+# Settings with a fixed set of values, and settings that must be above zero (Config.validate).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "worker_class": ("fork", "simple", "spawn"), "redis_fsync": ("everysec", "always"),
+    "redis_tls_verify": ("required", "optional", "none"),  # redis-py's ``ssl_cert_reqs`` values
+    "web_worker_class": ("gevent", "gthread"),
+}
+POSITIVE = ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result",
+            "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes", "inline_result_max",
+            "result_store_timeout")
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 
 
@@ -49,7 +58,8 @@ class Config:
         "TASKPORT_HOST", "", "interface the web binds; unset = 127.0.0.1 without API keys, 0.0.0.0 with them")
     port: int = _setting("PORT", 8000, "HTTP port of the web process")
     web_concurrency: int = _setting("WEB_CONCURRENCY", 2, "gunicorn worker processes")
-    web_threads: int = _setting("TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker (SSE streams hold one)")
+    web_threads: int = _setting(
+        "TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker under gthread (an SSE stream holds one)")
     workers: int = _setting("TASKPORT_WORKERS", 2, "RQ worker processes started by `taskport up`")
     worker_class: str = _setting(
         "TASKPORT_WORKER_CLASS", "fork", "RQ worker class: fork (Worker), simple (SimpleWorker), spawn")
@@ -106,6 +116,19 @@ class Config:
     redis_tls_verify: str = _setting(
         "TASKPORT_REDIS_TLS_VERIFY", "required",
         "certificate check of a rediss:// URL: required, optional or none (none: Heroku Redis' self-signed one)")
+    web_worker_class: str = _setting(
+        "TASKPORT_WEB_WORKER_CLASS", "gevent",
+        "gunicorn worker class: gevent (an open stream costs a greenlet) or gthread (it holds a thread)")
+    web_connections: int = _setting(
+        "TASKPORT_WEB_CONNECTIONS", 2000, "open connections per gevent web process (streams included)")
+    web_io_timeout: float = _setting(
+        "TASKPORT_WEB_IO_TIMEOUT", 30.0, "seconds a gevent web connection may move no byte while reading or writing")
+    max_streams_per_member: int = _setting(
+        "TASKPORT_MAX_STREAMS_PER_MEMBER", 1000, "open event streams one member may hold (all web processes); "
+        "more get 429")
+    sse_max_minutes: float = _setting(
+        "TASKPORT_SSE_MAX_MINUTES", 30.0, "minutes after which the server ends an event stream (the client "
+        "resumes with Last-Event-ID)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -127,29 +150,30 @@ class Config:
             object.__setattr__(self, "host", "0.0.0.0" if self.api_keys.strip() else LOOPBACK)
 
     def validate(self) -> None:
-        if self.worker_class not in ("fork", "simple", "spawn"):
-            raise ConfigError("TASKPORT_WORKER_CLASS must be fork, simple or spawn")
-        if self.redis_fsync not in ("everysec", "always"):
-            raise ConfigError("TASKPORT_REDIS_FSYNC must be everysec or always")
-        if self.redis_tls_verify not in TLS_VERIFY:
-            raise ConfigError("TASKPORT_REDIS_TLS_VERIFY must be required, optional or none")
+        """Every rule a setting must follow; the first one broken raises ConfigError naming the variable."""
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                listed = f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+                raise ConfigError(f"{self.env_name(name)} must be {listed}, got {getattr(self, name)!r}")
         if self.log_level.upper() not in logging.getLevelNamesMapping():
             raise ConfigError(f"TASKPORT_LOG_LEVEL must be a level name (DEBUG, INFO...), got {self.log_level!r}")
-        env = {f.name: f.metadata["env"] for f in fields(self)}
-        for name in ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result"):
+        for name in POSITIVE:
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{env[name]} must be positive")
+                raise ConfigError(f"{self.env_name(name)} must be positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
+        self.result_location  # noqa: B018
+        self.audit_limits  # noqa: B018
         if self.request_limit:
             _check_rate_limit(self.request_limit)
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
                 "and cancel every task: set TASKPORT_API_KEYS, bind 127.0.0.1, or set TASKPORT_ALLOW_OPEN=1")
-        self.result_location  # noqa: B018
-        self.audit_limits  # noqa: B018
-        if self.inline_result_max <= 0 or self.result_store_timeout <= 0:
-            raise ConfigError("TASKPORT_INLINE_RESULT_MAX and TASKPORT_RESULT_STORE_TIMEOUT must be positive")
+
+    @classmethod
+    def env_name(cls, name: str) -> str:
+        """The environment variable of the field ``name``."""
+        return str(cls.__dataclass_fields__[name].metadata["env"])
 
     @property
     def backoff(self) -> list[int]:
@@ -247,7 +271,6 @@ class Config:
         return [(f.metadata["env"], str(f.default), f.metadata["doc"]) for f in fields(cls)]
 
 
-TLS_VERIFY = ("required", "optional", "none")  # TASKPORT_REDIS_TLS_VERIFY: redis-py's ``ssl_cert_reqs`` values
 KIND_NAMES = {int: "an integer", float: "a number"}
 
 

@@ -13,6 +13,7 @@ from app.config import Config, ConfigError
 
 # No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
 NO_SETINFO = DriverInfo(name=None, lib_version=None)
+POOL_SIZE = 64  # Redis connections per client (per process): requests beyond it wait for a free one
 
 
 def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
@@ -21,8 +22,10 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
         raise ConfigError("REDIS_URL is not set: run `taskport up`, which starts an embedded Redis")
     t = config.redis_timeout if timeout is None else timeout
     tls = {"ssl_cert_reqs": config.redis_tls_verify} if config.redis_url.startswith("rediss://") else {}
-    return redis.Redis.from_url(
-        config.redis_url,
+    # A bounded pool that waits up to the timeout for a free connection: under gevent a burst of
+    # greenlets would otherwise open a connection each (and fail past redis-py's default of 100).
+    pool = redis.BlockingConnectionPool.from_url(
+        config.redis_url, max_connections=POOL_SIZE, timeout=t,
         socket_timeout=t,
         socket_connect_timeout=t,
         health_check_interval=30,
@@ -31,6 +34,9 @@ def connect(config: Config, *, timeout: float | None = None) -> redis.Redis:
         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), retries=1),
         **tls,  # TASKPORT_REDIS_TLS_VERIFY (a plain redis:// URL takes no TLS arguments)
     )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # as Redis.from_url does: closing the client closes its pool
+    return client
 
 
 def wait_for_redis(conn: redis.Redis, deadline_s: float = 30.0) -> None:

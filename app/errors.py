@@ -59,6 +59,10 @@ class ValidationFailed(AppError):
         super().__init__(detail or f"invalid field: {first}", errors=errors, **extra)
 
 
+class TooManyRequests(AppError):
+    status, slug, title = 429, "too-many-requests", "Too many requests"
+
+
 class Unavailable(AppError):
     status, slug, title = 503, "unavailable", "Service temporarily unavailable"
 

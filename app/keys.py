@@ -50,6 +50,16 @@ AUDIT = f"{PREFIX}audit"  # stream: one entry per task transition, capped by TAS
 ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's orphan sweep continues after
 
 
+def streams(member: str) -> str:
+    """Sorted set: the member's open event streams (stream id scored by the ms its lease runs out)."""
+    return f"{PREFIX}streams:{member}"
+
+
+# ms an open stream's slot stays counted without a renewal: its web process renews every third of it,
+# so a killed process's slots are dropped at most this long after it died.
+STREAM_LEASE_MS = 60_000
+
+
 def housekeeping_lock(job: str) -> str:
     return f"{PREFIX}housekeeping:{job}:lock"
 

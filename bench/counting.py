@@ -42,7 +42,11 @@ def counting_client(config: Config) -> redis.Redis:
     connections count their round trips."""
     conn = connect(config)
     pool = conn.connection_pool
-    if not isinstance(pool, redis.ConnectionPool) or pool._created_connections:
+    if isinstance(pool, redis.BlockingConnectionPool):
+        created = len(pool._connections)
+    else:
+        created = pool._created_connections if isinstance(pool, redis.ConnectionPool) else 1
+    if created:
         raise RuntimeError("expected a fresh redis.ConnectionPool")
     pool.connection_class = CountingConnection
     return conn

@@ -156,13 +156,13 @@ async def drive(host: str, port: int, kind: str, conns: int, warmup: float, dura
     loop = asyncio.get_running_loop()
     for _ in range(conns):
         await loop.create_connection(lambda: Client(run), host, port)
-    cpu0 = _cpu()
+    cpu0 = cpu_seconds()
     await asyncio.sleep(max(0.0, run.start - time.perf_counter()))
-    cpu_window0 = _cpu()
+    cpu_window0 = cpu_seconds()
     await asyncio.wait_for(run.done, timeout=warmup + duration + 30)
     measured = min(time.perf_counter(), run.end) - run.start
-    cpu_window = _cpu() - cpu_window0
-    return summarize(run, kind, measured, cpu_window, _cpu() - cpu0)
+    cpu_window = cpu_seconds() - cpu_window0
+    return summarize(run, kind, measured, cpu_window, cpu_seconds() - cpu0)
 
 
 def summarize(run: Run, kind: str, seconds: float, cpu_window: float, cpu_total: float) -> dict[str, object]:
@@ -187,7 +187,8 @@ def percentile(sorted_values: list[float], pct: float) -> float:
     return sorted_values[int(rank) - 1]
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
+    """CPU (user + system) this process has used so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 

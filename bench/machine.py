@@ -51,3 +51,23 @@ class CpuWatch:
         return {"elapsed_s": round(elapsed, 1), "machine_busy_cpu_s": round(busy, 1), "bench_cpu_s": round(ours, 1),
                 "other_cpu_s": round(other, 1), "other_share_of_machine": round(other / (elapsed * cpus), 3),
                 "loadavg_1m_end": round(os.getloadavg()[0], 2)}
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) spent so far by ``pid`` and its children, e.g. gunicorn's master and
+    workers: a figure that, unlike throughput, other work on the machine does not skew (0.0 if gone)."""
+    total = 0.0
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total

@@ -22,14 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import measure_http, measure_redis, measure_workers, report
+from bench import measure_http, measure_redis, measure_watchers, measure_workers, report
 from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
 
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("fork", "simple", "spawn")
-PARTS = ("http", "trips", "workers", "memory", "housekeeping")
+PARTS = ("http", "watchers", "trips", "workers", "memory", "housekeeping")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -77,6 +77,12 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
             stack, args.conns, min(args.warmup, 1.0), min(args.duration, 3.0)), timings)
         out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
             stack, args.conns, args.warmup, args.duration, args.rounds), timings)
+    if "watchers" in only:
+        out["watchers"] = phase("live watchers beside status polls (gthread, gevent)", lambda: measure_watchers.
+                                watchers_phase(stack, args.conns, args.warmup, args.duration,
+                                               args.rounds, tuple(args.watchers)), timings)
+        if "workers" in only:
+            stack.start_web()
     if "trips" in only:
         out["round_trips"] = phase("round trips (in-process)", lambda: measure_redis.round_trips(stack), timings)
         out["delivery_round_trips"] = phase("round trips per RQ delivery (in-process SimpleWorker)",
@@ -96,6 +102,8 @@ def table(out: dict[str, Any]) -> list[report.Row]:
     rows: list[report.Row] = []
     if "http" in out:
         rows += report.http_rows(out["http"], out["loadgen_ceiling"])
+    if "watchers" in out:
+        rows += report.watcher_rows(out["watchers"])
     if "workers" in out:
         rows += report.worker_rows(out["workers"])
     if "round_trips" in out:
@@ -115,7 +123,8 @@ def environment(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     c = stack.config
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit + ("+dirty" if dirty else ""),
             "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-            "gunicorn_workers": c.web_concurrency, "gunicorn_threads": c.web_threads, "rq_workers": c.workers,
+            "gunicorn_workers": c.web_concurrency, "gunicorn_worker_class": c.web_worker_class,
+            "gunicorn_threads": c.web_threads, "gunicorn_connections": c.web_connections, "rq_workers": c.workers,
             "conns": args.conns, "warmup_s": args.warmup, "duration_s": args.duration,
             "workers_during_http": "none running (started only after the HTTP phases)"}
 
@@ -128,6 +137,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternating rounds of each target pair (HTTP, fork workers); the best counts")
     parser.add_argument("--conns", type=int, default=16, help="load generator connections (= 2 workers x 8 threads)")
+    parser.add_argument("--watchers", type=int, nargs="+", default=list(measure_watchers.COUNTS),
+                        help="live SSE watcher counts of the watchers rows (gevent); the first is the baseline")
     parser.add_argument("--memory-tasks", type=int, default=10_000)
     parser.add_argument("--live-tasks", type=int, default=100_000)
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)

@@ -47,6 +47,46 @@ def http_rows(http: dict[str, Any], ceiling: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def watcher_rows(found: dict[str, Any]) -> list[Row]:
+    """Serving model (gevent vs gthread, no watcher), then polls and event delays per watcher count."""
+    gevent = found["gevent"]
+    counts = list(gevent)
+    gthread = found["gthread"][counts[0]]["polls"]
+    base = gevent[counts[0]]["polls"]
+    ratio = _ratio(base["rps"], gthread["rps"])
+    rows = [Row(f"status polls, no watcher: gevent worker vs gthread (2 × {found.get('threads', 8)} threads)",
+                f"{base['rps']:,.0f} req/s, p99 {base['p99_ms']:.1f} ms",
+                f"{gthread['rps']:,.0f} req/s, p99 {gthread['p99_ms']:.1f} ms", f"{ratio:.2f}×",
+                "≥ 1.0× (not slower)", _check(ratio >= 1.0)),
+            Row("web CPU per status poll, no watcher: gevent vs gthread (not skewed by a busy machine)",
+                f"{base['web_cpu_ms_per_poll']:.3f} ms", f"{gthread['web_cpu_ms_per_poll']:.3f} ms",
+                f"{_ratio(base['web_cpu_ms_per_poll'], gthread['web_cpu_ms_per_poll']):.2f}×")]
+    for n in counts[1:]:
+        entry = gevent[n]
+        polls, stream = entry["polls"], entry["stream"]
+        ratio = _ratio(polls["rps"], base["rps"])
+        rows.append(Row(f"status polls beside {int(n):,} live watchers (gevent) vs {int(counts[0]):,} watchers",
+                        f"{polls['rps']:,.0f} req/s", f"{base['rps']:,.0f} req/s", f"{ratio:.2f}×", "≥ 0.8×",
+                        _check(ratio >= 0.8)))
+        rows.append(Row(f"web CPU per status poll beside {int(n):,} live watchers (streams' work included)",
+                        f"{polls['web_cpu_ms_per_poll']:.3f} ms", f"{base['web_cpu_ms_per_poll']:.3f} ms",
+                        f"{_ratio(polls['web_cpu_ms_per_poll'], base['web_cpu_ms_per_poll']):.2f}×"))
+        rows.append(Row(f"status polls beside {int(n):,} live watchers, p50 / p99",
+                        f"{polls['p50_ms']:.1f} / {polls['p99_ms']:.1f} ms",
+                        f"{base['p50_ms']:.1f} / {base['p99_ms']:.1f} ms", target="p99 < 100 ms",
+                        verdict=_check(polls["p99_ms"] < 100)))
+        ok = stream["delay_p99_ms"] < 1000 and stream["missed"] == 0 and stream["late_over_1s"] == 0 \
+            and not stream["refused"]
+        rows.append(Row(f"event delay, {int(n):,} watchers × {entry['changes']:,} changes: p50 / p99 / max",
+                        f"{stream['delay_p50_ms']:.0f} / {stream['delay_p99_ms']:.0f} / "
+                        f"{stream['delay_max_ms']:.0f} ms",
+                        ratio=f"{stream['events']:,} events, {stream['missed']} missed, {stream['late_over_1s']} over "
+                              f"1 s, {sum(stream['refused'].values())} refused; watcher process "
+                              f"{stream['cpu_share']:.0%} CPU",
+                        target="each change within 1 s", verdict=_check(ok)))
+    return rows
+
+
 def worker_rows(workers: dict[str, Any]) -> list[Row]:
     rows = []
     for cls, found in workers.items():

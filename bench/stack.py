@@ -35,8 +35,9 @@ BENCH_APP_SPEC = "bench.apps:create_bench_app()"
 RQ_CLASSES = {"fork": "rq.worker.Worker", "simple": "rq.worker.SimpleWorker", "spawn": "rq.worker.SpawnWorker"}
 # Settings a caller may change from the environment to try another configuration; everything else is
 # taskport's default (the bench owns REDIS_URL, PORT, the data dir, the worker class and open mode).
-PASSED_THROUGH = ("WEB_CONCURRENCY", "TASKPORT_WEB_THREADS", "TASKPORT_WORKERS", "TASKPORT_LOG_LEVEL",
-                  "TASKPORT_REDIS_FSYNC", "TASKPORT_PROGRESS_INTERVAL", "TASKPORT_HEARTBEAT_INTERVAL")
+PASSED_THROUGH = ("WEB_CONCURRENCY", "TASKPORT_WEB_WORKER_CLASS", "TASKPORT_WEB_THREADS", "TASKPORT_WORKERS",
+                  "TASKPORT_LOG_LEVEL", "TASKPORT_REDIS_FSYNC", "TASKPORT_PROGRESS_INTERVAL",
+                  "TASKPORT_HEARTBEAT_INTERVAL")
 
 
 def bench_web_command(config: Config) -> list[str]:
@@ -128,14 +129,20 @@ class Stack:
             child.stop()
             if child in self.children:
                 self.children.remove(child)
+            if child is self.web:
+                self.web = None
 
     # -- web ------------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.config.port}"
 
-    def start_web(self, timeout: float = 60.0) -> Child:
-        self.web = self.spawn("web", bench_web_command(self.config))
+    def start_web(self, config: Config | None = None, timeout: float = 60.0) -> Child:
+        """gunicorn with ``config`` (default: the stack's), once it answers; a web already running is stopped."""
+        if self.web is not None:
+            self.stop(self.web)
+        config = config or self.config
+        self.web = self.spawn("web", bench_web_command(config), config)
         deadline = time.monotonic() + timeout
         while True:
             if not self.web.alive:

@@ -244,7 +244,8 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         200: {"description": "`event: status`, `id: <seq>`, `data: <status document>` per change, starting with "
                              "the current document; `: keep-alive` comments; ends after the terminal event",
               "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-        404: "NotFound", 410: "Gone",
+        404: "NotFound", 410: "Gone", 422: "ValidationFailed",
+        429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
     }, security, parameters=[_header("Last-Event-ID", "resume: only states after this id are sent")])
     spec.path("/api/v1/tasks/{task_id}/events", parameters=[TASK_ID], operations={"get": events})
 

@@ -1,10 +1,11 @@
 """GET /api/v1/tasks/{id}/events: a task's status documents as Server-Sent Events.
 
 Every write to a task bumps its ``seq`` and PUBLISHes it on the task's events channel (see
-:mod:`app.scripts`). A stream subscribes to that channel *before* it reads the snapshot, so no change
-falls between the two; on each announcement of a newer ``seq`` it re-reads the task (one HGETALL) and
-sends the status document with ``id: <seq>``. Pub/sub is fire-and-forget, so the stream also re-reads
-the task every ``TASKPORT_SSE_POLL`` seconds in case a message was lost, and sends a ``: keep-alive``
+:mod:`app.scripts`). A stream registers a watch with its web process's :class:`~app.streams.EventHub`
+*before* it reads the snapshot, so no change falls between the two; the hub (one pub/sub connection
+per process) reads the task once per announced change and hands it to every watch of that task,
+and the stream sends the status document with ``id: <seq>``. The hub also re-reads watched tasks
+every ``TASKPORT_SSE_POLL`` seconds in case a message was lost. A stream sends a ``: keep-alive``
 comment after ``TASKPORT_SSE_HEARTBEAT`` idle seconds (which is also how a gone client is noticed).
 
 Choices where the contract is silent:
@@ -15,67 +16,99 @@ Choices where the contract is silent:
   ``id``, since nothing was written) and the stream ends, as a status read would say EXPIRED too.
 - ``Last-Event-ID`` not below the task's ``seq`` means the client is up to date: nothing is re-sent
   (a ``: keep-alive`` comment opens the stream at once); if that ``seq`` was the terminal event the
-  stream ends empty. A ``Last-Event-ID`` that is not an integer, or beyond the task's ``seq`` (not
-  an id this task ever had), is ignored and the current document is sent.
+  stream ends empty. A ``Last-Event-ID`` beyond the task's ``seq`` (not an id this task ever had) is
+  ignored and the current document is sent; one that is not an id at all (not ASCII digits, or
+  beyond 2^63 - 1) is 422 naming the header, before anything is read.
+- A member holds at most ``TASKPORT_MAX_STREAMS_PER_MEMBER`` open streams over all web processes;
+  one more is 429 with ``Retry-After`` (see :class:`~app.streams.StreamSlots`).
+- A stream ends by itself after ``TASKPORT_SSE_MAX_MINUTES`` (less a random 0-10 %, so streams
+  opened together do not all come back at once), with a ``: reconnect`` comment: an EventSource
+  reconnects by itself with ``Last-Event-ID`` and misses nothing.
+- While Redis is away an open stream stays open and sends keep-alives; it carries on once the hub
+  has reconnected. A new stream meanwhile is 503, as every read is.
 
-Each open stream holds one thread (gunicorn gthread) and one Redis pub/sub connection until it ends;
-the pub/sub connection is closed however the stream ends (generator ``finally`` plus ``call_on_close``
-for a response that is closed before its first chunk).
+With gunicorn's gevent worker (the default) an open stream costs a greenlet and a watch, not a
+thread or a Redis connection; a second greenlet notices at once when the client closes the
+connection (:func:`app.webworker.on_hang_up`). Its slot and watch are released however it ends
+(generator ``finally`` plus ``call_on_close`` for a response that is closed before its first chunk).
 """
 
 from __future__ import annotations
 
-import logging
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import orjson
-import redis
-from flask import Blueprint, Response, request
-from redis.client import PubSub
+from flask import Blueprint, Response, current_app, request
+from flask.blueprints import BlueprintSetupState
 
-from app import keys
+from app import streams
 from app.api import json_response
+from app.errors import TooManyRequests, ValidationFailed
 from app.runtime import runtime
 from app.states import TERMINAL, TaskStatus
-from app.store import TaskStore
+from app.streams import EventHub, Reading, Streams, StreamSlots, Watch
 from app.task import Task, now_ms
+from app.webworker import on_hang_up
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1")
-log = logging.getLogger(__name__)
 
 EVENT_STREAM = "text/event-stream"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEP_ALIVE = b": keep-alive\n\n"
+RECONNECT = b": reconnect\n\n"  # the stream reached its lifetime: resume with Last-Event-ID
 FINAL = TERMINAL | {TaskStatus.EXPIRED}
 MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero never busy-loops
+MAX_EVENT_ID = 2**63 - 1  # seq is a Redis integer
+FULL_RETRY_AFTER = "10"  # seconds: a hint for a member at its stream cap (streams end as tasks end)
+LAST_EVENT_ID = "Last-Event-ID"
+
+
+@bp.record
+def _setup(state: BlueprintSetupState) -> None:
+    streams.init_app(state.app)  # type: ignore[arg-type]  # always a Flask app here
 
 
 @bp.get("/tasks/<task_id>/events")
 def events(task_id: str) -> Response:
     """Stream the task's status documents until it ends; 404/410 (before streaming) as for status."""
+    last_id = last_event_id()
     rt = runtime()
-    task = rt.service.find(rt.members.current(), task_id)
+    member = rt.members.current()
+    task = rt.service.find(member, task_id)
     now = now_ms()
     if task.effective_status(now) == TaskStatus.EXPIRED:
         return json_response(task.to_doc(now), 410)
-    stream = TaskStream(rt.service.store, rt.redis.pubsub(), task_id, rt.config.sse_heartbeat, rt.config.sse_poll)
+    found: Streams = current_app.extensions[streams.EXTENSION]
+    slot = found.slots.acquire(member)
+    if slot is None:
+        raise TooManyRequests(f"at most {found.slots.cap} open event streams per member; close one or retry later",
+                              headers={"Retry-After": FULL_RETRY_AFTER})
+    stream = TaskStream(found.hub, found.slots, task_id, slot, rt.config.sse_heartbeat,
+                        rt.config.sse_max_minutes * 60)
     try:
-        stream.subscribe()
-        snapshot = rt.service.store.get(task_id)
+        snapshot = rt.service.store.get(task_id)  # after the watch: a change from now on reaches the stream
     except BaseException:
         stream.close()
         raise
-    response = Response(stream.run(snapshot, last_event_id()), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
+    stream.stop_watching_client = on_hang_up(request.environ, stream.hang_up)
+    response = Response(stream.run(snapshot, last_id), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
     response.call_on_close(stream.close)
     return response
 
 
 def last_event_id() -> int | None:
-    """The ``Last-Event-ID`` of a reconnecting client, or None (absent or not an integer)."""
-    raw = request.headers.get("Last-Event-ID", "").strip()
-    return int(raw) if raw.isdigit() else None
+    """The ``Last-Event-ID`` of a reconnecting client, None when absent; 422 when it is not an event id."""
+    raw = request.headers.get(LAST_EVENT_ID, "").strip()
+    if not raw:
+        return None
+    # isascii first: str.isdigit() is true for "²", which int() rejects; the length check keeps int()
+    # away from its digit limit and the value within a Redis integer.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= MAX_EVENT_ID):
+        raise ValidationFailed({LAST_EVENT_ID: ["must be an event id this stream sent (an integer 0 to 2^63-1)"]})
+    return int(raw)
 
 
 def format_event(seq: int, doc: dict[str, Any]) -> bytes:
@@ -83,73 +116,91 @@ def format_event(seq: int, doc: dict[str, Any]) -> bytes:
     return b"event: status\nid: %d\ndata: %s\n\n" % (seq, orjson.dumps(doc))
 
 
-def _announced(message: dict[str, Any] | None) -> int:
-    """The ``seq`` a pub/sub message announces (-1 for anything else)."""
-    if not message or message.get("type") != "message":
-        return -1
-    try:
-        return int(message["data"])
-    except (TypeError, ValueError):
-        return -1
-
-
 class TaskStream:
-    """Follows one task over its events channel, rendering each new state as an SSE event."""
+    """Follows one task through its watch, rendering each new state as an SSE event."""
 
-    def __init__(self, store: TaskStore, pubsub: PubSub, task_id: str, heartbeat: float, poll: float) -> None:
-        self.store = store
-        self.pubsub = pubsub
-        self.task_id = task_id
+    def __init__(self, hub: EventHub, slots: StreamSlots, task_id: str, slot: str, heartbeat: float,
+                 lifetime: float) -> None:
+        self.hub = hub
+        self.slots = slots
+        self.slot = slot
+        self.watch: Watch | None = hub.watch(task_id)
+        self.stop_watching_client: Callable[[], None] | None = None  # see app.webworker.on_hang_up
         self.heartbeat = max(heartbeat, MIN_INTERVAL)
-        self.poll = max(poll, MIN_INTERVAL)
-        self._beat_at = time.monotonic() + self.heartbeat
+        start = time.monotonic()
+        self.end_at = start + max(lifetime, MIN_INTERVAL) * (1 - 0.1 * random.random())
+        self._beat_at = start + self.heartbeat
 
-    def subscribe(self) -> None:
-        """Listen for the task's changes: call before reading the snapshot."""
-        self.pubsub.subscribe(keys.events(self.task_id))
+    def hang_up(self) -> None:
+        """The client closed the connection: end now (and give the slot back) rather than at a later write."""
+        if self.watch is not None:
+            self.watch.hang_up()
 
     def close(self) -> None:
-        """Release the pub/sub connection (safe to call more than once)."""
-        self.pubsub.close()
+        """Release the watch and the slot (safe to call more than once)."""
+        if self.stop_watching_client is not None:
+            self.stop_watching_client()
+            self.stop_watching_client = None
+        if self.watch is not None:
+            self.hub.unwatch(self.watch)
+            self.watch = None
+            self.slots.release(self.slot)
 
     def run(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
-        """The stream's chunks, starting from ``snapshot``; ends after the terminal event."""
+        """The stream's chunks, starting from ``snapshot``; ends after the terminal event or at its lifetime."""
         try:
             yield from self._follow(snapshot, last_id)
-        except redis.RedisError as exc:
-            # The client reconnects with Last-Event-ID and gets 503 until Redis is back.
-            log.warning("event stream of task %s ended: redis error: %s", self.task_id, exc)
         finally:
             self.close()
 
-    def _follow(self, task: Task | None, last_id: int | None) -> Iterator[bytes]:
+    def _follow(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
+        reading = Reading(snapshot) if snapshot is not None else None
         sent = -1
         status: str | None = None
-        if task is not None and last_id is not None and last_id <= task.seq:
+        if snapshot is not None and last_id is not None and last_id <= snapshot.seq:
             sent = last_id
-            if last_id == task.seq:
+            if last_id == snapshot.seq:
                 yield KEEP_ALIVE  # up to date: open the stream now rather than at the first change
-        while task is not None:  # None: the task is gone entirely (after its tombstone): just end
-            doc = task.to_doc(now_ms())
-            if task.seq > sent or (status is not None and doc["status"] != status):
-                yield format_event(task.seq, doc)
+        while reading is not None:  # None: the task is gone entirely (after its tombstone): just end
+            task = reading.task
+            shown, event = render(reading, now_ms())
+            if task.seq > sent or (status is not None and shown != status):
+                yield event
                 self._beat_at = time.monotonic() + self.heartbeat
-            sent, status = max(sent, task.seq), doc["status"]
+            sent, status = max(sent, task.seq), shown
             if status in FINAL:
                 return
-            yield from self._wait(sent)
-            task = self.store.get(self.task_id)
+            reading = yield from self._wait(reading, sent)
 
-    def _wait(self, sent: int) -> Iterator[bytes]:
-        """Send keep-alives until a re-read is due: a newer ``seq`` was announced, or the poll interval passed."""
-        poll_at = time.monotonic() + self.poll
+    def _wait(self, reading: Reading, sent: int) -> Generator[bytes, None, Reading | None]:
+        """Send keep-alives until there is something to render: a newer read of the task (None: gone),
+        or the same read once its ``expires_at`` has passed. At the stream's lifetime it ends (None)."""
+        assert self.watch is not None
         while True:
             now = time.monotonic()
+            if now >= self.end_at:
+                yield RECONNECT
+                return None
             if now >= self._beat_at:
                 yield KEEP_ALIVE
                 self._beat_at = now + self.heartbeat
-            if now >= poll_at:
-                return
-            message = self.pubsub.get_message(ignore_subscribe_messages=True, timeout=min(poll_at, self._beat_at) - now)
-            if _announced(message) > sent:
-                return
+            expires_in = (reading.task.expires_at - now_ms()) / 1000
+            if expires_in <= 0:
+                return reading
+            got, latest = self.watch.wait(min(self.end_at - now, self._beat_at - now, expires_in))
+            if not got:
+                continue
+            if latest is None or latest.task.seq > sent or latest.task.status != reading.task.status:
+                return latest
+            reading = latest  # same state, maybe a new expires_at: wait with that one
+
+
+def render(reading: Reading, now: int) -> tuple[str, bytes]:
+    """(status shown, event bytes) of a read: rendered once per read and status, however many streams
+    share it (the status shown changes only when ``expires_at`` passes)."""
+    cached = reading.rendered
+    if cached is not None and cached[0] == reading.task.effective_status(now):
+        return cached
+    doc = reading.task.to_doc(now)
+    reading.rendered = (doc["status"], format_event(reading.task.seq, doc))
+    return reading.rendered

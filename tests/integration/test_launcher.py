@@ -259,7 +259,7 @@ def test_the_gunicorn_command_line_is_valid_for_the_installed_gunicorn(tmp_path:
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
                           env={**os.environ, **config.child_environ()})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert command[command.index("--worker-class") + 1] == "gthread"
+    assert command[command.index("--worker-class") + 1] == "app.webworker.GeventWorker"
 
 
 def test_log_lines_carry_the_task_id_or_a_dash() -> None:

@@ -8,15 +8,20 @@ a test is about them, so every event comes from a pub/sub message and nothing de
 from __future__ import annotations
 
 import dataclasses
+import resource
 import uuid
 from collections.abc import Iterator
 
 import orjson
 import pytest
 
-from app import create_app, keys
+from app import create_app, keys, streams
+from app.config import Config
 from app.runtime import EXTENSION
 from app.store import TaskStore
+from app.streams import EventHub, StreamSlots
+from app.task import now_ms
+from app.webworker import allow_open_files
 
 LONG = 30.0
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -74,10 +79,6 @@ def parse(chunk: bytes) -> tuple[str, int, dict]:
     assert chunk.endswith(b"\n\n")
     lines = dict(line.split(": ", 1) for line in chunk.decode().strip().split("\n"))
     return lines["event"], int(lines["id"]), orjson.loads(lines["data"])
-
-
-def subscribers(conn, task_id: str) -> int:
-    return dict(conn.pubsub_numsub(keys.events(task_id)))[keys.events(task_id).encode()]
 
 
 def test_first_event_is_the_current_status_document(client, task_id):
@@ -198,9 +199,22 @@ def stream_doc_seq(client, task_id: str) -> int:
         return stream.event()[1]
 
 
-@pytest.mark.parametrize("last_id", ["not-a-number", "-1", "999"])
-def test_a_last_event_id_this_task_never_had_gets_the_snapshot(client, task_id, last_id):
-    with Stream(client, task_id, **{"Last-Event-ID": last_id}) as stream:
+def test_a_last_event_id_this_task_never_had_gets_the_snapshot(client, task_id):
+    with Stream(client, task_id, **{"Last-Event-ID": "999"}) as stream:
+        assert stream.event()[1] == 0
+
+
+@pytest.mark.parametrize("last_id", ["not-a-number", "-1", "1.5", "\u00b2", "\u0661", "9" * 5000, str(2**63)])
+def test_a_last_event_id_that_is_no_event_id_is_422_naming_the_header(client, conn, task_id, last_id):
+    r = client.get(f"/api/v1/tasks/{task_id}/events", headers={"Last-Event-ID": last_id})
+    assert r.status_code == 422
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert list(r.get_json()["errors"]) == ["Last-Event-ID"]
+    assert open_slots(conn) == 0
+
+
+def test_the_largest_event_id_is_accepted(client, task_id):
+    with Stream(client, task_id, **{"Last-Event-ID": str(2**63 - 1)}) as stream:
         assert stream.event()[1] == 0
 
 
@@ -219,7 +233,7 @@ def test_expired_task_is_410_with_its_status_document_like_status(client, conn, 
     assert r.status_code == status.status_code == 410
     assert r.headers["Content-Type"].startswith("application/json")
     assert r.get_json() == status.get_json() and r.get_json()["status"] == "EXPIRED"
-    assert subscribers(conn, task_id) == 0
+    assert open_slots(conn) == 0
 
 
 def test_someone_elses_task_is_404_and_no_key_is_401(config, conn):
@@ -232,24 +246,136 @@ def test_someone_elses_task_is_404_and_no_key_is_401(config, conn):
         assert stream.event()[2]["task_id"] == task_id
 
 
-def test_the_subscription_is_released_when_the_client_goes_away(client, conn, task_id):
+def open_slots(conn, member: str = "public") -> int:
+    return conn.zcard(keys.streams(member))
+
+
+def hub(app) -> EventHub:
+    return app.extensions[streams.EXTENSION].hub
+
+
+def test_the_watch_and_slot_are_released_when_the_client_goes_away(app, client, conn, task_id):
     stream = Stream(client, task_id)
     stream.event()
-    assert subscribers(conn, task_id) == 1
+    assert (hub(app).watching, open_slots(conn)) == (1, 1)
     stream.response.close()
-    assert subscribers(conn, task_id) == 0
+    assert (hub(app).watching, open_slots(conn)) == (0, 0)
 
 
-def test_the_subscription_is_released_when_closed_before_the_first_chunk(client, conn, task_id):
+def test_the_watch_and_slot_are_released_when_closed_before_the_first_chunk(app, client, conn, task_id):
     response = client.get(f"/api/v1/tasks/{task_id}/events", buffered=False)
-    assert subscribers(conn, task_id) == 1
+    assert (hub(app).watching, open_slots(conn)) == (1, 1)
     response.close()
-    assert subscribers(conn, task_id) == 0
+    assert (hub(app).watching, open_slots(conn)) == (0, 0)
 
 
-def test_the_subscription_is_released_when_the_stream_ends(client, conn, task_id):
+def test_the_watch_and_slot_are_released_when_the_stream_ends(app, client, conn, task_id):
     with Stream(client, task_id) as stream:
         stream.event()
         client.delete(f"/api/v1/tasks/{task_id}")
         stream.rest()
-        assert subscribers(conn, task_id) == 0
+        assert (hub(app).watching, open_slots(conn)) == (0, 0)
+
+
+# -- the per-member cap, the stream lifetime, the shared hub -------------------------------------------
+
+
+def test_a_member_over_the_stream_cap_gets_429_problem_with_retry_after(config, conn):
+    app = make_app(config, conn, api_keys="ka:alice,kb:bob", max_streams_per_member=2)
+    client = app.test_client()
+    alice, bob = {"Authorization": "Bearer ka"}, {"Authorization": "Bearer kb"}
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}, headers=alice).get_json()[
+        "task_id"]
+    bobs = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}, headers=bob).get_json()["task_id"]
+    with Stream(client, task_id, **alice) as first, Stream(client, task_id, **alice):
+        r = client.get(f"/api/v1/tasks/{task_id}/events", headers=alice)
+        assert r.status_code == 429
+        assert r.headers["Content-Type"] == "application/problem+json"
+        assert int(r.headers["Retry-After"]) > 0
+        assert "2 open event streams" in r.get_json()["detail"]
+        assert open_slots(conn, "alice") == 2
+        with Stream(client, bobs, **bob) as other:  # another member's count is its own
+            assert other.event()[0] == "status"
+        first.response.close()
+        with Stream(client, task_id, **alice) as again:  # a closed stream gives its slot back
+            assert again.event()[0] == "status"
+
+
+def test_a_slot_whose_lease_ran_out_no_longer_counts(config, conn, task_id):
+    client = make_app(config, conn, max_streams_per_member=1).test_client()
+    conn.zadd(keys.streams("public"), {"4242:of-a-killed-process": 1})  # lease ran out long ago
+    with Stream(client, task_id) as stream:
+        assert stream.event()[0] == "status"
+        assert conn.zscore(keys.streams("public"), "4242:of-a-killed-process") is None
+
+
+def test_open_slots_have_their_lease_renewed(conn):
+    slots = StreamSlots(conn, cap=5)
+    slot = slots.acquire("public")
+    conn.zadd(keys.streams("public"), {slot: 1})  # as if the lease were about to run out
+    slots.renew()
+    assert conn.zscore(keys.streams("public"), slot) > now_ms()
+    slots.release(slot)
+    slots.renew()  # a released slot is never revived
+    assert conn.zscore(keys.streams("public"), slot) is None
+
+
+def test_a_stream_ends_at_its_lifetime_and_resumes_with_last_event_id(config, conn):
+    client = make_app(config, conn, sse_max_minutes=0.1 / 60).test_client()  # 0.1 s
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
+    with Stream(client, task_id) as stream:
+        _, seq, _ = stream.event()
+        assert stream.rest() == [b": reconnect\n\n"]  # ended by the server, the task still PENDING
+    with Stream(client, task_id, **{"Last-Event-ID": str(seq)}) as resumed:
+        assert resumed.next() == KEEP_ALIVE  # nothing missed, nothing repeated
+
+
+def test_many_streams_share_one_hub_and_every_one_gets_each_change(app, client, store, conn, task_id):
+    other = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {"seconds": 1}}).get_json()["task_id"]
+    watchers = [Stream(client, t) for t in [task_id] * 3 + [other] * 2]
+    try:
+        for w in watchers:
+            w.event()
+        assert hub(app).watching == 5
+        store.start(task_id, "run-1")
+        store.start(other, "run-2")
+        assert [w.event()[1] for w in watchers] == [1] * 5
+    finally:
+        for w in watchers:
+            w.response.close()
+    assert hub(app).watching == 0
+
+
+def test_an_open_stream_outlives_a_redis_outage_and_resumes(config, conn):
+    server = conn.connection_pool.connection_kwargs["server"]
+    app = make_app(config, conn, heartbeat=0.05, poll=0.05)
+    client = app.test_client()
+    store = app.extensions[EXTENSION].service.store
+    task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
+    with Stream(client, task_id) as stream:
+        stream.event()
+        server.connected = False
+        assert stream.next() == KEEP_ALIVE  # Redis away: the stream stays open
+        assert stream.next() == KEEP_ALIVE
+        server.connected = True
+        store.start(task_id, "run-1")
+        chunk = stream.next()
+        while chunk == KEEP_ALIVE:
+            chunk = stream.next()
+        assert parse(chunk)[1] == 1
+
+
+def test_the_default_cap_lets_one_member_hold_the_benchmarks_1000_streams():
+    assert Config.from_env({}).max_streams_per_member >= 1000
+
+
+def test_the_gevent_worker_raises_the_open_file_limit_towards_its_connections():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        allow_open_files(1024)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(1024, hard)
+        allow_open_files(300)  # never lowered
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(1024, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

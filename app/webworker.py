@@ -1,0 +1,90 @@
+"""gunicorn's gevent worker with one addition: a socket timeout on every client connection.
+
+``--worker-class app.webworker.GeventWorker`` (see ``app.cli.web_command``). gunicorn's own gevent
+worker puts client sockets in blocking mode with no timeout, so a client that stops reading a
+response (a file download read slowly, an event stream nobody drains) or stops sending a body would
+hold its greenlet and socket forever. Here a connection on which no byte moves either way for
+``TASKPORT_WEB_IO_TIMEOUT`` seconds while a request's body is read or its response written is closed.
+A request *head* has a deadline of its own: gunicorn's gevent worker reads each head under
+``--keep-alive`` seconds in all. Neither blocks any other request: each
+connection is a greenlet, so polls keep answering meanwhile.
+
+:func:`on_hang_up` lets a long response (an SSE stream) learn at once that its client closed the
+connection, instead of at its next write or two (a first write to a closed socket still succeeds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+from gevent import monkey
+from gevent.socket import wait_read
+from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
+
+from app.config import Config
+
+FILES_BESIDES_CONNECTIONS = 256  # Redis connections (a pool of 64), logs, result files being served
+
+
+def allow_open_files(wanted: int) -> None:
+    """Raise this process's open-file soft limit towards ``wanted`` (within the hard limit): a common
+    default of 1,024 would otherwise refuse connections long before ``TASKPORT_WEB_CONNECTIONS``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
+    """gunicorn's ``gevent`` worker whose client sockets time out after ``TASKPORT_WEB_IO_TIMEOUT`` idle s."""
+
+    io_timeout: float = Config.web_io_timeout
+
+    def init_process(self) -> None:
+        config = Config.from_env()
+        self.io_timeout = config.web_io_timeout
+        allow_open_files(config.web_connections + FILES_BESIDES_CONNECTIONS)
+        super().init_process()
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
+        # The head was read already (under gunicorn's keep-alive deadline); the timeout covers reading the
+        # body and writing the response, and is lifted again before the next head is awaited.
+        sock.settimeout(self.io_timeout)
+        try:
+            super().handle_request(listener_name, req, sock, addr)
+        except TimeoutError:
+            # a known condition, not a server fault: one line, no traceback; gunicorn then closes the socket
+            self.log.info("closed a connection from %s: no byte moved for %g s", addr[0] if addr else "?",
+                          self.io_timeout)
+            raise StopIteration from None
+        finally:
+            with contextlib.suppress(OSError):
+                sock.settimeout(None)
+
+
+def on_hang_up(environ: dict[str, Any], callback: Callable[[], None]) -> Callable[[], None] | None:
+    """Under this worker: call ``callback`` once the client closes the connection of this request.
+
+    Returns the function that stops watching (call it when the response ends, before the connection
+    serves its next request), or None when not running under gevent (then nothing is watched).
+    """
+    sock = environ.get("gunicorn.socket")
+    if sock is None or not monkey.is_module_patched("socket"):
+        return None
+
+    def watch() -> None:
+        try:
+            wait_read(sock.fileno())
+            closed = sock.recv(1, socket.MSG_PEEK) == b""  # readable with no data: the client hung up
+        except OSError:
+            closed = True
+        if closed:
+            callback()
+
+    greenlet = gevent.spawn(watch)
+    return lambda: greenlet.kill(block=False)
