@@ -65,6 +65,9 @@ class Config:
         "TASKPORT_SSE_HEARTBEAT", 15.0, "seconds between keep-alive comments on an idle event stream")
     sse_poll: float = _setting(
         "TASKPORT_SSE_POLL", 1.0, "seconds between fallback re-reads of a streamed task (if a message is lost)")
+    redis_ride_out: float = _setting(
+        "TASKPORT_REDIS_RIDE_OUT", 60.0,
+        "seconds workers and the scheduler wait for an unreachable Redis to come back before they exit")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:

@@ -23,9 +23,9 @@ from rq import Queue, SimpleWorker
 from rq_scheduler import Scheduler
 
 from app.config import Config
-from app.connection import connect, wait_for_redis
+from app.connection import connect, ride_out_outages, wait_for_redis
 from app.logs import setup_logging
-from app.process import die_with_parent
+from app.process import die_with_parent, forked_children_die_with_me
 from workers.housekeeping import PASSES
 from workers.housekeeping import QUEUE as HOUSEKEEPING_QUEUE
 
@@ -67,6 +67,8 @@ def run_housekeeper(config: Config) -> None:
     """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
     die_with_parent(signal.SIGTERM)  # RQ's warm shutdown when the scheduler goes, however it goes
     setup_logging(config, "housekeeper")
+    ride_out_outages()
+    forked_children_die_with_me()  # the housekeeper's own RQ scheduler child
     conn = connect(config)
     wait_for_redis(conn)
     worker = SimpleWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
@@ -102,6 +104,7 @@ def build_scheduler(config: Config, name: str | None = None) -> Scheduler:
 def main(config: Config, name: str | None = None) -> int:
     """Run the scheduler until SIGTERM/SIGINT (it then registers its death and exits 0)."""
     setup_logging(config, "scheduler")
+    ride_out_outages()  # rq-scheduler's loop has no retry of its own: a Redis restart is waited out here
     quiet_known_warnings()
     scheduler = build_scheduler(config, name)
     log.info("scheduler %s polling every %s s; housekeeping every %s s", scheduler.name,
