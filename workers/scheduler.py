@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.process
+import os
 import signal
 import warnings
 from datetime import UTC, datetime
@@ -63,9 +64,9 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
             description=f"housekeeping: {name}")
 
 
-def run_housekeeper(config: Config) -> None:
+def run_housekeeper(config: Config, parent: int | None = None) -> None:
     """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
-    die_with_parent(signal.SIGTERM)  # RQ's warm shutdown when the scheduler goes, however it goes
+    die_with_parent(signal.SIGTERM, parent)  # RQ's warm shutdown when the scheduler goes, however it goes
     setup_logging(config, "housekeeper")
     ride_out_outages()
     forked_children_die_with_me()  # the housekeeper's own RQ scheduler child
@@ -78,7 +79,7 @@ def run_housekeeper(config: Config) -> None:
 def start_housekeeper(config: Config) -> multiprocessing.process.BaseProcess:
     # not a daemon: RQ's worker starts a child of its own (its scheduler, for alert retries)
     child = multiprocessing.get_context("spawn").Process(
-        target=run_housekeeper, args=(config,), name="taskport-housekeeper")
+        target=run_housekeeper, args=(config, os.getpid()), name="taskport-housekeeper")
     child.start()
     return child
 

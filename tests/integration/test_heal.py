@@ -1,0 +1,288 @@
+"""`taskport up` heals itself: the real launcher, real processes, ``kill -9`` of one of them at a time.
+
+After each kill: supervisor logs one line naming the process and how it ended and starts it again,
+the other processes keep their pids, submits and polls over HTTP work again within 10 s (never a
+500 meanwhile), the task that was running reaches its natural end (attempt 2 after its worker died,
+FAILED -3 when it had no retry left, attempt 1 when its worker survived), and no orphan is left.
+
+The recovery times are printed (``pytest -s``) and recorded in docs/operations.md.
+Short intervals make stall recovery quick: a heartbeat every 0.2 s, stalled after 2 s, housekeeping
+every second.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+
+from app import keys
+from app.embedded import alive, session_members
+from tests.integration.harness import TASKS, Api, wait_until
+from tests.integration.up import Up, children, task_workers, up_runs
+
+HEAL_ENV = {
+    "TASKPORT_PROCESSORS": "tests.userprocs.tasks",  # test.nap: a cooperative sleep with one retry
+    "TASKPORT_HEARTBEAT_INTERVAL": "0.2",
+    "TASKPORT_STALL_TIMEOUT": "2",
+    "TASKPORT_HOUSEKEEPING_INTERVAL": "1",
+    "TASKPORT_SCHEDULER_INTERVAL": "0.5",
+    "TASKPORT_REDIS_FSYNC": "always",
+}
+SERVE_AGAIN_WITHIN = 10.0  # seconds, the requirement: submit + poll answer again after a kill
+REDIS_BACK_WITHIN = 5.0  # seconds, the requirement: the embedded redis-server runs again
+
+
+@pytest.fixture
+def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
+    yield from up_runs(tmp_path)
+
+
+def start_healing(up_factory: Callable[..., Up], **env: str) -> Up:
+    up = up_factory(**{**HEAL_ENV, **env})
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    conn = redis.Redis.from_url(up.redis_url())
+    wait_until(lambda: len(task_workers(conn)) == 2, message="both workers to register")
+    conn.close()
+    return up
+
+
+@pytest.fixture
+def healing(up_factory: Callable[..., Up]) -> Up:
+    return start_healing(up_factory)
+
+
+@dataclass
+class Probe:
+    """Submit-and-poll over HTTP until both answer, noting every status code seen meanwhile."""
+
+    api: Api
+    seen: dict[int, int] = field(default_factory=dict)
+    retry_after: set[str] = field(default_factory=set)
+
+    def serving(self) -> str | None:
+        try:
+            submitted = self.api.submit("demo.sleep", {"seconds": 0, "steps": 1}, dedup_key=uuid.uuid4().hex)
+            self._note(submitted)
+            if submitted.status_code != 202:
+                return None
+            task_id = str(submitted.json()["task_id"])
+            polled = self.api.get(f"{TASKS}/{task_id}")
+            self._note(polled)
+            return task_id if polled.status_code == 200 else None
+        except requests.RequestException:  # the web is restarting: connection refused or reset
+            return None
+
+    def _note(self, response: requests.Response) -> None:
+        self.seen[response.status_code] = self.seen.get(response.status_code, 0) + 1
+        if response.status_code == 503:
+            self.retry_after.add(response.headers.get("Retry-After", ""))
+
+    def after_kill(self, killed_at: float) -> tuple[float, float]:
+        """(seconds until submit + poll answered, seconds until that new task COMPLETED) after ``killed_at``."""
+        fresh = wait_until(self.serving, timeout=SERVE_AGAIN_WITHIN, interval=0.05,
+                           message=lambda: f"submit + poll to answer; status codes seen {self.seen}")
+        served = time.monotonic() - killed_at
+        self.api.wait_for(fresh, "COMPLETED", timeout=15)
+        assert 500 not in self.seen, self.seen
+        return served, time.monotonic() - killed_at
+
+
+def kill9(*pids: int) -> float:
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return time.monotonic()
+
+
+def worker_running(up: Up, task_id: str) -> tuple[str, int]:
+    """(supervisor name, pid) of the worker whose work horse runs ``task_id``."""
+    conn = redis.Redis.from_url(up.redis_url())
+    try:
+        pids = wait_until(lambda: [w.pid for w in task_workers(conn) if w.get_current_job_id() == task_id],
+                          message=f"a worker to report {task_id} as its job")
+    finally:
+        conn.close()
+    names = {pid: name for name, pid in up.child_pids().items()}
+    return names[pids[0]], pids[0]
+
+
+def snapshot(up: Up) -> dict[str, tuple[int, int]]:
+    """Each supervised process's (pid, exit lines so far)."""
+    return {name: (pid, len(up.exits(name))) for name, pid in up.child_pids().items()}
+
+
+def assert_healed(up: Up, name: str, before: dict[str, tuple[int, int]]) -> None:
+    """One more exit line for ``name``, which runs again under a new pid; every other process untouched;
+    no orphan."""
+    pid, exits = before[name]
+    assert up.exits(name)[exits:] == ["terminated by SIGKILL; not expected"], up.output()
+    wait_until(lambda: up.child_pids()[name] != pid, message=f"{name} to be started again")
+    now = up.child_pids()
+    for other, (other_pid, other_exits) in before.items():
+        if other != name:
+            assert now[other] == other_pid and alive(other_pid), (other, up.output())
+            assert len(up.exits(other)) == other_exits, (other, up.output())
+
+    def orphans() -> list[int]:  # a session member whose parent is gone was left behind by the killed one
+        supervisord = up.supervisord_pid()
+        members = session_members(supervisord)
+        return [pid for pid in members if pid != supervisord and _ppid(pid) not in members]
+
+    wait_until(lambda: not orphans(), timeout=5, message=lambda: f"no orphan; left: {orphans()}")
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def report(fault: str, **figures: float) -> None:
+    shown = ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in figures.items())
+    print(f"\nkill -9 {fault}: {shown}")
+
+
+def test_kill9_of_a_worker_and_its_horse(healing: Up) -> None:
+    up = healing
+    with Api(up.base_url, timeout=3) as api:
+        nap = api.create("test.nap", {"seconds": 3})  # one retry left
+        sleep = api.create("demo.sleep", {"seconds": 30})  # no retry left
+        api.wait_for(nap, "PROCESSING")
+        api.wait_for(sleep, "PROCESSING")
+        before = snapshot(up)
+        name, pid = worker_running(up, nap)
+        killed_at = kill9(pid, *children(pid))
+        served, fresh_done = Probe(api).after_kill(killed_at)
+        done = api.wait_for(nap, "COMPLETED", timeout=20)
+        assert done["attempts"] == 2, done
+        nap_done = time.monotonic() - killed_at
+        assert_healed(up, name, before)
+        report("worker (and its horse)", serving_again_after=served, new_task_completed_after=fresh_done,
+               running_task_completed_on_attempt_2_after=nap_done)
+
+        before = snapshot(up)
+        name, pid = worker_running(up, sleep)
+        killed_at = kill9(pid, *children(pid))
+        failed = api.wait_for(sleep, "FAILED", timeout=20)
+        assert failed["attempts"] == 1 and failed["error"]["code"] == -3, failed
+        report("worker with no retry left", running_task_failed_minus_3_after=time.monotonic() - killed_at)
+        assert_healed(up, name, before)
+
+
+def test_kill9_of_the_web_master(healing: Up) -> None:
+    up = healing
+    with Api(up.base_url, timeout=3) as api:
+        running = api.create("test.nap", {"seconds": 2})
+        api.wait_for(running, "PROCESSING")
+        before = snapshot(up)
+        killed_at = kill9(before["web"][0])
+        served, fresh_done = Probe(api).after_kill(killed_at)
+        done = api.wait_for(running, "COMPLETED", timeout=15)
+        assert done["attempts"] == 1, done  # its worker lived on
+        assert_healed(up, "web", before)
+        report("web master", serving_again_after=served, new_task_completed_after=fresh_done)
+
+
+def test_kill9_of_the_scheduler(healing: Up) -> None:
+    up = healing
+    conn = redis.Redis.from_url(up.redis_url())
+    with Api(up.base_url, timeout=3) as api:
+        running = api.create("test.nap", {"seconds": 2})
+        api.wait_for(running, "PROCESSING")
+        before = snapshot(up)
+        killed_at = kill9(before["scheduler"][0])
+        passes = int(conn.hget(keys.STATS, "housekeeping_recover") or 0)
+        served, fresh_done = Probe(api).after_kill(killed_at)
+        done = api.wait_for(running, "COMPLETED", timeout=15)
+        assert done["attempts"] == 1, done
+        assert_healed(up, "scheduler", before)
+        wait_until(lambda: int(conn.hget(keys.STATS, "housekeeping_recover") or 0) > passes + 1, timeout=15,
+                   message="housekeeping to run again")
+        housekeeping = time.monotonic() - killed_at
+        conn.close()
+        report("scheduler", serving_again_after=served, new_task_completed_after=fresh_done,
+               housekeeping_running_again_after=housekeeping)
+
+
+def test_kill9_of_the_embedded_redis_server(up_factory: Callable[..., Up]) -> None:
+    # a stall timeout longer than the outage: the running task's heartbeats wait Redis out, so it goes on
+    up = start_healing(up_factory, TASKPORT_STALL_TIMEOUT="10")
+    with Api(up.base_url, timeout=3) as api:
+        running = api.create("test.nap", {"seconds": 3})
+        api.wait_for(running, "PROCESSING")
+        before = snapshot(up)
+        killed_at = kill9(before["redis"][0])
+        probe = Probe(api)
+        ready: dict[int, int] = {}
+
+        def redis_back() -> bool:
+            status = api.get("/readyz").status_code
+            ready[status] = ready.get(status, 0) + 1
+            return status == 200
+
+        wait_until(redis_back, timeout=REDIS_BACK_WITHIN, interval=0.02, message=lambda: f"readyz: {ready}")
+        back = time.monotonic() - killed_at
+        served, fresh_done = probe.after_kill(killed_at)
+        assert ready.get(503) and set(ready) == {200, 503}, ready  # down meanwhile: 503, never a 500
+        done = api.wait_for(running, "COMPLETED", timeout=20)
+        assert done["attempts"] == 1, done  # its work horse rode the outage out
+        assert_healed(up, "redis", before)  # and no other process was restarted
+        report("redis-server", ready_again_after=back, serving_again_after=served,
+               new_task_completed_after=fresh_done, running_task_completed_after=time.monotonic() - killed_at)
+        print(f"  readyz answers seen meanwhile: {ready}")
+
+
+# -- durability of acknowledged tasks ----------------------------------------------------------------
+
+
+def submit_many(api: Api, n: int) -> list[str]:
+    return [api.create("demo.sleep", {"seconds": 0.05, "steps": 1}, dedup_key=uuid.uuid4().hex) for _ in range(n)]
+
+
+def settle(api: Api, task_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Each task's final status document, or None when Redis lost it (404)."""
+    found: dict[str, dict[str, Any] | None] = {}
+    for task_id in task_ids:
+        if api.get(f"{TASKS}/{task_id}").status_code == 404:
+            found[task_id] = None
+        else:
+            found[task_id] = api.wait_for(task_id, "COMPLETED", "FAILED", "CANCELLED", timeout=30)
+    return found
+
+
+def test_fsync_always_loses_no_acknowledged_task(up_factory: Callable[..., Up]) -> None:
+    up = up_factory(**HEAL_ENV)
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    with Api(up.base_url, timeout=3) as api:
+        acknowledged = submit_many(api, 40)
+        killed_at = kill9(up.redis_pid())  # right after the last 202
+        Probe(api).after_kill(killed_at)
+        final = settle(api, acknowledged)
+    assert all(doc is not None and doc["status"] == "COMPLETED" for doc in final.values()), final
+
+
+def test_fsync_everysec_loses_at_most_the_last_second(up_factory: Callable[..., Up]) -> None:
+    up = up_factory(**{**HEAL_ENV, "TASKPORT_REDIS_FSYNC": "everysec"})
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    with Api(up.base_url, timeout=3) as api:
+        older = submit_many(api, 20)
+        time.sleep(1.5)  # the promise under test is about time: everysec loses at most the last second
+        recent = submit_many(api, 20)
+        killed_at = kill9(up.redis_pid())
+        Probe(api).after_kill(killed_at)
+        final = settle(api, older + recent)
+    assert all(final[t] is not None and final[t]["status"] == "COMPLETED" for t in older), final
+    survivors = [doc for t, doc in final.items() if t in recent and doc is not None]
+    assert all(doc["status"] == "COMPLETED" for doc in survivors), survivors
+    print(f"\neverysec: {len(recent) - len(survivors)} of the {len(recent)} tasks acknowledged in the last "
+          "second before kill -9 were lost; every older one survived and completed")
