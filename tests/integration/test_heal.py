@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,8 +27,10 @@ import redis
 import requests
 
 from app import keys
+from app.config import Config
+from app.connection import connect
 from app.embedded import alive, session_members
-from tests.integration.harness import TASKS, Api, wait_until
+from tests.integration.harness import TASKS, Api, RedisServer, wait_until
 from tests.integration.up import Up, children, task_workers, up_runs
 
 HEAL_ENV = {
@@ -286,3 +289,30 @@ def test_fsync_everysec_loses_at_most_the_last_second(up_factory: Callable[..., 
     assert all(doc["status"] == "COMPLETED" for doc in survivors), survivors
     print(f"\neverysec: {len(recent) - len(survivors)} of the {len(recent)} tasks acknowledged in the last "
           "second before kill -9 were lost; every older one survived and completed")
+
+
+# -- the two retry policies against a real redis-server ----------------------------------------------
+
+
+def test_workers_clients_wait_out_a_redis_restart_and_the_webs_do_not(
+    redis_factory: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    server = redis_factory(fsync="always")
+    config = Config.from_env({}, redis_url=server.url, data_dir=tmp_path)
+    patient, quick = connect(config, ride_out=True), connect(config, ride_out=False)
+    patient.set("k", "v")
+    assert quick.get("k") == b"v"
+    server.kill9()
+    started = time.monotonic()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        quick.get("k")
+    assert time.monotonic() - started < 1  # the web answers 503 at once
+    restart = threading.Timer(1.0, server.start)  # what supervisor does, about a second after the crash
+    restart.start()
+    try:
+        assert patient.get("k") == b"v"  # waited, then carried on: no exception reached the caller
+        assert time.monotonic() - started >= 1
+    finally:
+        restart.join()
+        patient.close()
+        quick.close()

@@ -1,0 +1,89 @@
+"""`taskport up`'s supervisor policy (read back by supervisor's own config parser), its watchdog, and
+the Redis retry policies of the web and of the workers."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from supervisor.options import ServerOptions
+
+from app import connection
+from app.config import Config
+from app.supervisor import GROUP, START_RETRIES, START_SECS, STOP_WAIT, render, watch
+
+
+def load(tmp_path: Path, config: Config, redis_command: list[str] | None) -> ServerOptions:
+    state = tmp_path / "state%dir"  # a % in a path must survive supervisor's %(name)s expansion
+    state.mkdir()
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(render(config, state, redis_command))
+    options = ServerOptions()
+    options.configfile = str(conf)
+    options.process_config(do_usage=False)
+    return options
+
+
+def groups(options: ServerOptions) -> dict[str, Any]:
+    return {g.name: g for g in options.process_group_configs}
+
+
+def test_every_process_is_restarted_and_redis_runs_first_and_stops_last(tmp_path: Path) -> None:
+    config = Config.from_env({"TASKPORT_WORKERS": "3"}, data_dir=tmp_path)
+    options = load(tmp_path, config, ["/opt/redis-server", "--dir", str(tmp_path / "50%")])
+    found = groups(options)
+    assert set(found) == {"redis", GROUP, "watchdog"}
+    processes = {p.name: p for g in found.values() for p in g.process_configs}
+    assert set(processes) == {"redis", "web", "worker.1", "worker.2", "worker.3", "scheduler", "watchdog"}
+    assert processes["redis"].command == f"/opt/redis-server --dir {tmp_path / '50%'}"
+    assert found["redis"].priority < found[GROUP].priority < found["watchdog"].priority
+    for name in ("web", "worker.1", "scheduler"):
+        proc = processes[name]
+        assert proc.command.endswith(f"-m app.cli {name.split('.')[0]}")
+        assert proc.autorestart is not False and proc.startsecs == START_SECS
+        assert proc.startretries == START_RETRIES and proc.stopwaitsecs == STOP_WAIT
+        assert proc.stopasgroup and proc.killasgroup  # gunicorn's workers, RQ's scheduler child
+    assert processes["redis"].stopwaitsecs > STOP_WAIT  # time to flush the append-only file
+    assert options.pidfile == str(tmp_path / "state%dir" / "supervisord.pid")
+
+
+def test_with_redis_url_there_is_no_embedded_redis(tmp_path: Path) -> None:
+    config = Config.from_env({"REDIS_URL": "redis://elsewhere:6379/0", "TASKPORT_WORKERS": "1"}, data_dir=tmp_path)
+    found = groups(load(tmp_path, config, None))
+    assert set(found) == {GROUP, "watchdog"}
+    assert sorted(p.name for p in found[GROUP].process_configs) == ["scheduler", "web", "worker"]
+
+
+def event(name: str, payload: str) -> str:
+    header = f"ver:3.0 server:supervisor serial:1 pool:watchdog poolserial:1 eventname:{name} len:{len(payload)}\n"
+    return header + payload
+
+
+def test_the_watchdog_stops_everything_when_supervisor_gives_up(tmp_path: Path) -> None:
+    fatal = "processname:worker.2 groupname:taskport from_state:BACKOFF"
+    stdin = io.StringIO(event("PROCESS_STATE_FATAL", fatal) + event("PROCESS_STATE_FATAL", fatal))
+    stdout = io.StringIO()
+    stops: list[bool] = []
+    assert watch(tmp_path / "gave-up", stdin, stdout, stop_all=lambda: stops.append(True)) == 0
+    assert stdout.getvalue() == "READY\nRESULT 2\nOKREADY\nRESULT 2\nOKREADY\n"  # the listener protocol
+    assert stops == [True, True]
+    assert (tmp_path / "gave-up").read_text() == "worker.2\nworker.2\n"
+
+
+def test_the_watchdog_ignores_other_events(tmp_path: Path) -> None:
+    stdin = io.StringIO(event("PROCESS_STATE_EXITED", "processname:web groupname:taskport from_state:RUNNING"))
+    stops: list[bool] = []
+    assert watch(tmp_path / "gave-up", stdin, io.StringIO(), stop_all=lambda: stops.append(True)) == 0
+    assert stops == [] and not (tmp_path / "gave-up").exists()
+
+
+def test_the_web_fails_fast_and_workers_ride_out_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = Config.from_env({"TASKPORT_REDIS_RIDE_OUT": "30"}, redis_url="redis://127.0.0.1:1/0")
+    monkeypatch.setattr(connection, "_ride_out", False)
+    assert connection.connect(config).get_retry().get_retries() == 1
+    connection.ride_out_outages()
+    patient = connection.connect(config).get_retry()
+    assert patient.get_retries() == 30 / connection.RIDE_OUT_STEP
+    assert connection.connect(config, ride_out=False).get_retry().get_retries() == 1
