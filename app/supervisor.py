@@ -19,9 +19,11 @@ The policy written into the generated ``supervisord.conf``:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -150,6 +152,7 @@ class Launcher:
             self.embedded.claim()
             config = replace(config, redis_url=self.embedded.url)
         try:
+            _append_to_stdout()
             self.state_dir.mkdir(parents=True, exist_ok=True)
             (self.state_dir / GAVE_UP).unlink(missing_ok=True)
             conf = self.state_dir / "supervisord.conf"
@@ -222,6 +225,16 @@ class Launcher:
             print(f"taskport: stopped because {names} kept failing to start", flush=True)
             return 1
         return 0 if self.stopping.is_set() or supervisord_rc == 0 else 1
+
+
+def _append_to_stdout() -> None:
+    """supervisord writes every process's output through ``/dev/stdout`` opened anew, in append mode.
+    When our stdout is a file opened without O_APPEND (``taskport up > up.log``), our own lines would be
+    written at our own offset, over theirs: append too."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
+            flags = fcntl.fcntl(sys.stdout.fileno(), fcntl.F_GETFL)
+            fcntl.fcntl(sys.stdout.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
 
 
 def announce_when_ready(config: Config, done: threading.Event) -> None:

@@ -29,8 +29,8 @@ class Up:
             "PORT": str(self.port), "TASKPORT_REDIS_PORT": "0", "TASKPORT_DATA_DIR": str(self.data_dir),
             "TASKPORT_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "TASKPORT_WORKERS": "2", **env}
         inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
-        # append mode: `up` and supervisord both write this file (supervisord opens /dev/stdout with O_APPEND)
-        with open(self.log_path, "ab") as out:
+        # truncating, as `taskport up > up.log` would: `up` makes it O_APPEND, as supervisord's own writes are
+        with open(self.log_path, "wb") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "up"], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
                 env={**inherited, **settings, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
