@@ -39,7 +39,7 @@ from typing import TextIO
 import redis
 
 from app.config import Config
-from app.embedded import EmbeddedRedis, EmbeddedRedisError
+from app.embedded import EmbeddedRedis, EmbeddedRedisError, kill_session
 from app.process import die_with_parent
 
 GROUP = "taskport"
@@ -143,10 +143,11 @@ class Launcher:
         self.state_dir = Path(config.data_dir) / "supervisor"
         self.embedded = None if config.redis_url else EmbeddedRedis(config, port=config.redis_port)
         self.proc: subprocess.Popen[bytes] | None = None
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # set once `up` is on its way out, for whatever reason
+        self.requested = False  # a Ctrl-C or SIGTERM asked for the stop
 
     def run(self) -> int:
-        """Run until Ctrl-C/SIGTERM (0) or until supervisor gave up on a process (1)."""
+        """Run until Ctrl-C/SIGTERM (0), or until supervisor gave up on a process or died itself (1)."""
         config = self.config
         if self.embedded is not None:
             self.embedded.claim()
@@ -167,7 +168,10 @@ class Launcher:
             self.stopping.set()
             self._stop()
             if self.embedded is not None:
-                self.embedded.stop_leftover()
+                self.embedded.stop_leftover()  # cleanly (AOF flushed), should supervisord have died first
+            if self.proc is not None:
+                kill_session(self.proc.pid)  # and whatever else it left: its children share its session
+            if self.embedded is not None:
                 self.embedded.release()
         return self._exit_code(rc)
 
@@ -199,6 +203,7 @@ class Launcher:
 
     def _install_signal_handlers(self) -> None:
         def stop(signum: int, frame: FrameType | None) -> None:
+            self.requested = True
             self.stopping.set()
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.send_signal(signal.SIGTERM)  # supervisord's orderly shutdown
@@ -224,7 +229,10 @@ class Launcher:
             names = ", ".join(sorted(set(gave_up.read_text().split()))) or "a process"
             print(f"taskport: stopped because {names} kept failing to start", flush=True)
             return 1
-        return 0 if self.stopping.is_set() or supervisord_rc == 0 else 1
+        if self.requested:
+            return 0
+        print(f"taskport: supervisord ended by itself (status {supervisord_rc}): everything is stopped", flush=True)
+        return 1
 
 
 def _append_to_stdout() -> None:

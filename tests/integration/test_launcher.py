@@ -170,6 +170,18 @@ def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[.
     print(f"\nSIGTERM to `taskport up` ({'tasks running' if busy else 'idle'}): everything stopped in {took:.2f} s")
 
 
+def test_up_cleans_up_after_a_killed_supervisord(up_factory: Callable[..., Up]) -> None:
+    up = up_factory()
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    supervisord = up.supervisord_pid()
+    pids = {*up.child_pids().values(), *session_members(supervisord)}
+    os.kill(supervisord, signal.SIGKILL)
+    assert up.popen.wait(timeout=30) == 1, up.output()
+    assert "supervisord ended by itself (status -9)" in up.output()
+    assert not [pid for pid in pids if alive(pid)], up.output()
+    assert "stopping redis-server pid" in up.output()  # cleanly (SIGTERM), so its AOF is complete
+
+
 @pytest.mark.timeout(120)  # 4 failed starts (each a Python start-up) and 6 s of backoff: ~12 s idle, ~35 s loaded
 def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_factory: Callable[..., Up]) -> None:
     up = up_factory(TASKPORT_PROCESSORS="tests.integration.no_such_processor_module")

@@ -4,6 +4,9 @@ the Redis retry policies of the web and of the workers."""
 from __future__ import annotations
 
 import io
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,8 @@ from supervisor.options import ServerOptions
 from app import connection
 from app.config import Config
 from app.supervisor import GROUP, START_RETRIES, START_SECS, STOP_WAIT, render, watch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(tmp_path: Path, config: Config, redis_command: list[str] | None) -> ServerOptions:
@@ -87,3 +92,10 @@ def test_the_web_fails_fast_and_workers_ride_out_an_outage(monkeypatch: pytest.M
     patient = connection.connect(config).get_retry()
     assert patient.get_retries() == 30 / connection.RIDE_OUT_STEP
     assert connection.connect(config, ride_out=False).get_retry().get_retries() == 1
+
+
+def test_a_child_whose_parent_died_while_it_started_dies_at_once() -> None:
+    code = ("import signal, time; from app.process import die_with_parent; "
+            "die_with_parent(signal.SIGTERM, 1); time.sleep(30)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, timeout=30, check=False)
+    assert done.returncode == -signal.SIGTERM  # its parent is not pid 1: as if the parent it had was gone
