@@ -4,7 +4,7 @@
     taskport worker       one RQ worker (queues high, default, low)
     taskport scheduler    rq-scheduler (periodic housekeeping)
     taskport up           all of the above under supervisor (restarted when they die), plus an embedded
-                          Redis when REDIS_URL is unset (see app/supervisor.py, docs/operations.md)
+                          Redis when REDIS_URL is unset (see app/supervisor.py, docs/self-healing.md)
     taskport config       the configuration table (markdown)
 """
 

@@ -4,7 +4,7 @@ Why supervisor (http://supervisord.org, pure Python, maintained since 2004, one 
 honcho stops everything when one process exits; RQ's ``worker-pool`` restarts workers only, not the web,
 the scheduler or Redis; circus restarts too but brings ZeroMQ and tornado. supervisor restarts any
 program, starts and stops them in priority order, signals a whole process group, and logs one line per
-exit (``exited: worker.1 (terminated by SIGKILL; not expected)``). See docs/operations.md.
+exit (``exited: worker.1 (terminated by SIGKILL; not expected)``). See docs/self-healing.md.
 
 The policy written into the generated ``supervisord.conf``:
 - a process that dies is started again at once if it had been up ``START_SECS``; one that dies sooner

@@ -5,7 +5,7 @@ the other processes keep their pids, submits and polls over HTTP work again with
 500 meanwhile), the task that was running reaches its natural end (attempt 2 after its worker died,
 FAILED -3 when it had no retry left, attempt 1 when its worker survived), and no orphan is left.
 
-The recovery times are printed (``pytest -s``) and recorded in docs/operations.md.
+The recovery times are printed (``pytest -s``) and recorded in docs/self-healing.md.
 Short intervals make stall recovery quick: a heartbeat every 0.2 s, stalled after 2 s, housekeeping
 every second.
 """
