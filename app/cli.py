@@ -3,7 +3,8 @@
     taskport web          gunicorn serving the Flask app on $PORT
     taskport worker       one RQ worker (queues high, default, low)
     taskport scheduler    rq-scheduler (periodic housekeeping)
-    taskport up           all of the above under honcho, plus an embedded Redis when REDIS_URL is unset
+    taskport up           all of the above under supervisor (restarted when they die), plus an embedded
+                          Redis when REDIS_URL is unset (see app/supervisor.py, docs/self-healing.md)
     taskport config       the configuration table (markdown)
     taskport audit        the audit trail of task transitions (--task ID, --member M)
 """
@@ -13,13 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
-import signal
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,8 +25,9 @@ from redis.exceptions import RedisError
 from app import audit
 from app.config import Config, ConfigError
 from app.connection import connect
-from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, port_in_use, session_members
+from app.embedded import EmbeddedRedisError, port_in_use
 from app.logs import setup_logging
+from workers.exceptions import ProcessorLoadError
 
 # gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
 # "Serving model"; documented: docs/streams.md):
@@ -54,7 +50,6 @@ GUNICORN_TIMEOUT = 30
 GUNICORN_GRACEFUL_TIMEOUT = 5
 GUNICORN_KEEPALIVE = 5
 GUNICORN_GEVENT_WORKER = "app.webworker.GeventWorker"
-READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
 # Exit codes of every command (docs/deploy.md): 0 stopped on request; 1 a runtime failure (Redis unreachable,
 # the embedded Redis or a process failed); 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
 EXIT_FAILURE = 1
@@ -124,96 +119,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Run web, workers and scheduler together, with an embedded Redis unless REDIS_URL is set."""
-    _exit_on_sigterm()  # until honcho takes over the signals: a SIGTERM still runs the cleanup below
+    """Run web, workers and scheduler under supervisor, with an embedded Redis unless REDIS_URL is set."""
+    from app.supervisor import Launcher
+
     config = Config.from_env()
     config = replace(config, data_dir=Path(config.data_dir).resolve())
     setup_logging(config, "up")
     if port_in_use(config.port):
         raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
-    embedded: EmbeddedRedis | None = None
-    try:
-        if not config.redis_url:
-            embedded = EmbeddedRedis(config, port=config.redis_port).start()
-            config = replace(config, redis_url=embedded.url)
-            print(f"embedded Redis (pid {embedded.pid}) on {embedded.url}, data in {embedded.dir}", flush=True)
-        return run_processes(config)
-    finally:
-        if embedded is not None:
-            embedded.close()
-
-
-def run_processes(config: Config) -> int:
-    """Start every process under honcho and wait; they all stop when one stops or on Ctrl-C/SIGTERM."""
-    from honcho.manager import Manager
-
-    manager = Manager()
-    env = {**os.environ, **config.child_environ(), "PYTHONUNBUFFERED": "1"}
-    for name, role in process_roles(config):
-        # `exec`: honcho runs the line through a shell; exec makes our process the one it signals.
-        manager.add_process(name, "exec " + shlex.join([sys.executable, "-m", "app.cli", role]), env=env)
-    done = threading.Event()
-    threading.Thread(target=announce_when_ready, args=(config, done), daemon=True).start()
-    try:
-        manager.loop()
-    finally:
-        done.set()
-        sweep_sessions(_child_pids(manager))
-    return exit_code(manager.returncode)
-
-
-def process_roles(config: Config) -> list[tuple[str, str]]:
-    """(honcho name, role) of every process ``up`` runs."""
-    workers = [(f"worker.{i}", "worker") for i in range(1, config.workers + 1)]
-    return [("web", "web"), *workers, ("scheduler", "scheduler")]
-
-
-def announce_when_ready(config: Config, done: threading.Event) -> None:
-    """Print the URL once the web answers /healthz (so the line is true when it appears)."""
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
-    url = f"http://{host}:{config.port}/"
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not done.wait(0.2):
-        try:
-            with urllib.request.urlopen(url + "healthz", timeout=1) as response:
-                if response.status == 200:
-                    print(f"taskport is up: {url} (data in {config.data_dir})", flush=True)
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            print(f"taskport: the web did not answer {url}healthz within {READY_TIMEOUT:.0f} s", flush=True)
-            return
-
-
-def _child_pids(manager: object) -> list[int]:
-    # honcho 2 keeps each child's pid only in this private table; it is the one place to read them.
-    processes = getattr(manager, "_processes", {})
-    return [p["pid"] for p in processes.values() if p.get("pid")]
-
-
-def sweep_sessions(leaders: Sequence[int]) -> None:
-    """Kill whatever is left in the children's sessions once honcho is done (an RQ work horse moves to
-    its own process group, so honcho's killpg of the worker does not reach it)."""
-    for sid in leaders:
-        if session_members(sid) or alive(sid):
-            kill_session(sid)
-
-
-def exit_code(honcho_rc: int | None) -> int:
-    """0 after a requested stop (Ctrl-C, SIGTERM); non-zero when a process ended by itself."""
-    if honcho_rc in (130, 143):
-        return 0
-    if honcho_rc is None or honcho_rc == 0:
-        return 1  # a long-running process that exits, even with 0, took the others down with it
-    return 128 - honcho_rc if honcho_rc < 0 else honcho_rc
-
-
-def _exit_on_sigterm() -> None:
-    def _exit(signum: int, frame: object) -> None:
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, _exit)
+    return Launcher(config).run()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (ConfigError, EmbeddedRedisError, RedisError) as exc:
+    except (ConfigError, EmbeddedRedisError, RedisError, ProcessorLoadError) as exc:
         # A known condition is one line, never a traceback; the exit codes are in docs/deploy.md.
         print(f"taskport: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE

@@ -86,6 +86,9 @@ class Config:
     alert_failures: int = _setting("TASKPORT_ALERT_FAILURES", 10, "failures within the window that alert")
     alert_window: int = _setting("TASKPORT_ALERT_WINDOW", 300, "seconds of the failure-alert window")
     redis_timeout: float = _setting("TASKPORT_REDIS_TIMEOUT", 2.0, "socket timeout for Redis calls, seconds")
+    redis_ride_out: float = _setting(
+        "TASKPORT_REDIS_RIDE_OUT", 60.0,
+        "seconds workers and the scheduler wait for an unreachable Redis to come back before they exit")
     dashboard_user: str = _setting("TASKPORT_DASHBOARD_USER", "admin", "operator user for /rq")
     dashboard_password: str = _setting(
         "TASKPORT_DASHBOARD_PASSWORD", "", "operator password (/rq, /api/v1/audit); empty = both off")

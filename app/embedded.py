@@ -84,16 +84,11 @@ class EmbeddedRedis:
         """Start the server and return once it answers PING; raises EmbeddedRedisError if it dies."""
         if self.running:
             return self
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._take_ownership()
+        self.claim()
         try:
-            if port_in_use(self.port):
-                raise EmbeddedRedisError(
-                    f"port {self.port} on {HOST} is in use by another process: set TASKPORT_REDIS_PORT to a free "
-                    "port (0 = any), or REDIS_URL to use that Redis")
             with open(self.logfile, "ab") as out:
                 self._proc = subprocess.Popen(
-                    self._command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    self.command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True)
             self._wait_ready(timeout)
         except BaseException:
@@ -127,6 +122,32 @@ class EmbeddedRedis:
     def close(self) -> None:
         """Stop the server and give up the data dir."""
         self.stop()
+        self.release()
+
+    def server_pid(self) -> int | None:
+        """Pid of the redis-server on this dir: our child's, else its pidfile's (a supervisor started it)."""
+        return self.pid if self.pid is not None else read_pid(self.pidfile)
+
+    def stop_leftover(self) -> None:
+        """Shut down a redis-server still running on this dir after whatever ran it is gone."""
+        pid = read_pid(self.pidfile)
+        if pid is not None and alive(pid) and is_redis_server(pid, self.dir):
+            log.warning("stopping redis-server pid %d left running on %s", pid, self.dir)
+            terminate(pid, STOP_TIMEOUT)
+
+    def claim(self) -> None:
+        """Own the data dir (shutting down an orphan server on it) and check the port is free: what
+        ``start()`` does before it runs the server, and what a supervisor that runs ``command()`` needs."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._take_ownership()
+        if port_in_use(self.port):
+            self.release()
+            raise EmbeddedRedisError(
+                f"port {self.port} on {HOST} is in use by another process: set TASKPORT_REDIS_PORT to a free "
+                "port (0 = any), or REDIS_URL to use that Redis")
+
+    def release(self) -> None:
+        """Give up the data dir (the server, if any, must be stopped first)."""
         if self._lock is not None:
             self._lock.close()  # closing the file releases the flock
             self._lock = None
@@ -138,7 +159,8 @@ class EmbeddedRedis:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def _command(self) -> list[str]:
+    def command(self) -> list[str]:
+        """The redis-server command line: in the foreground, on loopback, AOF only, in ``self.dir``."""
         return [
             redis_executable(),
             "--bind", HOST,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.process
+import os
 import signal
 import warnings
 from datetime import UTC, datetime
@@ -23,9 +24,9 @@ from rq import Queue, SimpleWorker
 from rq_scheduler import Scheduler
 
 from app.config import Config
-from app.connection import connect, wait_for_redis
+from app.connection import connect, ride_out_outages, wait_for_redis
 from app.logs import setup_logging
-from app.process import die_with_parent
+from app.process import die_with_parent, forked_children_die_with_me
 from workers.housekeeping import PASSES
 from workers.housekeeping import QUEUE as HOUSEKEEPING_QUEUE
 
@@ -63,10 +64,12 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
             description=f"housekeeping: {name}")
 
 
-def run_housekeeper(config: Config) -> None:
+def run_housekeeper(config: Config, parent: int | None = None) -> None:
     """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
-    die_with_parent(signal.SIGTERM)  # RQ's warm shutdown when the scheduler goes, however it goes
+    die_with_parent(signal.SIGTERM, parent)  # RQ's warm shutdown when the scheduler goes, however it goes
     setup_logging(config, "housekeeper")
+    ride_out_outages()
+    forked_children_die_with_me()  # the housekeeper's own RQ scheduler child
     conn = connect(config)
     wait_for_redis(conn)
     worker = SimpleWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
@@ -76,7 +79,7 @@ def run_housekeeper(config: Config) -> None:
 def start_housekeeper(config: Config) -> multiprocessing.process.BaseProcess:
     # not a daemon: RQ's worker starts a child of its own (its scheduler, for alert retries)
     child = multiprocessing.get_context("spawn").Process(
-        target=run_housekeeper, args=(config,), name="taskport-housekeeper")
+        target=run_housekeeper, args=(config, os.getpid()), name="taskport-housekeeper")
     child.start()
     return child
 
@@ -102,6 +105,7 @@ def build_scheduler(config: Config, name: str | None = None) -> Scheduler:
 def main(config: Config, name: str | None = None) -> int:
     """Run the scheduler until SIGTERM/SIGINT (it then registers its death and exits 0)."""
     setup_logging(config, "scheduler")
+    ride_out_outages()  # rq-scheduler's loop has no retry of its own: a Redis restart is waited out here
     quiet_known_warnings()
     scheduler = build_scheduler(config, name)
     log.info("scheduler %s polling every %s s; housekeeping every %s s", scheduler.name,

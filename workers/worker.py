@@ -3,6 +3,9 @@
 It runs RQ's own scheduler alongside (``with_scheduler=True``): a retry with backoff is a scheduled
 job, and without a scheduler it would never come back. SIGTERM is RQ's warm shutdown (finish the
 current job, then exit); a second SIGTERM is the cold one.
+
+While Redis is unreachable every Redis command waits for it to come back (``ride_out_outages``), so the
+worker, its work horse and RQ's scheduler ride out a restart of the embedded redis-server.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from rq import SimpleWorker, Worker
 from rq.worker import BaseWorker, SpawnWorker
 
 from app.config import Config
-from app.connection import connect, wait_for_redis
+from app.connection import connect, ride_out_outages, wait_for_redis
 from app.jobs import cancel_aware, register_queues
 from app.logs import setup_logging
+from app.process import forked_children_die_with_me
 from app.states import QUEUES
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,8 @@ def build_worker(config: Config, name: str | None = None) -> BaseWorker:
 def main(config: Config, name: str | None = None) -> int:
     """Run one worker until it is told to stop; returns the process exit code."""
     setup_logging(config, "worker")
+    ride_out_outages()  # a Redis restart is waited out, not a reason to quit (see app.connection)
+    forked_children_die_with_me()  # RQ's scheduler child and the work horses go when the worker goes
     from workers import runner  # imported late: it loads the processors, which may import a lot
 
     worker = build_worker(config, name)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from rq import Worker
 
-from app.cli import exit_code, web_command
+from app.cli import web_command
 from app.config import Config
 from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, session_members
 from app.logs import make_handler, task_logger
-from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT, RedisServer, Stack, WaitTimeout, wait_until
+from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, WaitTimeout, wait_until
+from tests.integration.up import Up, task_workers, up_runs
 
 # -- wait_until ---------------------------------------------------------------------------------------
 
@@ -116,11 +116,6 @@ def test_a_foreign_process_on_the_port_is_a_clear_error(tmp_path: Path) -> None:
             EmbeddedRedis(Config.from_env({}, data_dir=tmp_path), port=port).start()
 
 
-def task_workers(conn: redis.Redis) -> list[Worker]:
-    """The RQ workers serving task queues (not the scheduler's housekeeper, which serves only its own)."""
-    return [w for w in Worker.all(connection=conn) if "default" in w.queue_names()]
-
-
 # -- the harness's Stack -----------------------------------------------------------------------------
 
 
@@ -142,96 +137,64 @@ def test_stack_processes_start_ready_and_leave_nothing_behind(stack: Stack, redi
 # -- taskport up -------------------------------------------------------------------------------------
 
 
-class Up:
-    """``python -m app.cli up`` in its own session, its output in a file."""
-
-    def __init__(self, workdir: Path, **env: str) -> None:
-        self.log_path = workdir / "up.log"
-        settings = {
-            "PORT": str(_free_port()), "TASKPORT_REDIS_PORT": "0", "TASKPORT_DATA_DIR": str(workdir / "var"),
-            "TASKPORT_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "TASKPORT_WORKERS": "2", **env}
-        inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
-        with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "up"], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                env={**inherited, **settings, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout: float = 30) -> str:
-        def seen() -> str | None:
-            out = self.output()
-            if text in out:
-                return out
-            if self.popen.poll() is not None:
-                raise AssertionError(f"`taskport up` exited {self.popen.returncode}:\n{out}")
-            return None
-
-        return wait_until(seen, timeout=timeout, message=lambda: f"{text!r} in:\n{self.output()}")
-
-    def redis_pid(self) -> int:
-        return int(self._find(r"embedded Redis \(pid (\d+)\)")[0])
-
-    def redis_url(self) -> str:
-        return str(self._find(r"embedded Redis \(pid \d+\) on (\S+),")[0])
-
-    def child_pids(self) -> list[int]:
-        return [int(pid) for pid in self._find(r"\S+ started \(pid=(\d+)\)")]
-
-    def _find(self, pattern: str) -> list[str]:
-        found = re.findall(pattern, self.output())
-        assert found, f"{pattern!r} not in:\n{self.output()}"
-        return found
-
-    def kill_everything(self) -> None:
-        """Test cleanup whatever happened: no process of this run may survive the test."""
-        pids = re.findall(r"(?:started \(pid=|embedded Redis \(pid )(\d+)", self.output())
-        for pid in [self.popen.pid, *map(int, pids)]:
-            kill_session(pid)
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait()
-
-
 @pytest.fixture
 def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    runs: list[Up] = []
-
-    def start(**env: str) -> Up:
-        runs.append(Up(tmp_path, **env))
-        return runs[-1]
-
-    yield start
-    for run in runs:
-        run.kill_everything()
+    yield from up_runs(tmp_path)
 
 
-def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[..., Up]) -> None:
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[..., Up], busy: bool) -> None:
     up = up_factory()
     up.wait_for("taskport is up: http://127.0.0.1:")
     conn = redis.Redis.from_url(up.redis_url())
     wait_until(lambda: len(task_workers(conn)) == 2, message="both workers to register")
     conn.close()
+    if busy:  # a task running in each worker: RQ's warm shutdown would wait for it; SIGKILL comes after 5 s
+        with Api(up.base_url) as api:
+            running = [api.create("demo.sleep", {"seconds": 60}, dedup_key=str(n)) for n in range(2)]
+            for task_id in running:
+                api.wait_for(task_id, "PROCESSING")
     children = up.child_pids()
-    assert len(children) == 4  # web, worker.1, worker.2, scheduler
-    pids = {up.redis_pid(), *children, *(m for c in children for m in session_members(c))}
+    assert set(children) == {"redis", "web", "worker.1", "worker.2", "scheduler", "watchdog"}
+    assert children["redis"] == up.redis_pid()
+    supervisord = up.supervisord_pid()
+    pids = {supervisord, *children.values(), *session_members(supervisord)}
     assert all(alive(pid) for pid in pids)
 
+    started = time.monotonic()
     up.popen.send_signal(signal.SIGTERM)
     assert up.popen.wait(timeout=30) == 0, up.output()
+    took = time.monotonic() - started
     assert not [pid for pid in pids if alive(pid)], up.output()
+    assert took < 9, f"stopping took {took:.1f} s"  # measured ~3.4 s idle, ~7 s busy (5 s grace + Redis)
+    print(f"\nSIGTERM to `taskport up` ({'tasks running' if busy else 'idle'}): everything stopped in {took:.2f} s")
 
 
-def test_up_fails_when_a_child_fails_and_still_stops_redis(up_factory: Callable[..., Up]) -> None:
+def test_up_cleans_up_after_a_killed_supervisord(up_factory: Callable[..., Up]) -> None:
+    up = up_factory()
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    supervisord = up.supervisord_pid()
+    pids = {*up.child_pids().values(), *session_members(supervisord)}
+    os.kill(supervisord, signal.SIGKILL)
+    assert up.popen.wait(timeout=30) == 1, up.output()
+    assert "supervisord ended by itself (status -9)" in up.output()
+    assert not [pid for pid in pids if alive(pid)], up.output()
+    assert "stopping redis-server pid" in up.output()  # cleanly (SIGTERM), so its AOF is complete
+
+
+@pytest.mark.timeout(120)  # 4 failed starts (each a Python start-up) and 6 s of backoff: ~12 s idle, ~35 s loaded
+def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_factory: Callable[..., Up]) -> None:
     up = up_factory(TASKPORT_PROCESSORS="tests.integration.no_such_processor_module")
     up.wait_for("embedded Redis (pid")
     redis_pid = up.redis_pid()
-    rc = up.popen.wait(timeout=30)
-    assert rc != 0, up.output()
-    assert "no_such_processor_module" in up.output()
+    rc = up.popen.wait(timeout=100)
+    assert rc == 1, up.output()
+    out = up.output()
+    assert "no_such_processor_module" in out
+    assert re.search(r"gave up: worker\.\d entered FATAL state, too many start retries too quickly", out), out
+    assert re.search(r"taskport: stopped because worker\.\d(, worker\.\d)* kept failing to start", out), out
     assert not alive(redis_pid)
-    assert not [pid for pid in up.child_pids() if alive(pid)]
+    assert not [pid for pid in up.child_pids().values() if alive(pid)]
 
 
 def test_up_refuses_a_redis_port_taken_by_someone_else(up_factory: Callable[..., Up]) -> None:
@@ -241,7 +204,7 @@ def test_up_refuses_a_redis_port_taken_by_someone_else(up_factory: Callable[...,
         up = up_factory(TASKPORT_REDIS_PORT=str(listener.getsockname()[1]))
         assert up.popen.wait(timeout=30) == 1
     assert "is in use by another process" in up.output()
-    assert "started (pid=" not in up.output()
+    assert "spawned:" not in up.output()
 
 
 def _free_port() -> int:
@@ -280,6 +243,3 @@ def test_log_lines_carry_the_task_id_or_a_dash() -> None:
     assert second.endswith(" tests.logs task_id=- without")
 
 
-@pytest.mark.parametrize("honcho_rc, rc", [(130, 0), (143, 0), (None, 1), (0, 1), (3, 3), (-9, 137)])
-def test_up_exit_code(honcho_rc: int | None, rc: int) -> None:
-    assert exit_code(honcho_rc) == rc

@@ -1,0 +1,141 @@
+"""`taskport up`'s supervisor policy (read back by supervisor's own config parser), its watchdog, and
+the Redis retry policies of the web and of the workers."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from supervisor.options import ServerOptions
+
+from app import connection
+from app.config import Config
+from app.supervisor import (
+    GROUP,
+    START_RETRIES,
+    START_SECS,
+    STOP_WAIT,
+    WEB_ENV_FLAG,
+    render,
+    secret_free,
+    watch,
+    web_only_environ,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(tmp_path: Path, config: Config, redis_command: list[str] | None) -> ServerOptions:
+    state = tmp_path / "state%dir"  # a % in a path must survive supervisor's %(name)s expansion
+    state.mkdir()
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(render(config, state, redis_command))
+    options = ServerOptions()
+    options.configfile = str(conf)
+    options.process_config(do_usage=False)
+    return options
+
+
+def groups(options: ServerOptions) -> dict[str, Any]:
+    return {g.name: g for g in options.process_group_configs}
+
+
+def test_every_process_is_restarted_and_redis_runs_first_and_stops_last(tmp_path: Path) -> None:
+    config = Config.from_env({"TASKPORT_WORKERS": "3"}, data_dir=tmp_path)
+    options = load(tmp_path, config, ["/opt/redis-server", "--dir", str(tmp_path / "50%")])
+    found = groups(options)
+    assert set(found) == {"redis", GROUP, "watchdog"}
+    processes = {p.name: p for g in found.values() for p in g.process_configs}
+    assert set(processes) == {"redis", "web", "worker.1", "worker.2", "worker.3", "scheduler", "watchdog"}
+    assert processes["redis"].command == f"/opt/redis-server --dir {tmp_path / '50%'}"
+    assert found["redis"].priority < found[GROUP].priority < found["watchdog"].priority
+    for name in ("web", "worker.1", "scheduler"):
+        proc = processes[name]
+        assert proc.command.endswith(f"-m app.cli {name.split('.')[0]}")
+        assert proc.autorestart is not False and proc.startsecs == START_SECS
+        assert proc.startretries == START_RETRIES and proc.stopwaitsecs == STOP_WAIT
+        assert proc.stopasgroup and proc.killasgroup  # gunicorn's workers, RQ's scheduler child
+    assert processes["redis"].stopwaitsecs > STOP_WAIT  # time to flush the append-only file
+    assert options.pidfile == str(tmp_path / "state%dir" / "supervisord.pid")
+
+
+def test_with_redis_url_there_is_no_embedded_redis(tmp_path: Path) -> None:
+    config = Config.from_env({"REDIS_URL": "redis://elsewhere:6379/0", "TASKPORT_WORKERS": "1"}, data_dir=tmp_path)
+    found = groups(load(tmp_path, config, None))
+    assert set(found) == {GROUP, "watchdog"}
+    assert sorted(p.name for p in found[GROUP].process_configs) == ["scheduler", "web", "worker"]
+
+
+def event(name: str, payload: str) -> str:
+    header = f"ver:3.0 server:supervisor serial:1 pool:watchdog poolserial:1 eventname:{name} len:{len(payload)}\n"
+    return header + payload
+
+
+def test_the_watchdog_stops_everything_when_supervisor_gives_up(tmp_path: Path) -> None:
+    fatal = "processname:worker.2 groupname:taskport from_state:BACKOFF"
+    stdin = io.StringIO(event("PROCESS_STATE_FATAL", fatal) + event("PROCESS_STATE_FATAL", fatal))
+    stdout = io.StringIO()
+    stops: list[bool] = []
+    assert watch(tmp_path / "gave-up", stdin, stdout, stop_all=lambda: stops.append(True)) == 0
+    assert stdout.getvalue() == "READY\nRESULT 2\nOKREADY\nRESULT 2\nOKREADY\n"  # the listener protocol
+    assert stops == [True, True]
+    assert (tmp_path / "gave-up").read_text() == "worker.2\nworker.2\n"
+
+
+def test_the_watchdog_ignores_other_events(tmp_path: Path) -> None:
+    stdin = io.StringIO(event("PROCESS_STATE_EXITED", "processname:web groupname:taskport from_state:RUNNING"))
+    stops: list[bool] = []
+    assert watch(tmp_path / "gave-up", stdin, io.StringIO(), stop_all=lambda: stops.append(True)) == 0
+    assert stops == [] and not (tmp_path / "gave-up").exists()
+
+
+def test_the_web_fails_fast_and_workers_ride_out_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = Config.from_env({"TASKPORT_REDIS_RIDE_OUT": "30"}, redis_url="redis://127.0.0.1:1/0")
+    monkeypatch.setattr(connection, "_ride_out", False)
+    assert connection.connect(config).get_retry().get_retries() == 1
+    connection.ride_out_outages()
+    patient = connection.connect(config).get_retry()
+    assert patient.get_retries() == 30 / connection.RIDE_OUT_STEP
+    assert connection.connect(config, ride_out=False).get_retry().get_retries() == 1
+
+
+def test_a_child_whose_parent_died_while_it_started_dies_at_once() -> None:
+    code = ("import signal, time; from app.process import die_with_parent; "
+            "die_with_parent(signal.SIGTERM, 1); time.sleep(30)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, timeout=30, check=False)
+    assert done.returncode == -signal.SIGTERM  # its parent is not pid 1: as if the parent it had was gone
+
+
+def test_only_the_web_gets_the_webs_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    password = 'pa"ss,w%rd\\x \'q'
+    monkeypatch.setenv("TASKPORT_API_KEYS", "exported:in-the-shell")  # stripped: the config below wins
+    config = Config.from_env({"TASKPORT_API_KEYS": "k1:alice,k2:bob", "TASKPORT_DASHBOARD_PASSWORD": password,
+                              "TASKPORT_WORKERS": "2"}, data_dir=tmp_path)
+    web_only = web_only_environ(config)
+    assert web_only["TASKPORT_API_KEYS"] == "k1:alice,k2:bob" and web_only["TASKPORT_DASHBOARD_PASSWORD"] == password
+    inherited = secret_free(config)  # what supervisord, and so every program, starts from
+    assert not {"TASKPORT_API_KEYS", "TASKPORT_DASHBOARD_PASSWORD"} & set(inherited)
+    assert inherited["TASKPORT_TASK_TTL"] == str(config.task_ttl)
+    conf = render(config, tmp_path, None)
+    assert "k1:alice" not in conf and "pa" + '"ss' not in conf  # the file names where they are, holds none
+    processes = {p.name: p for g in groups(load(tmp_path, config, None)).values() for p in g.process_configs}
+    assert f"{WEB_ENV_FLAG} " in processes["web"].command
+    assert all(WEB_ENV_FLAG not in processes[n].command for n in ("worker.1", "worker.2", "scheduler"))
+
+
+def test_the_web_env_file_reaches_the_web_command_exactly(tmp_path: Path) -> None:
+    settings = {"TASKPORT_DASHBOARD_PASSWORD": 'pa"ss,w%rd\\x \'q', "TASKPORT_API_KEYS": "k1:alice"}
+    env_file = tmp_path / "web-env.json"
+    env_file.write_text(json.dumps(settings))
+    names = sorted(settings)
+    probe = f"import json, os; print(json.dumps({{k: os.environ[k] for k in {names!r}}}))"
+    done = subprocess.run([sys.executable, "-m", "app.supervisor", WEB_ENV_FLAG, str(env_file), sys.executable, "-c",
+                           probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == settings
