@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -86,8 +87,13 @@ def cmd_web(args: argparse.Namespace) -> int:
     config = Config.from_env()  # fail here, readably, on a bad environment
     connect(config)  # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
     host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
-    if port_in_use(config.port, host):  # gunicorn would retry, then its workers die with tracebacks
-        raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
+    # gunicorn would retry, then its workers die with tracebacks. A web restarted after its master was
+    # killed finds the old workers still serving their last requests: give them the grace they get.
+    deadline = time.monotonic() + GUNICORN_GRACEFUL_TIMEOUT + 2
+    while port_in_use(config.port, host):
+        if time.monotonic() > deadline:
+            raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
+        time.sleep(0.2)
     command = web_command(config)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,7 +19,8 @@ import requests
 from app.embedded import free_port, kill_session
 from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT, Api, RedisServer, wait_until
 
-SLUG_FILES = ("app", "workers", "Procfile", "pyproject.toml", "README.md", "requirements.txt", ".python-version")
+SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
+              ".python-version")
 INSTALL_TIMEOUT = 300  # seconds: creating the venv and installing from the pip cache takes ~30 s here
 
 
