@@ -379,3 +379,34 @@ def test_the_gevent_worker_raises_the_open_file_limit_towards_its_connections():
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(1024, hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class ScriptedPubSub:
+    """Hands out the given messages one per ``get_message`` call (then None), recording each call's timeout."""
+
+    def __init__(self, *task_ids: str) -> None:
+        self.messages = [{"type": "pmessage", "channel": keys.events(t).encode()} for t in task_ids]
+        self.timeouts: list[float] = []
+
+    def get_message(self, ignore_subscribe_messages: bool, timeout: float) -> dict | None:
+        self.timeouts.append(timeout)
+        return self.messages.pop(0) if self.messages else None
+
+
+def test_the_hub_keeps_collecting_announcements_for_its_coalescing_window(app, conn):
+    found = app.extensions[streams.EXTENSION]
+    hub = EventHub(conn, app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.25)
+    pubsub = ScriptedPubSub("a", "b", "a")
+    assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
+    first, *then = pubsub.timeouts
+    assert first == LONG
+    # after the first announcement it waits for more (up to the window), not only for what is queued already
+    assert len(then) == 3 and 0 < then[0] <= 0.25 and all(0 <= t <= then[0] for t in then)
+
+
+def test_without_a_coalescing_window_the_hub_takes_only_what_is_queued(app, conn):
+    found = app.extensions[streams.EXTENSION]
+    hub = EventHub(conn, app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.0)
+    pubsub = ScriptedPubSub("a", "b")
+    assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
+    assert pubsub.timeouts == [LONG, 0.0, 0.0]
