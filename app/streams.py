@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis
 from flask import Flask
@@ -69,11 +69,19 @@ def _task_id(channel: bytes) -> str | None:
 class Reading:
     """One read of a task, shared by every watch of that task: a stream renders it once for all of them."""
 
-    __slots__ = ("task", "rendered")
+    __slots__ = ("task", "rendered", "_chunk")
 
     def __init__(self, task: Task) -> None:
         self.task = task
         self.rendered: tuple[str, bytes] | None = None  # (status shown, event bytes), set by the first stream
+        self._chunk: tuple[bytes, bytes] | None = None  # (event, its HTTP/1.1 chunk)
+
+    def chunk(self, event: bytes) -> bytes:
+        """``event`` framed as one HTTP/1.1 chunk, as gunicorn frames a response's writes; framed once
+        for every stream that is handed this read."""
+        if self._chunk is None or self._chunk[0] is not event:
+            self._chunk = (event, b"%X\r\n%s\r\n" % (len(event), event))
+        return self._chunk[1]
 
 
 class Watch:
@@ -84,6 +92,9 @@ class Watch:
         self._news = threading.Event()
         self._latest: Reading | None = None
         self.hung_up = False
+        # set while the stream waits and may be written to directly (app.api.events.TaskStream.push):
+        # True when it took the read, so the stream need not wake
+        self.push: Callable[[Reading], bool] | None = None
 
     def hang_up(self) -> None:
         """The client went away: the stream ends at its next wake-up (now)."""
@@ -92,6 +103,10 @@ class Watch:
 
     def deliver(self, reading: Reading | None) -> None:
         """The hub's latest read of the task (None: the task is gone entirely)."""
+        if reading is not None and self.push is not None:
+            if self.push(reading):
+                return
+            self.push = None  # refused: the stream wakes and takes every read itself until it waits again
         if reading is None or self._latest is None or reading.task.seq >= self._latest.task.seq:
             self._latest = reading
         self._news.set()
