@@ -8,7 +8,9 @@ One phase per (worker class, watcher count), on the same stack, in one run:
 - a changer thread here writes a progress change to one task after another, each task every
   ``CHANGE_INTERVAL`` s (the default progress interval), through the product's ``TaskStore.report``
   (the Lua script that bumps ``seq`` and PUBLISHes), during the warm-up and the window;
-- ``bench.loadgen --kind status`` polls those tasks over 16 keep-alive connections meanwhile.
+- first, for ``STREAMS_WINDOW`` s, nothing else: the web's CPU then is what the streams cost by
+  themselves (``streams_only``: share of a core, µs per delivered event);
+- then ``bench.loadgen --kind status`` polls those tasks over 16 keep-alive connections meanwhile.
 
 After the window the changer stops, and the watchers get ``GRACE`` s to receive what is in flight
 (the target is delivery within 1 s) before they are stopped and report. A change a watcher did
@@ -43,6 +45,7 @@ from bench.stack import REPO, Stack
 TASKS = 20
 CHANGE_INTERVAL = 0.5  # seconds between two changes of one task
 GRACE = 1.5  # seconds after the last change before the watchers stop (delivery target: 1 s)
+STREAMS_WINDOW = 3.0  # seconds of changes without polls: the web's CPU for the streams alone
 COUNTS = (0, 100, 1000)
 MEMBER = "public"
 
@@ -89,6 +92,20 @@ def create_tasks(stack: Stack, store: TaskStore, base: int) -> list[str]:
     return ids
 
 
+def streams_cpu(stack: Stack, changer: Changer, watchers: int) -> dict[str, float]:
+    """The web's CPU over ``STREAMS_WINDOW`` s of changes with no poll: what the streams cost by themselves
+    (a share of one core, and per delivered event), a figure other work on the machine skews little."""
+    assert stack.web is not None
+    time.sleep(0.5)  # the changer's first round
+    cpu0, changes0, started = process_tree_cpu(stack.web.popen.pid), sum(changer.changes.values()), time.monotonic()
+    time.sleep(STREAMS_WINDOW)
+    cpu = process_tree_cpu(stack.web.popen.pid) - cpu0
+    seconds = time.monotonic() - started
+    events = (sum(changer.changes.values()) - changes0) * watchers / len(changer.ids)
+    return {"web_cpu_share": round(cpu / seconds, 3), "events_per_s": round(events / seconds),
+            "web_cpu_us_per_event": round(cpu * 1e6 / events, 1) if events else 0.0}
+
+
 def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conns: int, warmup: float,
               duration: float) -> dict[str, Any]:
     store.redis.delete(keys.streams(MEMBER))  # the previous phase's closed streams: a clean count
@@ -105,8 +122,9 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
     ids = open(ids_file).read().split()
     changer = Changer(store, ids)
     assert stack.web is not None
-    web_cpu = process_tree_cpu(stack.web.popen.pid)
     changer.start()
+    streams_only = streams_cpu(stack, changer, watchers)
+    web_cpu = process_tree_cpu(stack.web.popen.pid)
     try:
         polls = loadgen(stack.config.port, "status", conns=conns, warmup=warmup, duration=duration,
                         ids_file=ids_file, env=stack.environ())
@@ -116,7 +134,8 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
     # work on a shared machine does not skew it
     polls["web_cpu_ms_per_poll"] = round(
         (process_tree_cpu(stack.web.popen.pid) - web_cpu) * 1000 / max(int(polls["submitted_total"]), 1), 3)
-    result: dict[str, Any] = {"watchers": watchers, "polls": polls, "changes": sum(changes.values())}
+    result: dict[str, Any] = {"watchers": watchers, "polls": polls, "changes": sum(changes.values()),
+                              "streams_only": streams_only}
     if proc is not None:
         time.sleep(GRACE)  # the delivery window of the last changes (part of the measurement's definition)
         out, _ = proc.communicate("stop\n", timeout=60)
