@@ -14,12 +14,15 @@ One phase per (worker class, watcher count), on the same stack, in one run:
 
 After the window the changer stops, and the watchers get ``GRACE`` s to receive what is in flight
 (the target is delivery within 1 s) before they are stopped and report. A change a watcher did
-not receive is *missed*. The same changer runs with 0 watchers, so every row pays for the writes.
+not receive is *missed*: either *coalesced* (its id was jumped over: the server sent a later state
+in its place, as the contract allows when a change lands before the previous one was read) or *lost*
+(neither). The same changer runs with 0 watchers, so every row pays for the writes.
 
 Serving models: the gthread worker (taskport's model before the event hub: a thread per request,
 2 × 8 of them) is measured with 0 watchers only, since 16 watchers would take all its threads; the
-gevent worker (the default) with 0, 100 and 1,000. Both alternate for ``--rounds`` rounds and the
-best round of each row counts (other work on a shared machine only ever slows a round down).
+gevent worker (the default) with 0, 100 and 1,000 (ascending, then descending in the next round).
+Both alternate for ``--rounds`` rounds and the best round of each row counts (other work on a shared
+machine only ever slows a round down).
 ``docs/streams.md`` and bench/README.md ("Serving model") read these rows.
 """
 
@@ -144,6 +147,8 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
         expected = sum(per_task[t] * changes[t] for t in per_task)
         seen["expected_events"] = expected
         seen["missed"] = max(0, expected - int(seen["events"]))
+        # missed but not coalesced into a later event (an id the stream jumped over): lost outright
+        seen["lost"] = max(0, seen["missed"] - int(seen["coalesced"]))
         del seen["events_per_task"]
         result["stream"] = seen
     return result
@@ -157,7 +162,7 @@ def watchers_phase(stack: Stack, conns: int, warmup: float, duration: float, rou
         stack.stop(stack.web)
     found: dict[str, dict[str, list[dict[str, Any]]]] = {"gthread": {}, "gevent": {}}
     starts = 0
-    for _ in range(rounds):
+    for r in range(rounds):
         for model in found:
             web = stack.start_web(replace(stack.config, web_worker_class=model))
             store = TaskStore(connect(stack.config), stack.config)
@@ -165,7 +170,10 @@ def watchers_phase(stack: Stack, conns: int, warmup: float, duration: float, rou
                 ids_file = stack.dir / f"watch-ids-{starts}.txt"
                 ids_file.write_text("\n".join(create_tasks(stack, store, base=starts * TASKS)))
                 starts += 1
-                for n in counts if model == "gevent" else counts[:1]:
+                # gevent's counts ascending in even rounds, descending in odd ones: a machine getting busier
+                # or quieter during a run does not always favour the same count
+                order = counts if r % 2 == 0 else counts[::-1]
+                for n in order if model == "gevent" else counts[:1]:
                     found[model].setdefault(str(n), []).append(
                         one_phase(stack, store, str(ids_file), n, conns, warmup, duration))
             finally:
