@@ -181,7 +181,8 @@ class TaskStream:
         """Send keep-alives until there is something to render: a newer read of the task (None: gone),
         or the same read once its ``expires_at`` has passed. At the stream's lifetime it ends (None).
         Meanwhile the hub may write plain changes straight to the socket (:meth:`push`)."""
-        assert self.watch is not None
+        watch = self.watch
+        assert watch is not None
         self.current = reading
         while True:
             now = time.monotonic()
@@ -195,11 +196,11 @@ class TaskStream:
             if expires_in <= 0:
                 return self.current
             if self.sock is not None:
-                self.watch.push = self.push  # parked: the hub may write for us until we wake
+                watch.push = self.push  # parked: the hub may write for us until we wake
             try:
-                got, latest = self.watch.wait(min(self.end_at - now, self._beat_at - now, expires_in))
+                got, latest = watch.wait(min(self.end_at - now, self._beat_at - now, expires_in))
             finally:
-                self.watch.push = None
+                watch.push = None
             if self.unsent:  # what a push could not write at once: the rest of one chunk, written here
                 rest, self.unsent = self.unsent, b""
                 assert self.sock is not None

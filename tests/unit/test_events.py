@@ -454,9 +454,17 @@ def open_task_stream(app, conn, task_id: str, sock: RecordingSocket) -> tuple[Ta
 
 def next_in_thread(chunks: Iterator[bytes]) -> tuple[threading.Thread, list[bytes]]:
     got: list[bytes] = []
-    thread = threading.Thread(target=lambda: got.append(next(chunks)), daemon=True)
+    thread = threading.Thread(target=lambda: got.append(next(chunks, b"")), daemon=True)  # b"": it ended
     thread.start()
     return thread, got
+
+
+def end(stream: TaskStream, thread: threading.Thread) -> None:
+    """Hang the stream up and wait for its reader thread to finish, then release it."""
+    stream.hang_up()
+    thread.join(5)
+    assert not thread.is_alive()
+    stream.close()
 
 
 def until(condition, timeout: float = 5.0) -> None:
@@ -469,9 +477,9 @@ def until(condition, timeout: float = 5.0) -> None:
 def test_the_hub_writes_a_change_to_a_waiting_stream_as_one_chunk_without_waking_it(app, conn, store, task_id):
     sock = RecordingSocket()
     stream, chunks = open_task_stream(app, conn, task_id, sock)
+    assert parse(next(chunks))[1] == 0  # the snapshot goes through the response, as always
+    thread, got = next_in_thread(chunks)
     try:
-        assert parse(next(chunks))[1] == 0  # the snapshot goes through the response, as always
-        thread, got = next_in_thread(chunks)
         until(lambda: stream.watch is not None and stream.watch.push is not None)  # parked: pushes allowed
         store.start(task_id, "run-1")
         until(lambda: bool(sock.sent))
@@ -484,15 +492,15 @@ def test_the_hub_writes_a_change_to_a_waiting_stream_as_one_chunk_without_waking
         assert parse(got[0])[1:] == (2, stream_doc(app.test_client(), task_id))
         assert list(chunks) == [] and bytes(sock.sent) == chunk_of(format_event(seq, doc))
     finally:
-        stream.close()
+        end(stream, thread)
 
 
 def test_a_push_the_socket_cannot_take_whole_is_finished_by_the_stream(app, conn, store, task_id):
     sock = RecordingSocket(room=10)
     stream, chunks = open_task_stream(app, conn, task_id, sock)
+    next(chunks)
+    thread, got = next_in_thread(chunks)
     try:
-        next(chunks)
-        thread, got = next_in_thread(chunks)
         until(lambda: stream.watch is not None and stream.watch.push is not None)
         store.start(task_id, "run-1")
         until(lambda: stream.unsent == b"" and len(sock.sent) > 10)  # the stream woke and wrote the rest
@@ -506,15 +514,15 @@ def test_a_push_the_socket_cannot_take_whole_is_finished_by_the_stream(app, conn
         assert second == chunk_of(format_event(seq, doc)) and (seq, doc["progress"]) == (2, 50)
         assert thread.is_alive() and got == []  # all of it written from the stream's wait, nothing yielded
     finally:
-        stream.close()
+        end(stream, thread)
 
 
 def test_push_refuses_what_is_not_a_plain_newer_change(app, conn, store, task_id):
     sock = RecordingSocket()
     stream, chunks = open_task_stream(app, conn, task_id, sock)
+    next(chunks)
+    thread, _ = next_in_thread(chunks)
     try:
-        next(chunks)
-        next_in_thread(chunks)
         until(lambda: stream.watch is not None and stream.watch.push is not None)  # parked, as when the hub pushes
         snapshot = store.get(task_id)
         assert not stream.push(Reading(snapshot))  # not newer than what the client has
@@ -522,7 +530,7 @@ def test_push_refuses_what_is_not_a_plain_newer_change(app, conn, store, task_id
         assert not stream.push(Reading(store.get(task_id)))  # final: the stream sends it and ends
         assert sock.sent == b""
     finally:
-        stream.close()
+        end(stream, thread)
 
 
 def test_a_refused_push_leaves_every_later_read_to_the_woken_stream(store, task_id):
