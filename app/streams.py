@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis
 from flask import Flask
@@ -55,6 +55,9 @@ PATTERN = keys.events("*")
 BATCH = 500  # tasks read per pipeline; messages drained per wake-up
 BACKOFF = ExponentialBackoff(cap=5.0, base=0.1)  # seconds between reconnection attempts: 0.1, 0.2 ... 5
 MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero never busy-loops
+# seconds the hub keeps collecting announcements after the first one before it reads and delivers:
+# changes that land together cost one pipeline and one wake-up of each stream (measured in bench/README.md)
+COALESCE = 0.05
 
 
 def _task_id(channel: bytes) -> str | None:
@@ -66,11 +69,19 @@ def _task_id(channel: bytes) -> str | None:
 class Reading:
     """One read of a task, shared by every watch of that task: a stream renders it once for all of them."""
 
-    __slots__ = ("task", "rendered")
+    __slots__ = ("task", "rendered", "_chunk")
 
     def __init__(self, task: Task) -> None:
         self.task = task
         self.rendered: tuple[str, bytes] | None = None  # (status shown, event bytes), set by the first stream
+        self._chunk: tuple[bytes, bytes] | None = None  # (event, its HTTP/1.1 chunk)
+
+    def chunk(self, event: bytes) -> bytes:
+        """``event`` framed as one HTTP/1.1 chunk, as gunicorn frames a response's writes; framed once
+        for every stream that is handed this read."""
+        if self._chunk is None or self._chunk[0] is not event:
+            self._chunk = (event, b"%X\r\n%s\r\n" % (len(event), event))
+        return self._chunk[1]
 
 
 class Watch:
@@ -81,6 +92,9 @@ class Watch:
         self._news = threading.Event()
         self._latest: Reading | None = None
         self.hung_up = False
+        # set while the stream waits and may be written to directly (app.api.events.TaskStream.push):
+        # True when it took the read, so the stream need not wake
+        self.push: Callable[[Reading], bool] | None = None
 
     def hang_up(self) -> None:
         """The client went away: the stream ends at its next wake-up (now)."""
@@ -89,6 +103,10 @@ class Watch:
 
     def deliver(self, reading: Reading | None) -> None:
         """The hub's latest read of the task (None: the task is gone entirely)."""
+        if reading is not None and self.push is not None:
+            if self.push(reading):
+                return
+            self.push = None  # refused: the stream wakes and takes every read itself until it waits again
         if reading is None or self._latest is None or reading.task.seq >= self._latest.task.seq:
             self._latest = reading
         self._news.set()
@@ -160,11 +178,13 @@ class EventHub:
     Its thread (a greenlet under gevent) starts with the first watch and ends soon after the last one.
     """
 
-    def __init__(self, conn: redis.Redis, store: TaskStore, slots: StreamSlots, poll: float) -> None:
+    def __init__(self, conn: redis.Redis, store: TaskStore, slots: StreamSlots, poll: float,
+                 coalesce: float = COALESCE) -> None:
         self.redis = conn
         self.store = store
         self.slots = slots
         self.poll = max(poll, MIN_INTERVAL)
+        self.coalesce = max(coalesce, 0.0)
         self._watches: dict[str, set[Watch]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -242,17 +262,18 @@ class EventHub:
         finally:
             pubsub.close()
 
-    @staticmethod
-    def _drain(pubsub: redis.client.PubSub, timeout: float) -> set[str]:
-        """Task ids announced within ``timeout`` s (the first wait), plus any already queued behind."""
+    def _drain(self, pubsub: redis.client.PubSub, timeout: float) -> set[str]:
+        """Task ids announced within ``timeout`` s (the first wait), plus those announced in the
+        ``coalesce`` s after the first one (or already queued behind it)."""
         announced: set[str] = set()
         message = pubsub.get_message(ignore_subscribe_messages=True, timeout=max(timeout, 0.0))
+        until = time.monotonic() + self.coalesce
         while message is not None and len(announced) < BATCH:
             if message.get("type") == "pmessage":
                 task_id = _task_id(message["channel"])
                 if task_id is not None:
                     announced.add(task_id)
-            message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0)
+            message = pubsub.get_message(ignore_subscribe_messages=True, timeout=max(until - time.monotonic(), 0.0))
         return announced
 
     def _watched(self) -> set[str]:

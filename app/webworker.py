@@ -88,3 +88,14 @@ def on_hang_up(environ: dict[str, Any], callback: Callable[[], None]) -> Callabl
 
     greenlet = gevent.spawn(watch)
     return lambda: greenlet.kill(block=False)
+
+
+def direct_socket(environ: dict[str, Any]) -> Any:
+    """Under this worker, for a GET over HTTP/1.1 (a chunked response): the client's socket, which the
+    event hub may write whole chunks to while the stream waits (``app.api.events.TaskStream.push``).
+    None otherwise (the stream then writes everything through its response)."""
+    sock = environ.get("gunicorn.socket")
+    if (sock is None or not monkey.is_module_patched("socket") or environ.get("REQUEST_METHOD") != "GET"
+            or environ.get("SERVER_PROTOCOL") != "HTTP/1.1"):
+        return None
+    return sock

@@ -8,16 +8,21 @@ One phase per (worker class, watcher count), on the same stack, in one run:
 - a changer thread here writes a progress change to one task after another, each task every
   ``CHANGE_INTERVAL`` s (the default progress interval), through the product's ``TaskStore.report``
   (the Lua script that bumps ``seq`` and PUBLISHes), during the warm-up and the window;
-- ``bench.loadgen --kind status`` polls those tasks over 16 keep-alive connections meanwhile.
+- first, for ``STREAMS_WINDOW`` s, nothing else: the web's CPU then is what the streams cost by
+  themselves (``streams_only``: share of a core, µs per delivered event);
+- then ``bench.loadgen --kind status`` polls those tasks over 16 keep-alive connections meanwhile.
 
 After the window the changer stops, and the watchers get ``GRACE`` s to receive what is in flight
 (the target is delivery within 1 s) before they are stopped and report. A change a watcher did
-not receive is *missed*. The same changer runs with 0 watchers, so every row pays for the writes.
+not receive is *missed*: either *coalesced* (its id was jumped over: the server sent a later state
+in its place, as the contract allows when a change lands before the previous one was read) or *lost*
+(neither). The same changer runs with 0 watchers, so every row pays for the writes.
 
 Serving models: the gthread worker (taskport's model before the event hub: a thread per request,
 2 × 8 of them) is measured with 0 watchers only, since 16 watchers would take all its threads; the
-gevent worker (the default) with 0, 100 and 1,000. Both alternate for ``--rounds`` rounds and the
-best round of each row counts (other work on a shared machine only ever slows a round down).
+gevent worker (the default) with 0, 100 and 1,000 (ascending, then descending in the next round).
+Both alternate for ``--rounds`` rounds and the best round of each row counts (other work on a shared
+machine only ever slows a round down).
 ``docs/streams.md`` and bench/README.md ("Serving model") read these rows.
 """
 
@@ -43,6 +48,7 @@ from bench.stack import REPO, Stack
 TASKS = 20
 CHANGE_INTERVAL = 0.5  # seconds between two changes of one task
 GRACE = 1.5  # seconds after the last change before the watchers stop (delivery target: 1 s)
+STREAMS_WINDOW = 3.0  # seconds of changes without polls: the web's CPU for the streams alone
 COUNTS = (0, 100, 1000)
 MEMBER = "public"
 
@@ -89,6 +95,20 @@ def create_tasks(stack: Stack, store: TaskStore, base: int) -> list[str]:
     return ids
 
 
+def streams_cpu(stack: Stack, changer: Changer, watchers: int) -> dict[str, float]:
+    """The web's CPU over ``STREAMS_WINDOW`` s of changes with no poll: what the streams cost by themselves
+    (a share of one core, and per delivered event), a figure other work on the machine skews little."""
+    assert stack.web is not None
+    time.sleep(0.5)  # the changer's first round
+    cpu0, changes0, started = process_tree_cpu(stack.web.popen.pid), sum(changer.changes.values()), time.monotonic()
+    time.sleep(STREAMS_WINDOW)
+    cpu = process_tree_cpu(stack.web.popen.pid) - cpu0
+    seconds = time.monotonic() - started
+    events = (sum(changer.changes.values()) - changes0) * watchers / len(changer.ids)
+    return {"web_cpu_share": round(cpu / seconds, 3), "events_per_s": round(events / seconds),
+            "web_cpu_us_per_event": round(cpu * 1e6 / events, 1) if events else 0.0}
+
+
 def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conns: int, warmup: float,
               duration: float) -> dict[str, Any]:
     store.redis.delete(keys.streams(MEMBER))  # the previous phase's closed streams: a clean count
@@ -105,8 +125,9 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
     ids = open(ids_file).read().split()
     changer = Changer(store, ids)
     assert stack.web is not None
-    web_cpu = process_tree_cpu(stack.web.popen.pid)
     changer.start()
+    streams_only = streams_cpu(stack, changer, watchers)
+    web_cpu = process_tree_cpu(stack.web.popen.pid)
     try:
         polls = loadgen(stack.config.port, "status", conns=conns, warmup=warmup, duration=duration,
                         ids_file=ids_file, env=stack.environ())
@@ -116,7 +137,8 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
     # work on a shared machine does not skew it
     polls["web_cpu_ms_per_poll"] = round(
         (process_tree_cpu(stack.web.popen.pid) - web_cpu) * 1000 / max(int(polls["submitted_total"]), 1), 3)
-    result: dict[str, Any] = {"watchers": watchers, "polls": polls, "changes": sum(changes.values())}
+    result: dict[str, Any] = {"watchers": watchers, "polls": polls, "changes": sum(changes.values()),
+                              "streams_only": streams_only}
     if proc is not None:
         time.sleep(GRACE)  # the delivery window of the last changes (part of the measurement's definition)
         out, _ = proc.communicate("stop\n", timeout=60)
@@ -125,6 +147,8 @@ def one_phase(stack: Stack, store: TaskStore, ids_file: str, watchers: int, conn
         expected = sum(per_task[t] * changes[t] for t in per_task)
         seen["expected_events"] = expected
         seen["missed"] = max(0, expected - int(seen["events"]))
+        # missed but not coalesced into a later event (an id the stream jumped over): lost outright
+        seen["lost"] = max(0, seen["missed"] - int(seen["coalesced"]))
         del seen["events_per_task"]
         result["stream"] = seen
     return result
@@ -138,7 +162,7 @@ def watchers_phase(stack: Stack, conns: int, warmup: float, duration: float, rou
         stack.stop(stack.web)
     found: dict[str, dict[str, list[dict[str, Any]]]] = {"gthread": {}, "gevent": {}}
     starts = 0
-    for _ in range(rounds):
+    for r in range(rounds):
         for model in found:
             web = stack.start_web(replace(stack.config, web_worker_class=model))
             store = TaskStore(connect(stack.config), stack.config)
@@ -146,7 +170,10 @@ def watchers_phase(stack: Stack, conns: int, warmup: float, duration: float, rou
                 ids_file = stack.dir / f"watch-ids-{starts}.txt"
                 ids_file.write_text("\n".join(create_tasks(stack, store, base=starts * TASKS)))
                 starts += 1
-                for n in counts if model == "gevent" else counts[:1]:
+                # gevent's counts ascending in even rounds, descending in odd ones: a machine getting busier
+                # or quieter during a run does not always favour the same count
+                order = counts if r % 2 == 0 else counts[::-1]
+                for n in order if model == "gevent" else counts[:1]:
                     found[model].setdefault(str(n), []).append(
                         one_phase(stack, store, str(ids_file), n, conns, warmup, duration))
             finally:

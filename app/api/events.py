@@ -51,7 +51,7 @@ from app.runtime import runtime
 from app.states import TERMINAL, TaskStatus
 from app.streams import EventHub, Reading, Streams, StreamSlots, Watch
 from app.task import Task, now_ms
-from app.webworker import on_hang_up
+from app.webworker import direct_socket, on_hang_up
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1")
 
@@ -94,6 +94,7 @@ def events(task_id: str) -> Response:
         stream.close()
         raise
     stream.stop_watching_client = on_hang_up(request.environ, stream.hang_up)
+    stream.sock = direct_socket(request.environ)
     response = Response(stream.run(snapshot, last_id), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
     response.call_on_close(stream.close)
     return response
@@ -126,6 +127,11 @@ class TaskStream:
         self.slot = slot
         self.watch: Watch | None = hub.watch(task_id)
         self.stop_watching_client: Callable[[], None] | None = None  # see app.webworker.on_hang_up
+        self.sock: Any = None  # the client's gevent socket, when the hub may write to it (app.webworker.direct_socket)
+        self.sent = -1  # the seq the client has (-1: none yet)
+        self.status: str | None = None  # the status of the last document sent
+        self.current: Reading | None = None  # the read the stream stands on while it waits
+        self.unsent = b""  # the rest of a chunk a push could not write at once
         self.heartbeat = max(heartbeat, MIN_INTERVAL)
         start = time.monotonic()
         self.end_at = start + max(lifetime, MIN_INTERVAL) * (1 - 0.1 * random.random())
@@ -155,27 +161,29 @@ class TaskStream:
 
     def _follow(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
         reading = Reading(snapshot) if snapshot is not None else None
-        sent = -1
-        status: str | None = None
+        self.sent, self.status = -1, None
         if snapshot is not None and last_id is not None and last_id <= snapshot.seq:
-            sent = last_id
+            self.sent = last_id
             if last_id == snapshot.seq:
                 yield KEEP_ALIVE  # up to date: open the stream now rather than at the first change
         while reading is not None:  # None: the task is gone entirely (after its tombstone): just end
             task = reading.task
             shown, event = render(reading, now_ms())
-            if task.seq > sent or (status is not None and shown != status):
+            if task.seq > self.sent or (self.status is not None and shown != self.status):
                 yield event
                 self._beat_at = time.monotonic() + self.heartbeat
-            sent, status = max(sent, task.seq), shown
-            if status in FINAL:
+            self.sent, self.status = max(self.sent, task.seq), shown
+            if self.status in FINAL:
                 return
-            reading = yield from self._wait(reading, sent)
+            reading = yield from self._wait(reading)
 
-    def _wait(self, reading: Reading, sent: int) -> Generator[bytes, None, Reading | None]:
+    def _wait(self, reading: Reading) -> Generator[bytes, None, Reading | None]:
         """Send keep-alives until there is something to render: a newer read of the task (None: gone),
-        or the same read once its ``expires_at`` has passed. At the stream's lifetime it ends (None)."""
-        assert self.watch is not None
+        or the same read once its ``expires_at`` has passed. At the stream's lifetime it ends (None).
+        Meanwhile the hub may write plain changes straight to the socket (:meth:`push`)."""
+        watch = self.watch
+        assert watch is not None
+        self.current = reading
         while True:
             now = time.monotonic()
             if now >= self.end_at:
@@ -184,15 +192,47 @@ class TaskStream:
             if now >= self._beat_at:
                 yield KEEP_ALIVE
                 self._beat_at = now + self.heartbeat
-            expires_in = (reading.task.expires_at - now_ms()) / 1000
+            expires_in = (self.current.task.expires_at - now_ms()) / 1000
             if expires_in <= 0:
-                return reading
-            got, latest = self.watch.wait(min(self.end_at - now, self._beat_at - now, expires_in))
+                return self.current
+            if self.sock is not None:
+                watch.push = self.push  # parked: the hub may write for us until we wake
+            try:
+                got, latest = watch.wait(min(self.end_at - now, self._beat_at - now, expires_in))
+            finally:
+                watch.push = None
+            if self.unsent:  # what a push could not write at once: the rest of one chunk, written here
+                rest, self.unsent = self.unsent, b""
+                assert self.sock is not None
+                self.sock.sendall(rest)
             if not got:
                 continue
-            if latest is None or latest.task.seq > sent or latest.task.status != reading.task.status:
+            if latest is None or latest.task.seq > self.sent or latest.task.status != self.current.task.status:
                 return latest
-            reading = latest  # same state, maybe a new expires_at: wait with that one
+            self.current = latest  # same state, maybe a new expires_at: wait with that one
+
+    def push(self, reading: Reading) -> bool:
+        """The hub's direct delivery while this stream is parked in :meth:`_wait` (gevent only): a newer,
+        non-final state is written to the socket as one HTTP chunk, without waking the stream's greenlet
+        or passing through Flask and gunicorn's response; the bytes are rendered once for every stream
+        of the read. False: the stream wakes and handles the read itself (anything but a plain change,
+        a full socket buffer, a socket error)."""
+        shown, event = render(reading, now_ms())
+        if reading.task.seq <= self.sent or shown in FINAL or self.sock is None:
+            return False
+        chunk = reading.chunk(event)
+        try:
+            written = self.sock.send(chunk, 0, timeout=0.0)  # gevent: never waits, so the hub never blocks
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            return False  # a dead connection: the stream's own write then fails and ends it
+        self.sent, self.status, self.current = reading.task.seq, shown, reading
+        self._beat_at = time.monotonic() + self.heartbeat
+        if written < len(chunk):
+            self.unsent = chunk[written:]
+            return False
+        return True
 
 
 def render(reading: Reading, now: int) -> tuple[str, bytes]:

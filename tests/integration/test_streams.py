@@ -35,7 +35,7 @@ class SseClient:
     def __init__(self, port: int, task_id: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self.sock.sendall(f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode())
+        self.sock.sendall(f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
         self.raw = bytearray()
         self.body = bytearray()
         self.ended = False
@@ -139,6 +139,33 @@ def test_200_streams_share_one_pubsub_connection_each_gets_every_change_and_poll
         for c in clients:
             c.close()
     wait_until(lambda: redis_conn.zcard(keys.streams("public")) == 0, timeout=10, message="slots released")
+
+
+def test_changes_written_by_the_hub_arrive_in_order_and_the_stream_still_ends_cleanly(
+        stack: Stack, api: Api) -> None:
+    """Under the gevent worker plain changes go straight from the hub to the socket as chunks, the final
+    one through the response: the client sees each change in order, then the chunked body's proper end."""
+    stack.start_web()
+    task_id = api.create("demo.sleep", {"seconds": 60})
+    clients = [SseClient(stack.config.port, task_id) for _ in range(3)]
+    try:
+        assert [c.event()["id"] for c in clients] == [0, 0, 0]
+        store = store_of(stack)
+        store.start(task_id, "run-1")
+        assert [c.event()["id"] for c in clients] == [1, 1, 1]
+        for seq, percent in ((2, 20), (3, 40)):  # each read before the next write: nothing coalesced
+            store.report(task_id, "run-1", percent, f"at {percent}")
+            got = [c.event() for c in clients]
+            assert all((e["id"], e["data"]["progress"], e["data"]["status"]) == (seq, percent, "PROCESSING")
+                       for e in got)
+        store.complete(task_id, "run-1", {"ok": True}, items=None, failures=[], error_code=None)
+        final = [c.event() for c in clients]
+        assert all((e["id"], e["data"]["status"]) == (4, "COMPLETED") for e in final)
+        assert [c.next() for c in clients] == [b"", b"", b""]
+        assert all(c.ended for c in clients)  # the zero-length chunk: the framing held through the hub's writes
+    finally:
+        for c in clients:
+            c.close()
 
 
 def test_the_stream_cap_is_counted_across_web_processes(
@@ -261,7 +288,7 @@ def test_the_gevent_web_serves_metrics_and_the_dashboard(stack: Stack) -> None:
 def slow_header_client(port: int) -> socket.socket:
     """A client that sends a request line and then trickles its headers (never finishing them)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    s.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
     return s
 
 
@@ -271,7 +298,7 @@ def slow_read_client(port: int, path: str) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
     s.settimeout(5)
     s.connect(("127.0.0.1", port))
-    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
     return s
 
 

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import resource
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
 import orjson
 import pytest
 
-from app import create_app, keys, streams
+from app import create_app, keys, streams, webworker
+from app.api.events import TaskStream, format_event
 from app.config import Config
 from app.runtime import EXTENSION
 from app.store import TaskStore
-from app.streams import EventHub, StreamSlots
+from app.streams import EventHub, Reading, StreamSlots
 from app.task import now_ms
-from app.webworker import allow_open_files
+from app.webworker import allow_open_files, direct_socket
 
 LONG = 30.0
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -379,3 +382,187 @@ def test_the_gevent_worker_raises_the_open_file_limit_towards_its_connections():
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(1024, hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class ScriptedPubSub:
+    """Hands out the given messages one per ``get_message`` call (then None), recording each call's timeout."""
+
+    def __init__(self, *task_ids: str) -> None:
+        self.messages = [{"type": "pmessage", "channel": keys.events(t).encode()} for t in task_ids]
+        self.timeouts: list[float] = []
+
+    def get_message(self, ignore_subscribe_messages: bool, timeout: float) -> dict | None:
+        self.timeouts.append(timeout)
+        return self.messages.pop(0) if self.messages else None
+
+
+def test_the_hub_keeps_collecting_announcements_for_its_coalescing_window(app, conn):
+    found = app.extensions[streams.EXTENSION]
+    hub = EventHub(conn, app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.25)
+    pubsub = ScriptedPubSub("a", "b", "a")
+    assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
+    first, *then = pubsub.timeouts
+    assert first == LONG
+    # after the first announcement it waits for more (up to the window), not only for what is queued already
+    assert len(then) == 3 and 0 < then[0] <= 0.25 and all(0 <= t <= then[0] for t in then)
+
+
+def test_without_a_coalescing_window_the_hub_takes_only_what_is_queued(app, conn):
+    found = app.extensions[streams.EXTENSION]
+    hub = EventHub(conn, app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.0)
+    pubsub = ScriptedPubSub("a", "b")
+    assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
+    assert pubsub.timeouts == [LONG, 0.0, 0.0]
+
+
+# -- the hub writes plain changes straight to a waiting stream's socket (gevent worker) ----------------
+
+
+class RecordingSocket:
+    """Stands in for the client's gevent socket: ``send`` takes at most ``room`` bytes, never waits."""
+
+    def __init__(self, room: int = 1 << 20) -> None:
+        self.room = room
+        self.sent = bytearray()
+        self.timeouts: list[float] = []
+
+    def send(self, data: bytes, flags: int, timeout: float) -> int:
+        self.timeouts.append(timeout)
+        if not self.room:
+            raise BlockingIOError
+        taken = data[:self.room]
+        self.room -= len(taken)
+        self.sent += taken
+        return len(taken)
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+
+def chunk_of(event: bytes) -> bytes:
+    """An event as gunicorn frames one write of a chunked response."""
+    return b"%X\r\n%s\r\n" % (len(event), event)
+
+
+def open_task_stream(app, conn, task_id: str, sock: RecordingSocket) -> tuple[TaskStream, Iterator[bytes]]:
+    found = app.extensions[streams.EXTENSION]
+    slot = found.slots.acquire("public")
+    stream = TaskStream(found.hub, found.slots, task_id, slot, heartbeat=LONG, lifetime=LONG * 60)
+    stream.sock = sock
+    return stream, stream.run(app.extensions[EXTENSION].service.store.get(task_id), None)
+
+
+def next_in_thread(chunks: Iterator[bytes]) -> tuple[threading.Thread, list[bytes]]:
+    got: list[bytes] = []
+    thread = threading.Thread(target=lambda: got.append(next(chunks, b"")), daemon=True)  # b"": it ended
+    thread.start()
+    return thread, got
+
+
+def end(stream: TaskStream, thread: threading.Thread) -> None:
+    """Hang the stream up and wait for its reader thread to finish, then release it."""
+    stream.hang_up()
+    thread.join(5)
+    assert not thread.is_alive()
+    stream.close()
+
+
+def until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def test_the_hub_writes_a_change_to_a_waiting_stream_as_one_chunk_without_waking_it(app, conn, store, task_id):
+    sock = RecordingSocket()
+    stream, chunks = open_task_stream(app, conn, task_id, sock)
+    assert parse(next(chunks))[1] == 0  # the snapshot goes through the response, as always
+    thread, got = next_in_thread(chunks)
+    try:
+        until(lambda: stream.watch is not None and stream.watch.push is not None)  # parked: pushes allowed
+        store.start(task_id, "run-1")
+        until(lambda: bool(sock.sent))
+        name, seq, doc = parse(bytes(sock.sent).split(b"\r\n", 1)[1][:-2])
+        assert bytes(sock.sent) == chunk_of(format_event(seq, doc))
+        assert (name, seq, doc["status"]) == ("status", 1, "PROCESSING") and sock.timeouts == [0.0]
+        assert thread.is_alive() and got == []  # the stream's own loop never woke
+        store.complete(task_id, "run-1", {"ok": True}, items=None, failures=[], error_code=None)
+        thread.join(5)  # a final state is the stream's to send (and then it ends)
+        assert parse(got[0])[1:] == (2, stream_doc(app.test_client(), task_id))
+        assert list(chunks) == [] and bytes(sock.sent) == chunk_of(format_event(seq, doc))
+    finally:
+        end(stream, thread)
+
+
+def test_a_push_the_socket_cannot_take_whole_is_finished_by_the_stream(app, conn, store, task_id):
+    sock = RecordingSocket(room=10)
+    stream, chunks = open_task_stream(app, conn, task_id, sock)
+    next(chunks)
+    thread, got = next_in_thread(chunks)
+    try:
+        until(lambda: stream.watch is not None and stream.watch.push is not None)
+        store.start(task_id, "run-1")
+        until(lambda: stream.unsent == b"" and len(sock.sent) > 10)  # the stream woke and wrote the rest
+        assert parse(bytes(sock.sent).split(b"\r\n", 1)[1][:-2])[1] == 1
+        first = bytes(sock.sent)
+        store.report(task_id, "run-1", 50, "half")  # the socket takes nothing now: the stream writes it all
+        until(lambda: len(sock.sent) > len(first) and stream.unsent == b"")
+        second = bytes(sock.sent[len(first):])
+        assert sock.timeouts == [0.0, 0.0]
+        _, seq, doc = parse(second.split(b"\r\n", 1)[1][:-2])
+        assert second == chunk_of(format_event(seq, doc)) and (seq, doc["progress"]) == (2, 50)
+        assert thread.is_alive() and got == []  # all of it written from the stream's wait, nothing yielded
+    finally:
+        end(stream, thread)
+
+
+def test_push_refuses_what_is_not_a_plain_newer_change(app, conn, store, task_id):
+    sock = RecordingSocket()
+    stream, chunks = open_task_stream(app, conn, task_id, sock)
+    next(chunks)
+    thread, _ = next_in_thread(chunks)
+    try:
+        until(lambda: stream.watch is not None and stream.watch.push is not None)  # parked, as when the hub pushes
+        snapshot = store.get(task_id)
+        assert not stream.push(Reading(snapshot))  # not newer than what the client has
+        store.cancel(task_id)
+        assert not stream.push(Reading(store.get(task_id)))  # final: the stream sends it and ends
+        assert sock.sent == b""
+    finally:
+        end(stream, thread)
+
+
+def test_a_refused_push_leaves_every_later_read_to_the_woken_stream(store, task_id):
+    task = store.get(task_id)
+    w = streams.Watch(task_id)
+    offered: list[int] = []
+
+    def refuse(reading):
+        offered.append(reading.task.seq)
+        return False
+
+    w.push = refuse
+    first, second = (Reading(dataclasses.replace(task, seq=n)) for n in (1, 2))
+    w.deliver(first)
+    w.deliver(second)  # not offered: the stream is awake and would otherwise see them out of order
+    assert offered == [1] and w.wait(0) == (True, second)
+
+
+def test_an_accepted_push_does_not_wake_the_stream(store, task_id):
+    w = streams.Watch(task_id)
+    w.push = lambda reading: True
+    w.deliver(Reading(dataclasses.replace(store.get(task_id), seq=1)))
+    assert w.wait(0) == (False, None)
+
+
+def test_only_a_get_over_http_1_1_under_the_gevent_worker_may_be_written_to_directly(monkeypatch):
+    sock = object()
+    environ = {"gunicorn.socket": sock, "REQUEST_METHOD": "GET", "SERVER_PROTOCOL": "HTTP/1.1"}
+    assert direct_socket(environ) is None  # the test process is not monkey-patched (a thread per request)
+    monkeypatch.setattr(webworker.monkey, "is_module_patched", lambda name: name == "socket")
+    assert direct_socket(environ) is sock
+    # responses gunicorn does not frame as chunks
+    assert direct_socket({**environ, "SERVER_PROTOCOL": "HTTP/1.0"}) is None
+    assert direct_socket({**environ, "REQUEST_METHOD": "HEAD"}) is None
+    assert direct_socket({"REQUEST_METHOD": "GET", "SERVER_PROTOCOL": "HTTP/1.1"}) is None
