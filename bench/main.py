@@ -22,14 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import measure_http, measure_redis, measure_watchers, measure_workers, report
+from bench import measure_http, measure_peers, measure_redis, measure_watchers, measure_workers, report
 from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
 
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("fork", "simple", "spawn")
-PARTS = ("http", "watchers", "trips", "workers", "memory", "housekeeping")
+PARTS = ("http", "peers", "watchers", "trips", "workers", "memory", "housekeeping")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -77,6 +77,11 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
             stack, args.conns, min(args.warmup, 1.0), min(args.duration, 3.0)), timings)
         out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
             stack, args.conns, args.warmup, args.duration, args.rounds), timings)
+    if "peers" in only:
+        out["celery"] = phase("Celery + Flower: submit, status, end to end", lambda: measure_peers.celery_phase(
+            stack, args.conns, args.warmup, args.duration, args.rounds, args.e2e_tasks), timings)
+        out["e2e"] = phase("taskport end to end", lambda: measure_peers.taskport_e2e(
+            stack, args.conns, args.e2e_tasks), timings)
     if "watchers" in only:
         out["watchers"] = phase("live watchers beside status polls (gthread, gevent)", lambda: measure_watchers.
                                 watchers_phase(stack, args.conns, args.warmup, args.duration,
@@ -102,6 +107,8 @@ def table(out: dict[str, Any]) -> list[report.Row]:
     rows: list[report.Row] = []
     if "http" in out:
         rows += report.http_rows(out["http"], out["loadgen_ceiling"])
+    if "e2e" in out:
+        rows += report.peer_rows(out.get("http"), out["celery"], out["e2e"])
     if "watchers" in out:
         rows += report.watcher_rows(out["watchers"])
     if "workers" in out:
@@ -139,6 +146,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--conns", type=int, default=16, help="load generator connections (= 2 workers x 8 threads)")
     parser.add_argument("--watchers", type=int, nargs="+", default=list(measure_watchers.COUNTS),
                         help="live SSE watcher counts of the watchers rows (gevent); the first is the baseline")
+    parser.add_argument("--e2e-tasks", type=int, default=2000, help="tasks of the end-to-end runs")
     parser.add_argument("--memory-tasks", type=int, default=10_000)
     parser.add_argument("--live-tasks", type=int, default=100_000)
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)

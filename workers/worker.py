@@ -11,6 +11,7 @@ worker, its work horse and RQ's scheduler ride out a restart of the embedded red
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from rq import SimpleWorker, Worker
 from rq.worker import BaseWorker, SpawnWorker
@@ -24,9 +25,20 @@ from app.states import QUEUES
 
 log = logging.getLogger(__name__)
 
+class StoppableSimpleWorker(SimpleWorker):
+    """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
+    command stops the run in progress: at its next checkpoint, or by ending this process after
+    ``workers.runner.CANCEL_GRACE`` if it never checkpoints (the supervisor starts a new worker)."""
+
+    def kill_horse(self, sig: Any = None) -> None:
+        from workers import runner
+
+        runner.stop_current(self.get_current_job_id())
+
+
 WORKER_CLASSES: dict[str, type[BaseWorker]] = {
     "fork": cancel_aware(Worker),  # a forked work horse per job: a crash or a stop command kills only the horse
-    "simple": SimpleWorker,  # runs jobs in-process: fastest, but ignores stop commands
+    "simple": StoppableSimpleWorker,  # runs jobs in-process: fastest; a cancel ignored for 1 s ends the process
     "spawn": cancel_aware(SpawnWorker),  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
 }
 
@@ -54,5 +66,7 @@ def main(config: Config, name: str | None = None) -> int:
     worker = build_worker(config, name)
     runner.prepare(config)  # loads the processors once, before the first fork, so work horses inherit them
     log.info("worker %s (%s) listening on %s", worker.name, config.worker_class, ", ".join(QUEUES))
-    worker.work(with_scheduler=True, logging_level=config.log_level.upper())
+    # after worker_max_jobs jobs the worker exits 0 and its supervisor starts a fresh one: whatever a
+    # processor leaks in an in-process (simple) worker is bounded (bench/README.md, "Worker memory")
+    worker.work(with_scheduler=True, logging_level=config.log_level.upper(), max_jobs=config.worker_max_jobs or None)
     return 0
