@@ -206,8 +206,21 @@ def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any])
         f"Other processes used {cpu.get('other_share_of_machine', 0):.0%} of the machine during the run "
         "(see [README.md](README.md#what-each-number-means)). "
         "Regenerate with `.venv/bin/python bench/run.py --record`.", "",
-        table_text, "",
     ]
+    if cpu.get("other_share_of_machine", 0) > 0.1:
+        parts += ["**This run shared the 2-core machine with other sessions' tests and benchmarks** (the share "
+                  "above): absolute figures are low and noisy; the ratios, each taken within this one run with "
+                  "the best of alternating rounds, are what count.", ""]
+    parts += [table_text, ""]
+    if "e2e" in out:
+        ours, theirs = out["e2e"], out["celery"]["e2e"]
+        parts += ["## End to end (2,000 no-op tasks over HTTP, 16 clients, polled until done)", "",
+                  "| | taskport | Celery + Flower |", "|---|---|---|",
+                  f"| tasks/s | {ours['tasks_per_s']:,.0f} | {theirs['tasks_per_s']:,.0f} |",
+                  f"| all done in | {ours['seconds']:.1f} s | {theirs['seconds']:.1f} s |",
+                  f"| submits done after | {ours['submit_seconds']:.1f} s | {theirs['submit_seconds']:.1f} s |",
+                  f"| status polls | {ours['polls']:,} | {theirs['polls']:,} |",
+                  f"| workers | {ours['workers']} × {ours['worker_class']} | Celery prefork, 2 children |", ""]
     if "workers" in out:
         parts += ["## Worker classes (2 processes, no-op tasks)", "", worker_class_table(out["workers"]), ""]
     if "memory" in out:
