@@ -140,5 +140,10 @@ class CancelAware:
 
 
 def cancel_aware(worker_class: type[Any]) -> type[Any]:
-    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
-    return type(worker_class.__name__, (CancelAware, worker_class), {})
+    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before).
+
+    The class is also this module's attribute of that name: RQ's SpawnWorker pickles its class for the
+    spawned horse, and pickle finds a class by module and name."""
+    made = type(worker_class.__name__, (CancelAware, worker_class), {})
+    globals()[made.__name__] = made
+    return made

@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--worker-class", default="simple", choices=("simple", "fork"))
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (the worker's log)")
     args = parser.parse_args(argv)
-    with Stack() as stack:
+    with Stack(keep=args.keep) as stack:
         stack.config = replace(stack.config, worker_max_jobs=0)
         conn = stack.client()
         [worker] = stack.start_workers(args.worker_class, 1)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             done += n
             while int(conn.hget(keys.STATS, "completed") or 0) < done:
                 if not worker.alive:
-                    raise RuntimeError(f"the worker exited:\n{worker.tail()}")
+                    raise RuntimeError(f"the worker exited ({worker.popen.returncode}):\n{worker.tail()}")
                 time.sleep(0.5)
             samples.append({"done": done, "rss_mib": round(rss_kib(pid) / 1024, 1),
                             "elapsed_s": round(time.perf_counter() - started, 1)})

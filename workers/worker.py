@@ -14,12 +14,13 @@ import logging
 import time
 from typing import Any
 
-from rq import SimpleWorker, Worker
+from rq import Queue, SimpleWorker, Worker
+from rq.job import Job
 from rq.worker import BaseWorker, SpawnWorker
 
 from app.config import Config
 from app.connection import connect, ride_out_outages, wait_for_redis
-from app.jobs import cancel_aware, register_queues
+from app.jobs import cancel_aware, record_stopped_as_canceled, register_queues
 from app.logs import setup_logging
 from app.process import forked_children_die_with_me
 from app.states import QUEUES
@@ -57,6 +58,15 @@ class StoppableSimpleWorker(SimpleWorker):
         from workers import runner
 
         runner.stop_current(self.get_current_job_id())
+
+    def handle_job_success(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> Any:
+        """A job stopped on request (RQ set ``_stopped_job_id`` before calling :meth:`kill_horse`) ends as
+        the fork worker's does: in the canceled registry (app.jobs.CancelAware), not as a success."""
+        done = super().handle_job_success(job, queue, *args, **kwargs)
+        if job.id == getattr(self, "_stopped_job_id", None):
+            self._stopped_job_id = None
+            record_stopped_as_canceled(job)
+        return done
 
 
 WORKER_CLASSES: dict[str, type[BaseWorker]] = {
