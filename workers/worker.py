@@ -14,13 +14,14 @@ import logging
 import time
 from typing import Any
 
-from rq import Queue, SimpleWorker, Worker
+from rq import Queue, SimpleWorker
 from rq.job import Job
-from rq.worker import BaseWorker, SpawnWorker
+from rq.worker import BaseWorker
 
+from app import jobs
 from app.config import Config
 from app.connection import connect, ride_out_outages, wait_for_redis
-from app.jobs import cancel_aware, record_stopped_as_canceled, register_queues
+from app.jobs import record_stopped_as_canceled, register_queues
 from app.logs import setup_logging
 from app.process import forked_children_die_with_me
 from app.states import QUEUES
@@ -70,9 +71,9 @@ class StoppableSimpleWorker(SimpleWorker):
 
 
 WORKER_CLASSES: dict[str, type[BaseWorker]] = {
-    "fork": cancel_aware(Worker),  # a forked work horse per job: a crash or a stop command kills only the horse
+    "fork": jobs.Worker,  # a forked work horse per job: a crash or a stop command kills only the horse
     "simple": StoppableSimpleWorker,  # runs jobs in-process: fastest; a cancel ignored for 1 s ends the process
-    "spawn": cancel_aware(SpawnWorker),  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
+    "spawn": jobs.SpawnWorker,  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
 }
 
 
