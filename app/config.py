@@ -60,9 +60,11 @@ class Config:
     web_concurrency: int = _setting("WEB_CONCURRENCY", 2, "gunicorn worker processes")
     web_threads: int = _setting(
         "TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker under gthread (an SSE stream holds one)")
-    workers: int = _setting("TASKPORT_WORKERS", 2, "RQ worker processes started by `taskport up`")
+    workers: int = _setting("TASKPORT_WORKERS", 4, "RQ worker processes started by `taskport up`")
     worker_class: str = _setting(
-        "TASKPORT_WORKER_CLASS", "fork", "RQ worker class: fork (Worker), simple (SimpleWorker), spawn")
+        "TASKPORT_WORKER_CLASS", "simple", "RQ worker class: simple (in-process), fork (Worker), spawn")
+    worker_max_jobs: int = _setting(
+        "TASKPORT_WORKER_MAX_JOBS", 10_000, "jobs after which a worker exits and is restarted (0 = never)")
     data_dir: Path = _setting("TASKPORT_DATA_DIR", Path("var"), "embedded Redis data and result files")
     redis_fsync: str = _setting("TASKPORT_REDIS_FSYNC", "everysec", "embedded Redis appendfsync: everysec|always")
     task_ttl: int = _setting("TASKPORT_TASK_TTL", 86400, "seconds a task may take from submit before EXPIRED -4")
@@ -163,6 +165,8 @@ class Config:
         for name in POSITIVE:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.env_name(name)} must be positive")
+        if self.worker_max_jobs < 0:
+            raise ConfigError("TASKPORT_WORKER_MAX_JOBS must be 0 (never) or positive")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
         self.result_location  # noqa: B018
         self.audit_limits  # noqa: B018

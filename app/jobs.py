@@ -18,11 +18,13 @@ from typing import Any, cast
 
 import redis
 from rq import Callback, Queue
+from rq import Worker as RQWorker
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import CanceledJobRegistry
 from rq.utils import as_text, current_timestamp, now
+from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.config import Config
 from app.states import QUEUES
@@ -142,3 +144,9 @@ class CancelAware:
 def cancel_aware(worker_class: type[Any]) -> type[Any]:
     """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
     return type(worker_class.__name__, (CancelAware, worker_class), {})
+
+
+# Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
+# pickle finds a class by module and name (in a fresh interpreter, by importing this module).
+Worker = cancel_aware(RQWorker)
+SpawnWorker = cancel_aware(RQSpawnWorker)

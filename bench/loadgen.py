@@ -27,10 +27,14 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-KINDS = ("hello", "get", "submit", "status", "canned")
+KINDS = ("hello", "get", "submit", "status", "canned", "flower-submit", "flower-status")
 PATHS = {"hello": "/bench/hello", "get": "/bench/get", "canned": "/"}
 SUBMIT_BODY = '{"type":"demo.sleep","payload":{"seconds":0,"steps":1,"fail_items":[%d]}}'
-EXPECTED = {"hello": 200, "get": 200, "canned": 200, "submit": 202, "status": 200}
+EXPECTED = {"hello": 200, "get": 200, "canned": 200, "submit": 202, "status": 200, "flower-submit": 200,
+            "flower-status": 200}
+# the Celery peer, through Flower's REST API: apply the no-op task (bench.celery_app), read a task's result
+FLOWER_SUBMIT = ("/api/task/async-apply/bench.celery_app.noop", '{"args":[%d]}')
+FLOWER_STATUS = "/api/task/result/%s"
 
 
 def request_factory(kind: str, host: str, ids: list[str], base: int) -> Callable[[int], bytes]:
@@ -43,10 +47,17 @@ def request_factory(kind: str, host: str, ids: list[str], base: int) -> Callable
             return (f"POST /api/v1/tasks HTTP/1.1\r\n{head}Content-Type: application/json\r\n"
                     f"Content-Length: {len(body)}\r\n\r\n").encode() + body
         return submit
-    if kind == "status":
+    if kind == "flower-submit":
+        def flower_submit(n: int) -> bytes:
+            body = (FLOWER_SUBMIT[1] % (base + n)).encode()
+            return (f"POST {FLOWER_SUBMIT[0]} HTTP/1.1\r\n{head}Content-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        return flower_submit
+    if kind in ("status", "flower-status"):
         if not ids:
-            raise SystemExit("--kind status needs --ids FILE with task ids")
-        prebuilt = [f"GET /api/v1/tasks/{i} HTTP/1.1\r\n{head}\r\n".encode() for i in ids]
+            raise SystemExit(f"--kind {kind} needs --ids FILE with task ids")
+        path = "/api/v1/tasks/%s" if kind == "status" else FLOWER_STATUS
+        prebuilt = [f"GET {path % i} HTTP/1.1\r\n{head}\r\n".encode() for i in ids]
         return lambda n: prebuilt[n % len(prebuilt)]
     fixed = f"GET {PATHS[kind]} HTTP/1.1\r\n{head}\r\n".encode()
     return lambda n: fixed

@@ -3,8 +3,9 @@
 Order (each phase starts from what it needs; the HTTP phases run while no worker exists, so the
 workers neither steal CPU nor drain the submitted tasks):
   1. load generator ceiling (canned server), then hello / submit / one-GET / status over HTTP;
+  1b. the Celery 5 + Flower 2 peer (submit, status, end to end), then taskport's end-to-end run;
   2. round trips in-process (counting connections) and INFO commandstats;
-  3. per worker class (fork = the default, simple, spawn): bare RQ and taskport throughput on no-op
+  3. per worker class (simple = the default, fork, spawn): bare RQ and taskport throughput on no-op
      jobs with the same class and process count, then submit -> COMPLETED latency with idle workers;
   4. Redis memory per finished task over 10,000 tasks; 5. the housekeeping expiry pass.
 """
@@ -22,14 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import measure_http, measure_redis, measure_watchers, measure_workers, report
+from bench import measure_http, measure_peers, measure_redis, measure_watchers, measure_workers, report
 from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
 
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
-WORKER_CLASSES = ("fork", "simple", "spawn")
-PARTS = ("http", "watchers", "trips", "workers", "memory", "housekeeping")
+WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
+PARTS = ("http", "peers", "watchers", "trips", "workers", "memory", "housekeeping")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -49,7 +50,7 @@ def workers_phase(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     for cls in args.worker_classes:
         entry: dict[str, Any] = {"processes": processes}
         runs: dict[str, list[dict[str, Any]]] = {"bare_rq": [], "taskport": []}
-        for _ in range(args.rounds if cls == "fork" else 1):  # the other classes are for the record
+        for _ in range(args.rounds if cls == report.DEFAULT_CLASS else 1):  # the others are for the record
             for name, bare in (("bare_rq", True), ("taskport", False)):
                 result = measure_workers.throughput(stack, cls, processes, bare=bare, warmup=args.worker_warmup,
                                                     window=args.duration)
@@ -77,6 +78,11 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
             stack, args.conns, min(args.warmup, 1.0), min(args.duration, 3.0)), timings)
         out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
             stack, args.conns, args.warmup, args.duration, args.rounds), timings)
+    if "peers" in only:
+        out["celery"] = phase("Celery + Flower: submit, status, end to end", lambda: measure_peers.celery_phase(
+            stack, args.conns, args.warmup, args.duration, args.rounds, args.e2e_tasks), timings)
+        out["e2e"] = phase("taskport end to end", lambda: measure_peers.taskport_e2e(
+            stack, args.conns, args.e2e_tasks), timings)
     if "watchers" in only:
         out["watchers"] = phase("live watchers beside status polls (gthread, gevent)", lambda: measure_watchers.
                                 watchers_phase(stack, args.conns, args.warmup, args.duration,
@@ -102,6 +108,8 @@ def table(out: dict[str, Any]) -> list[report.Row]:
     rows: list[report.Row] = []
     if "http" in out:
         rows += report.http_rows(out["http"], out["loadgen_ceiling"])
+    if "e2e" in out:
+        rows += report.peer_rows(out.get("http"), out["celery"], out["e2e"])
     if "watchers" in out:
         rows += report.watcher_rows(out["watchers"])
     if "workers" in out:
@@ -135,10 +143,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of HTTP warm-up before each window")
     parser.add_argument("--worker-warmup", type=float, default=1.0, help="seconds skipped after the first job")
     parser.add_argument("--rounds", type=int, default=2,
-                        help="alternating rounds of each target pair (HTTP, fork workers); the best counts")
+                        help="alternating rounds of each target pair (HTTP, default-class workers); the best counts")
     parser.add_argument("--conns", type=int, default=16, help="load generator connections (= 2 workers x 8 threads)")
     parser.add_argument("--watchers", type=int, nargs="+", default=list(measure_watchers.COUNTS),
                         help="live SSE watcher counts of the watchers rows (gevent); the first is the baseline")
+    parser.add_argument("--e2e-tasks", type=int, default=2000, help="tasks of the end-to-end runs")
     parser.add_argument("--memory-tasks", type=int, default=10_000)
     parser.add_argument("--live-tasks", type=int, default=100_000)
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)

@@ -80,12 +80,14 @@ def http_phases(stack: Stack, conns: int, warmup: float, duration: float, rounds
     conn.set(GET_KEY, GET_VALUE)
     env = stack.environ()
     port = stack.config.port
-    found: dict[str, list[dict[str, Any]]] = {"hello": [], "submit": [], "get": [], "status": []}
+    found: dict[str, list[dict[str, Any]]] = {"hello": [], "submit": [], "get": [], "bare_get": [], "status": []}
     ids_file = stack.dir / "task-ids.txt"
+    bare, bare_port = stack.start_bare_web()
 
     def one(kind: str, i: int) -> None:
+        target, sent = (bare_port, "get") if kind == "bare_get" else (port, kind)
         found[kind].append(with_commands(conn, lambda: loadgen(
-            port, kind, conns=conns, warmup=warmup if i == 0 else min(warmup, 1.0), duration=duration,
+            target, sent, conns=conns, warmup=warmup if i == 0 else min(warmup, 1.0), duration=duration,
             ids_file=str(ids_file) if kind == "status" else None, base=i * 10_000_000, env=env)))
 
     for i in range(rounds):
@@ -95,7 +97,9 @@ def http_phases(stack: Stack, conns: int, warmup: float, duration: float, rounds
     ids_file.write_text("\n".join(ids))
     for i in range(rounds):
         one("get", i)
+        one("bare_get", i)
         one("status", i)
+    stack.stop(bare)
     conn.close()
     out = {kind: best(results) for kind, results in found.items()}
     out["status"]["distinct_tasks_read"] = len(ids)

@@ -30,6 +30,7 @@ from bench.stack import Stack
 from workers import processors
 from workers import runner as runner_module
 from workers.housekeeping import Housekeeper, PassReport
+from workers.worker import WORKER_CLASSES
 
 
 class Counted:
@@ -93,13 +94,15 @@ def worker_round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
     runner_module._runner = runner_module.Runner(config, conn)  # run_task uses this process's Runner
 
     def burst(fill: int, bare: bool) -> Counted:
+        # taskport's own class (heartbeats coalesced, stop command honoured) vs RQ's SimpleWorker
+        worker_class = SimpleWorker if bare else WORKER_CLASSES["simple"]
         plain.flushall()
         if fill and bare:
             enqueue_noops(plain, fill)
         elif fill:
             create_tasks(plain, config, fill, enqueue=True, base=70_000_000)
         with Counted(plain, max(fill, 1)) as counted:
-            SimpleWorker(list(QUEUES), connection=conn).work(burst=True, logging_level="WARNING")
+            worker_class(list(QUEUES), connection=conn).work(burst=True, logging_level="WARNING")
         return counted
 
     out = {}

@@ -40,12 +40,15 @@ PASSED_THROUGH = ("WEB_CONCURRENCY", "TASKPORT_WEB_WORKER_CLASS", "TASKPORT_WEB_
                   "TASKPORT_HEARTBEAT_INTERVAL")
 
 
-def bench_web_command(config: Config) -> list[str]:
+BARE_APP_SPEC = "bench.apps:create_bare_app()"
+
+
+def bench_web_command(config: Config, spec: str = BENCH_APP_SPEC) -> list[str]:
     """``taskport web``'s gunicorn argv with the bench app in place of taskport's (and nothing else changed)."""
     argv = web_command(config)
     if argv.count(APP_SPEC) != 1:
         raise RuntimeError(f"app.cli.web_command no longer names {APP_SPEC!r} once: update bench/stack.py")
-    return [BENCH_APP_SPEC if a == APP_SPEC else a for a in argv]
+    return [spec if a == APP_SPEC else a for a in argv]
 
 
 class Child:
@@ -78,6 +81,21 @@ class Child:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def wait_http(child: Child, url: str, timeout: float) -> None:
+    """Return once ``url`` answers 200; raise with the child's log if it exits or the time is up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not child.alive:
+            raise RuntimeError(f"{child.name} exited at start:\n{child.tail()}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{child.name} did not answer within {timeout} s:\n{child.tail()}")
+        time.sleep(0.1)
 
 
 class Stack:
@@ -143,17 +161,44 @@ class Stack:
             self.stop(self.web)
         config = config or self.config
         self.web = self.spawn("web", bench_web_command(config), config)
+        wait_http(self.web, f"http://127.0.0.1:{config.port}/bench/hello", timeout)
+        return self.web
+
+    def start_bare_web(self, timeout: float = 60.0) -> tuple[Child, int]:
+        """The bare Flask app (``bench.apps.create_bare_app``) on the same gunicorn argv, on a port of its own."""
+        config = replace(self.config, port=free_port())
+        child = self.spawn("bare-web", bench_web_command(config, BARE_APP_SPEC), config)
+        wait_http(child, f"http://127.0.0.1:{config.port}/bench/hello", timeout)
+        return child, config.port
+
+    # -- the Celery + Flower peer ---------------------------------------------------------------
+    def celery_environ(self) -> dict[str, str]:
+        return {**self.environ(), "BENCH_CELERY_REDIS": self.redis_server.url, "FLOWER_UNAUTHENTICATED_API": "true"}
+
+    def start_flower(self, timeout: float = 60.0) -> tuple[Child, int]:
+        """Flower 2 (its REST API open, as the bench needs no auth) on a free port, once it answers."""
+        port = free_port()
+        argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app", "flower", f"--port={port}",
+                "--address=127.0.0.1", "--unix_socket="]
+        child = Child("flower", argv, self.celery_environ(), self.dir / "flower.log")
+        self.children.append(child)
+        wait_http(child, f"http://127.0.0.1:{port}/api/workers?refresh=false", timeout)
+        return child, port
+
+    def start_celery_worker(self, timeout: float = 60.0) -> Child:
+        """A Celery worker with Celery's defaults (prefork, one child per CPU), once it answers a ping."""
+        argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "--loglevel=WARNING",
+                "-E", "--without-gossip", "--without-mingle"]
+        child = Child("celery-worker", argv, self.celery_environ(), self.dir / "celery-worker.log")
+        self.children.append(child)
+        from bench.celery_app import app as celery_app
+
+        celery_app.conf.broker_url = celery_app.conf.result_backend = self.redis_server.url
         deadline = time.monotonic() + timeout
-        while True:
-            if not self.web.alive:
-                raise RuntimeError(f"gunicorn exited at start:\n{self.web.tail()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(self.base_url + "/bench/hello", timeout=1) as response:
-                    if response.status == 200:
-                        return self.web
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not answer within {timeout} s:\n{self.web.tail()}")
-            time.sleep(0.1)
+        while not celery_app.control.ping(timeout=0.5):
+            if not child.alive or time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery worker did not answer a ping:\n{child.tail()}")
+        return child
 
     # -- workers --------------------------------------------------------------------------------
     def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0) -> list[Child]:

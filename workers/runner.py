@@ -42,6 +42,13 @@ from workers.exceptions import TaskCancelled, TaskError
 
 log = logging.getLogger(__name__)
 
+# Seconds a run that is no longer the task's (cancelled, expired, taken over) may take to reach a
+# checkpoint before its process is ended (exit code ABANDONED_EXIT): the guarantee that a cancel stops a
+# processor which never checkpoints, in the in-process (simple) worker too. The supervisor (or the
+# platform's process manager) starts a new worker; with the fork worker it is the work horse that ends.
+CANCEL_GRACE = 1.0
+ABANDONED_EXIT = 75
+
 
 class Runner:
     """Everything a delivery needs, built once per worker process (before RQ forks its work horses)."""
@@ -51,6 +58,7 @@ class Runner:
         self.store = TaskStore(conn if conn is not None else connect(config), config)
         self.results = results if results is not None else result_store(config)
         self.owner_pid = os.getpid()
+        self.current: Heartbeat | None = None  # the run in progress in this process
         processors.load(config.processor_modules)
 
     def run(self, task_id: str) -> Retry | None:
@@ -71,8 +79,12 @@ class Runner:
         )
         if task.attempts > 1:
             self._prune(task_id, ctx, tlog)
-        with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval):
-            return self._execute(started, run_id, ctx, tlog)
+        with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval) as beat:
+            self.current = beat
+            try:
+                return self._execute(started, run_id, ctx, tlog)
+            finally:
+                self.current = None
 
     def _adopt_work_horse(self) -> None:
         """In a forked work horse (once per horse: each runs one job): die with the worker, since an
@@ -190,11 +202,38 @@ class Runner:
 
 class Heartbeat:
     """A thread that marks the task alive, flushes pending progress, and notices a cancel even while the
-    processor is busy in one long step."""
+    processor is busy in one long step; a run that does not stop within CANCEL_GRACE of that ends its
+    process (see :meth:`abandon`)."""
 
     def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
         self._stop = threading.Event()
         self._args = (store, task_id, run_id, ctx, interval)
+        self._ctx = ctx
+        self._task_id = task_id
+        self._abandoning = threading.Lock()
+
+    def abandon(self, reason: str) -> None:
+        """The run is no longer the task's: tell the processor (its next checkpoint raises TaskCancelled),
+        and if it has not returned CANCEL_GRACE seconds later, remove this run's files and end the
+        process. Called by the heartbeat thread, or by the worker on RQ's stop-job command."""
+        if not self._abandoning.acquire(blocking=False):
+            return  # already on its way
+        self._ctx.mark_cancelled()
+        _thread.start_new_thread(self._watch, (reason,))
+
+    def _watch(self, reason: str) -> None:
+        if self._stop.wait(CANCEL_GRACE):
+            return  # the processor noticed in time
+        tlog = task_logger(log, self._task_id)
+        tlog.warning("%s, but the processor ignored it for %.1f s: ending process %d (a new worker takes its place)",
+                     reason, CANCEL_GRACE, os.getpid())
+        try:
+            self._ctx.results.delete(self._task_id)  # this run's own folder only
+        except Exception as exc:  # the orphan sweep removes what is left; the exit must happen regardless
+            tlog.warning("could not remove the run's files (left to the orphan sweep): %s", exc)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(ABANDONED_EXIT)
 
     def _beat(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -205,7 +244,7 @@ class Heartbeat:
                 task_logger(log, task_id).warning("heartbeat failed: %s", exc)
                 continue
             if status != "PROCESSING":
-                ctx.mark_cancelled()
+                self.abandon(f"the task is {status or 'gone'}")
                 return
 
     def __enter__(self) -> Heartbeat:
@@ -226,6 +265,15 @@ def prepare(config: Config) -> Runner:
     global _runner
     _runner = Runner(config)
     return _runner
+
+
+def stop_current(job_id: str | None) -> None:
+    """RQ's stop-job command reached an in-process (simple) worker: stop the run in progress, if it is
+    that job's (ended after CANCEL_GRACE if the processor does not notice)."""
+    runner = _runner
+    beat = runner.current if runner is not None else None
+    if beat is not None:
+        beat.abandon(f"job {job_id} was stopped")
 
 
 def on_stopped(job: Any, connection: Any) -> None:

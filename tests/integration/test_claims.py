@@ -32,7 +32,9 @@ MODULE = "tests.userprocs.claims"
 
 @pytest.fixture
 def claims(stack: Stack) -> Stack:
-    stack.configure(processors=MODULE, heartbeat_interval=0.2, progress_interval=0.1, stall_timeout=1.0)
+    # fork: a run is told apart by its pid-thread, which two runs in one in-process worker would share
+    stack.configure(processors=MODULE, heartbeat_interval=0.2, progress_interval=0.1, stall_timeout=1.0,
+                    worker_class="fork")
     processors.load([MODULE])  # the recovery pass runs in this process
     stack.start_web()
     return stack

@@ -55,6 +55,7 @@ def test_unknown_variables_are_ignored() -> None:
     ({"TASKPORT_REDIS_FSYNC": "no"}, "TASKPORT_REDIS_FSYNC"),
     ({"TASKPORT_TASK_TTL": "0"}, "TASKPORT_TASK_TTL must be positive"),
     ({"TASKPORT_WORKERS": "-1"}, "TASKPORT_WORKERS must be positive"),
+    ({"TASKPORT_WORKER_MAX_JOBS": "-5"}, "TASKPORT_WORKER_MAX_JOBS must be 0"),
     ({"TASKPORT_REDIS_TLS_VERIFY": "yes"}, "TASKPORT_REDIS_TLS_VERIFY must be required, optional or none"),
     ({"TASKPORT_LOG_LEVEL": "LOUD"}, "TASKPORT_LOG_LEVEL must be a level name"),
     ({"TASKPORT_RETRY_BACKOFF": "1,x"}, "TASKPORT_RETRY_BACKOFF"),

@@ -7,10 +7,15 @@
 - ``test.slow``: sleeps ``seconds`` without any checkpoint (plain ``time.sleep``) under a 1 s job
   timeout, to exercise RQ's hard timeout (-2).
 - ``test.nap``: sleeps cooperatively with progress and one retry: what a killed worker leaves behind.
+- ``test.stuck``: sleeps ``seconds`` in one call, no checkpoint, under a long timeout: what only the
+  end of its process can stop after a cancel.
+- ``test.crash``: ends its own process (``os._exit`` or a segfault) on the first call (counted in
+  ``marker``, like ``test.flaky``), returns on the next: a processor that kills its own process.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 
@@ -73,3 +78,32 @@ def nap(payload: dict, ctx: TaskContext) -> dict:
         ctx.sleep(payload["seconds"] / steps)
         ctx.progress(step + 1, steps)
     return {"slept": payload["seconds"], "pid": os.getpid()}
+
+
+@processor("test.stuck", schema=SlowSchema, timeout=600)
+def stuck(payload: dict, ctx: TaskContext) -> dict:
+    """Sleep without checkpoints under a long timeout: a cancel reaches it only by ending its process."""
+    time.sleep(payload["seconds"])
+    return {"slept": payload["seconds"]}
+
+
+class CrashSchema(Schema):
+    marker = fields.String(required=True, validate=validate.Length(min=1))
+    how = fields.String(required=True, validate=validate.OneOf(["exit", "segfault"]))
+
+
+@processor("test.crash", schema=CrashSchema, timeout=30, retries=2)
+def crash(payload: dict, ctx: TaskContext) -> dict:
+    """End this process on the first call (``os._exit`` or a segfault), return on the later ones."""
+    fd = os.open(payload["marker"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, b"call\n")
+    finally:
+        os.close(fd)
+    with open(payload["marker"], "rb") as fh:
+        calls = fh.read().count(b"\n")
+    if calls == 1:
+        if payload["how"] == "exit":
+            os._exit(3)
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return {"calls": calls}
