@@ -19,7 +19,9 @@ import requests
 from app.embedded import free_port, kill_session
 from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT, Api, RedisServer, wait_until
 
-SLUG_FILES = ("app", "workers", "Procfile", "pyproject.toml", "README.md", "requirements.txt", ".python-version")
+SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
+              ".python-version")
+BUILD_BACKEND = "setuptools>=70.1"  # pyproject.toml's [build-system]: 70.1 builds wheels without `wheel`
 INSTALL_TIMEOUT = 300  # seconds: creating the venv and installing from the pip cache takes ~30 s here
 
 
@@ -44,6 +46,8 @@ def lock_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run([sys.executable, "-m", "venv", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
     run([*pip, "--requirement", str(slug / "requirements.txt")])
+    # the build backend, as a Python buildpack provides it (no runtime dependency brings setuptools along)
+    run([*pip, BUILD_BACKEND])
     run([*pip, "--no-deps", "--no-build-isolation", str(slug)])
     return venv
 
