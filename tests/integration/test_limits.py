@@ -13,13 +13,15 @@ import pytest
 
 from tests.integration.harness import TASKS, Api, RedisServer, Stack
 
-BURST, BURSTERS = 2000, 8
+BURST, BURSTERS, BUDGET = 2000, 8, 200
 
 
 @pytest.fixture
 def stack(tmp_path) -> Iterator[Stack]:
     server = RedisServer(tmp_path / "redis").start()
-    s = Stack(server.url, tmp_path / "stack", api_keys="ka:alice,kb:bob", web_concurrency=2)
+    # a per-minute budget: how many of the burst pass no longer depends on how fast this machine sends it
+    s = Stack(server.url, tmp_path / "stack", api_keys="ka:alice,kb:bob", web_concurrency=2,
+              rate_limit=f"{BUDGET}/minute")
     try:
         yield s
     finally:
@@ -68,7 +70,8 @@ def test_a_burst_from_one_member_leaves_another_members_polls_fast(stack: Stack)
     poller.join()
 
     assert sum(answers.values()) == BURST and set(answers) == {200, 429}, answers
-    assert answers[429] > answers[200], answers  # the limit (100/s) held the burst back
+    # the budget held the burst back (a fixed window may let up to two budgets through across its edge)
+    assert BUDGET - 1 <= answers[200] <= 2 * BUDGET, answers
     assert retry_after and all(value.isdigit() and int(value) >= 1 for value in retry_after), retry_after
     assert set(polled) == {200} and len(latencies) >= 20, (polled, len(latencies))
     p99 = statistics.quantiles(latencies, n=100)[98]

@@ -84,7 +84,7 @@ def test_operators_read_the_audit_trail_over_http_and_the_cli(s3_stack: tuple[St
     cli = subprocess.run([sys.executable, "-m", "app.cli", "audit", "--task", task_id, "--json"], cwd=REPO_ROOT,
                          env=stack.environ(), capture_output=True, timeout=30, check=True)
     assert [orjson.loads(line)["to"] for line in cli.stdout.splitlines()] == ["COMPLETED", "PROCESSING", "PENDING"]
-    assert requests.get(stack.url("/readyz"), timeout=5).status_code == 200
+    assert requests.get(stack.url("/healthz"), timeout=5).status_code == 200
 
 
 def test_a_web_that_cannot_reach_the_store_answers_503_with_retry_after(

@@ -35,7 +35,7 @@ class SseClient:
     def __init__(self, port: int, task_id: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self.sock.sendall(f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode())
+        self.sock.sendall(f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode())
         self.raw = bytearray()
         self.body = bytearray()
         self.ended = False
@@ -261,7 +261,7 @@ def test_the_gevent_web_serves_metrics_and_the_dashboard(stack: Stack) -> None:
 def slow_header_client(port: int) -> socket.socket:
     """A client that sends a request line and then trickles its headers (never finishing them)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     return s
 
 
@@ -271,7 +271,7 @@ def slow_read_client(port: int, path: str) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
     s.settimeout(5)
     s.connect(("127.0.0.1", port))
-    s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     return s
 
 
