@@ -51,9 +51,7 @@ def _setting(env: str, default: Any, doc: str) -> Any:
 @dataclass(frozen=True)
 class Config:
     redis_url: str | None = _setting(
-        "REDIS_URL", None, "Redis to use; unset = `taskport up` starts an embedded redis-server")
-    redis_port: int = _setting(
-        "TASKPORT_REDIS_PORT", 6380, "loopback port of the embedded redis-server of `taskport up`; 0 = any free")
+        "REDIS_URL", None, "Redis to use; unset = `taskport up` starts an embedded valkey-server (unix socket)")
     host: str = _setting(
         "TASKPORT_HOST", "", "interface the web binds; unset = 127.0.0.1 without API keys, 0.0.0.0 with them")
     port: int = _setting("PORT", 8000, "HTTP port of the web process")

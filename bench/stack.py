@@ -104,7 +104,7 @@ class Stack:
         self.keep = keep
         env = {k: os.environ[k] for k in PASSED_THROUGH if os.environ.get(k)}
         base = Config.from_env(env, data_dir=self.dir, host="127.0.0.1", port=free_port(), api_keys="")
-        self.redis_server = EmbeddedRedis(base, port=None)
+        self.redis_server = EmbeddedRedis(base)
         self.config = base
         self.children: list[Child] = []
         self.web: Child | None = None

@@ -277,8 +277,12 @@ def _other_paths(spec: APISpec) -> None:
         200: _content(JSON, "the OpenAPI document", {"type": "object"})})})
     spec.path(f"{UI_PATH}/", operations={"get": _op("This document as an interactive page (Swagger UI)", {
         200: _content("text/html", "the page; its scripts and styles are served beside it", {"type": "string"})})})
-    spec.path("/metrics", operations={"get": _op("Prometheus metrics", {
-        200: _content("text/plain; version=0.0.4", "Prometheus text format", {"type": "string"})})})
+    metrics = _op("Prometheus metrics (operators, unless in open mode: see docs/operations.md#monitoring)", {
+        200: _content("text/plain; version=0.0.4", "Prometheus text format", {"type": "string"}),
+        401: _content(PROBLEM_JSON, "operator credentials missing or wrong (`WWW-Authenticate: Basic`)", "Problem"),
+        404: _content(PROBLEM_JSON, "metrics disabled (API keys and no operator password)", "Problem")})
+    metrics["security"] = [{"basicAuth": []}, {}]
+    spec.path("/metrics", operations={"get": metrics})
     dashboard = _op("rq-dashboard, for operators", {
         200: _content("text/html", "the dashboard", {"type": "string"}),
         401: _content(PROBLEM_JSON, "operator credentials missing or wrong (`WWW-Authenticate: Basic`)", "Problem"),

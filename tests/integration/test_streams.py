@@ -272,7 +272,7 @@ def test_the_gevent_web_serves_metrics_and_the_dashboard(stack: Stack) -> None:
     stack.start_worker()
     assert "Using worker: app.webworker.GeventWorker" in proc.log()
     with Api(stack.base_url) as api:
-        metrics = api.get("/metrics")
+        metrics = api.get("/metrics", auth=("admin", "s3cret"))
         assert metrics.status_code == 200 and "taskport_redis_up 1.0" in metrics.text
         assert "taskport_rq_workers 1.0" in metrics.text
         page = api.get("/rq/", auth=("admin", "s3cret"))

@@ -25,9 +25,9 @@ from tests.integration.harness import Api, RedisServer, Stack
 
 
 class TlsProxy:
-    """TLS on 127.0.0.1:``port`` in front of a plain Redis; one thread per connection."""
+    """TLS on 127.0.0.1:``port`` in front of a plain Redis on a unix socket; one thread per connection."""
 
-    def __init__(self, upstream: int, cert: Path, key: Path) -> None:
+    def __init__(self, upstream: Path, cert: Path, key: Path) -> None:
         self.upstream = upstream
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(cert, key)
@@ -53,7 +53,8 @@ class TlsProxy:
         except (ssl.SSLError, OSError):  # e.g. a client that refuses the certificate
             raw.close()
             return
-        with tls, socket.create_connection(("127.0.0.1", self.upstream)) as up, selectors.DefaultSelector() as sel:
+        with tls, socket.socket(socket.AF_UNIX) as up, selectors.DefaultSelector() as sel:
+            up.connect(str(self.upstream))
             sel.register(tls, selectors.EVENT_READ)
             sel.register(up, selectors.EVENT_READ)
             peer = {tls: up, up: tls}
@@ -80,7 +81,7 @@ def proxy(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) ->
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=redis",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
-    tls = TlsProxy(redis_server.port, cert, key)
+    tls = TlsProxy(redis_server.socket, cert, key)
     yield tls
     tls.close()
 

@@ -26,7 +26,7 @@ class Up:
         self.data_dir = workdir / "var"
         self.port = free_port()
         settings = {
-            "PORT": str(self.port), "TASKPORT_REDIS_PORT": "0", "TASKPORT_DATA_DIR": str(self.data_dir),
+            "PORT": str(self.port), "TASKPORT_DATA_DIR": str(self.data_dir),
             "TASKPORT_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "TASKPORT_WORKERS": "2", **env}
         inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
         # truncating, as `taskport up > up.log` would: `up` makes it O_APPEND, as supervisord's own writes are

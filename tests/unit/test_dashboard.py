@@ -1,4 +1,5 @@
-"""/rq: rq-dashboard behind the operator's HTTP Basic credentials, on the app's own Redis connection."""
+"""/rq: rq-dashboard behind the operator's HTTP Basic credentials, on the app's own Redis connection; its
+state-changing routes POST-only and same-origin only; /metrics for operators unless in open mode."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import base64
 import dataclasses
 
 import pytest
+from rq import Queue, SimpleWorker
 
 from app import create_app
+from app.dashboard import mutating_endpoints
 
 PROBLEM = "application/problem+json"
 
@@ -54,18 +57,140 @@ def test_the_dashboard_reads_the_apps_redis(client):
     assert [job["id"] for job in jobs["jobs"]] == [task_id]
 
 
+OPERATOR = basic("ops", "s3cret")
+SAME_ORIGIN = {**OPERATOR, "Origin": "http://localhost"}  # the test client's host
+
+
 def test_deleting_jobs_is_disabled(client, conn):
     task_id = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}).get_json()["task_id"]
-    r = client.post(f"/rq/job/{task_id}/delete", headers=basic("ops", "s3cret"))
+    r = client.post(f"/rq/job/{task_id}/delete", headers=SAME_ORIGIN)
     assert r.get_json() == {"status": "DISABLED"}
-    r = client.post("/rq/queue/default/queued/empty", headers=basic("ops", "s3cret"))
+    r = client.post("/rq/queue/default/queued/empty", headers=SAME_ORIGIN)
     assert r.get_json() == {"status": "DISABLED"}
     assert conn.llen("rq:queue:default") == 1
 
 
 def test_the_rest_of_the_app_needs_no_operator_credentials(client):
     assert client.get("/healthz").status_code == 200
-    assert client.get("/metrics").status_code == 200
+    assert client.get("/api/v1/tasks").status_code == 200
+
+
+# -- state changes: POST only, same origin only ------------------------------------------------------
+
+# rq-dashboard 0.9's routes that change state (rq_dashboard/web.py); requeue_all also answers GET there.
+MUTATING = {
+    "delete_job_view": "/rq/job/{job}/delete",
+    "requeue_job_view": "/rq/job/{job}/requeue",
+    "requeue_all": "/rq/requeue/default",
+    "empty_queue": "/rq/queue/default/failed/empty",
+    "compact_queue": "/rq/queue/default/compact",
+}
+
+
+@pytest.fixture
+def failed_job(conn) -> str:
+    """A job in the default queue's failed registry (RQ's own worker failed it)."""
+    queue = Queue("default", connection=conn)
+    job = queue.enqueue("builtins.int", "not a number")
+    SimpleWorker([queue], connection=conn).work(burst=True)
+    assert queue.failed_job_registry.get_job_ids() == [job.id]
+    return job.id
+
+
+def test_every_route_that_changes_state_is_known(config, conn):
+    app = create_app(dataclasses.replace(config, dashboard_password="pw"), conn=conn)
+    assert mutating_endpoints(app) == {f"rq_dashboard.{name}" for name in MUTATING}
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS"])
+@pytest.mark.parametrize("name", sorted(MUTATING))
+def test_a_state_change_by_anything_but_post_is_a_405(client, conn, failed_job, name, method):
+    r = client.open(MUTATING[name].format(job=failed_job), method=method, headers=SAME_ORIGIN)
+    assert r.status_code == 405
+    assert "POST" in r.headers["Allow"] and method not in r.headers["Allow"]  # Flask's router adds OPTIONS
+    if method != "HEAD":
+        assert r.headers["Content-Type"] == PROBLEM
+        assert r.get_json()["status"] == 405
+    queue = Queue("default", connection=conn)
+    assert (queue.failed_job_registry.get_job_ids(), queue.count) == ([failed_job], 0)  # nothing requeued
+
+
+def test_the_image_tag_attack_requeues_nothing(client, conn, failed_job):
+    """<img src="http://host/rq/requeue/default"> in any page the operator opens: the browser adds Basic auth."""
+    r = client.get("/rq/requeue/default", headers={**OPERATOR, "Sec-Fetch-Site": "cross-site",
+                                                   "Referer": "https://evil.example/"})
+    assert r.status_code == 405
+    assert Queue("default", connection=conn).count == 0
+
+
+def test_credentials_come_first(client):
+    r = client.get("/rq/requeue/default")
+    assert r.status_code == 401
+
+
+@pytest.mark.parametrize("headers, field", [
+    ({}, "Origin"),
+    ({"Origin": "https://evil.example"}, "Origin"),
+    ({"Origin": "null"}, "Origin"),
+    ({"Origin": "http://localhost.evil.example"}, "Origin"),
+    ({"Referer": "https://evil.example/rq/"}, "Origin"),
+    ({"Origin": "http://localhost", "Sec-Fetch-Site": "cross-site"}, "Sec-Fetch-Site"),
+    ({"Origin": "http://localhost", "Sec-Fetch-Site": "same-site"}, "Sec-Fetch-Site"),
+])
+def test_a_post_from_another_site_is_a_403_naming_the_header(client, conn, failed_job, headers, field):
+    r = client.post("/rq/requeue/default", headers={**OPERATOR, **headers})
+    assert r.status_code == 403
+    assert r.headers["Content-Type"] == PROBLEM
+    assert list(r.get_json()["errors"]) == [field]
+    assert Queue("default", connection=conn).count == 0
+
+
+@pytest.mark.parametrize("headers", [
+    {"Origin": "http://localhost"},
+    {"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"},
+    {"Referer": "http://localhost/rq/0/view/jobs/default/failed/8/asc/1"},  # a browser that sends no Origin
+])
+def test_a_same_origin_post_requeues(client, conn, failed_job, headers):
+    r = client.post("/rq/requeue/default", headers={**OPERATOR, **headers})
+    assert r.status_code == 200
+    assert r.get_json() == {"status": "OK", "count": 1}
+    assert Queue("default", connection=conn).get_job_ids() == [failed_job]
+
+
+def test_one_job_is_requeued_by_a_same_origin_post(client, conn, failed_job):
+    assert client.post(f"/rq/job/{failed_job}/requeue", headers=SAME_ORIGIN).get_json() == {"status": "OK"}
+    assert Queue("default", connection=conn).get_job_ids() == [failed_job]
+
+
+def test_the_dashboard_pages_still_render_their_post_buttons(client, failed_job):
+    page = client.get("/rq/0/view/jobs/default/failed/8/asc/1", headers=OPERATOR).get_data(as_text=True)
+    assert 'href="/rq/requeue/default"' in page and 'id="requeue-all-btn"' in page
+
+
+# -- /metrics ------------------------------------------------------------------------------------------
+
+
+def test_open_mode_metrics_answer_anyone(config, conn):
+    assert create_app(config, conn=conn).test_client().get("/metrics").status_code == 200
+
+
+@pytest.mark.parametrize("keys", ["", "k1:alice"])
+def test_with_an_operator_password_metrics_need_the_operator(config, conn, keys):
+    app = create_app(dataclasses.replace(config, api_keys=keys, dashboard_password="s3cret", dashboard_user="ops",
+                                         allow_open=True), conn=conn)
+    client = app.test_client()
+    for headers in ({}, basic("ops", "wrong"), {"Authorization": "Bearer k1"}):
+        r = client.get("/metrics", headers=headers)
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Basic ")
+        assert r.headers["Content-Type"] == PROBLEM
+    r = client.get("/metrics", headers=OPERATOR)
+    assert r.status_code == 200 and "taskport_" in r.get_data(as_text=True)
+
+
+def test_with_api_keys_and_no_operator_password_metrics_are_off(config, conn):
+    client = create_app(dataclasses.replace(config, api_keys="k1:alice", allow_open=True), conn=conn).test_client()
+    r = client.get("/metrics", headers={"Authorization": "Bearer k1"})
+    assert r.status_code == 404 and r.get_json()["detail"] == "metrics disabled"
 
 
 def test_many_apps_in_one_process_each_mount_the_dashboard(config, conn):

@@ -26,7 +26,7 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
     ("/healthz", "get"): {"200"},
     ("/readyz", "get"): {"200", "503"},
     ("/api/v1/openapi.json", "get"): {"200"},
-    ("/metrics", "get"): {"200"},
+    ("/metrics", "get"): {"200", "401", "404"},
     ("/rq/", "get"): {"200", "401", "404"},
     ("/", "get"): {"200"},
 }
