@@ -15,18 +15,19 @@ from workers.exceptions import ItemError, TaskError
 from workers.processors import processor
 
 MAX_ITEMS = 10000
+MAX_CODE = 100  # characters of order_code, item_code and warehouse: a 900 KB order_code was accepted once
 DEFAULT_WAREHOUSE = "main"
 
 
 class OrderItemSchema(Schema):
-    item_code = fields.String(required=True, validate=validate.Length(min=1))
+    item_code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE))
     quantity = fields.Integer(required=True, strict=True)
-    warehouse = fields.String(load_default=DEFAULT_WAREHOUSE)
+    warehouse = fields.String(load_default=DEFAULT_WAREHOUSE, validate=validate.Length(max=MAX_CODE))
     bill_unpaid = fields.Boolean(load_default=False, truthy={True}, falsy={False})
 
 
 class SplitSchema(Schema):
-    order_code = fields.String(required=True, validate=validate.Length(min=1))
+    order_code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE))
     account_status = fields.String(load_default="active", validate=validate.OneOf(["active", "suspended"]))
     items = fields.List(
         fields.Nested(OrderItemSchema), required=True, validate=validate.Length(min=1, max=MAX_ITEMS)
