@@ -210,7 +210,10 @@ def history() -> Response:
         if query["cursor"]:
             decode_cursor(query["cursor"])
     except ValidationError as exc:
-        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+        errors = processors.flatten_errors(exc.messages)
+        if "cursor" in errors:
+            errors["cursor"] = ["Not a cursor from a previous page."]
+        raise ValidationFailed(errors) from None
     except ValueError:
         raise ValidationFailed({"cursor": ["Not a cursor from a previous page."]}) from None
     now = now_ms()
