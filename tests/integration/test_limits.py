@@ -16,7 +16,7 @@ import requests
 
 from tests.integration.harness import TASKS, Api, RedisServer, Stack, wait_until
 
-BURST, BURSTERS = 2000, 8
+BURST, BURSTERS, BUDGET = 2000, 8, 200
 CAP = 50
 
 
@@ -85,14 +85,16 @@ def burst_while_bob_polls(stack: Stack, send: Callable[[Api, int], requests.Resp
 
 
 def test_a_burst_from_one_member_leaves_another_members_polls_fast(server: RedisServer, tmp_path: Path) -> None:
-    stack = make_stack(server, tmp_path)
+    # a per-minute budget: how many of the burst pass no longer depends on how fast this machine sends it
+    stack = make_stack(server, tmp_path, rate_limit=f"{BUDGET}/minute")
     try:
         stack.start_web()
         answers = burst_while_bob_polls(stack, lambda alice, _: alice.get(TASKS))
     finally:
         stack.stop_all()
     assert set(answers) == {200, 429}, answers
-    assert answers[429] > answers[200], answers  # the limit (100/s) held the burst back
+    # the budget held the burst back (a fixed window may let up to two budgets through across its edge)
+    assert BUDGET - 1 <= answers[200] <= 2 * BUDGET, answers
 
 
 def test_a_burst_of_submits_stops_at_the_active_task_cap(server: RedisServer, tmp_path: Path) -> None:
