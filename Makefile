@@ -3,6 +3,8 @@
 #   make test    lint, type checks and the whole test suite (Python alone; what CI runs first)
 #   make test-browser  the page and its JS client in headless Chromium (needs the chromium and
 #                chromium-driver system packages; CI runs it after make test)
+#   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;
+#                CI runs it after make test); TASKPORT_FUZZ_SECONDS sets each run's budget (default 40)
 #   make bench   the benchmarks in bench/
 #   make lint    ruff and mypy only
 #   make clean   remove the venv and caches (var/, the local data, is kept)
@@ -15,7 +17,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
 LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test test-browser lint bench clean
+.PHONY: up test test-browser test-fuzz lint bench clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
@@ -26,6 +28,10 @@ test: lint
 # Screenshots land in build/browser/ (docs/page.png is a copy of build/browser/page.png).
 test-browser: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/browser
+
+# Two schemathesis runs (with API keys, in open mode) against a real stack: tests/fuzz/test_contract.py.
+test-fuzz: $(DEV_STAMP)
+	$(BIN)/python -m pytest tests/fuzz
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)

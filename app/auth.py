@@ -5,30 +5,50 @@ from __future__ import annotations
 import hmac
 import logging
 
-from flask import Flask, request
+from flask import Flask, g, request
 
 from app.config import Config
-from app.errors import BadRequest, Unauthorized
+from app.errors import AppError, BadRequest, Unauthorized
 
 OPEN_MEMBER = "public"
 log = logging.getLogger(__name__)
 
 
+class Forbidden(AppError):
+    status, slug, title = 403, "forbidden", "Not allowed for this API key"
+
+
 class Members:
     def __init__(self, config: Config) -> None:
+        self.grants = config.grants
         self.keys = config.members
         if not self.keys:
             log.warning("no TASKPORT_API_KEYS configured: open development mode, every caller is %r", OPEN_MEMBER)
 
     def current(self) -> str:
         """The calling member, from ``Authorization: Bearer <key>``; 401 for a missing or unknown key."""
-        if not self.keys:
-            return OPEN_MEMBER
+        return self._caller()[0]
+
+    def check_priority(self, priority: str | None) -> None:
+        """403 naming ``priority`` when the calling key may not submit ``priority: high``.
+
+        Only keys listed as ``key:member:high`` may; in open mode the one trusted user (``public``) may."""
+        if priority == "high" and not self._caller()[1]:
+            raise Forbidden("this API key may not submit priority high (TASKPORT_API_KEYS key:member:high)",
+                            errors={"priority": ["This API key may not submit priority high."]})
+
+    def _caller(self) -> tuple[str, bool]:
+        if not self.grants:
+            return OPEN_MEMBER, True
+        cached: tuple[str, bool] | None = g.get("taskport_caller")
+        if cached is not None:
+            return cached
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token:
-            for key, member in self.keys.items():
+            for key, grant in self.grants.items():
                 if hmac.compare_digest(key.encode(), token.strip().encode()):
-                    return member
+                    g.taskport_caller = grant
+                    return grant
         raise Unauthorized("send Authorization: Bearer <api key>", headers={"WWW-Authenticate": "Bearer"})
 
 

@@ -18,7 +18,7 @@ from typing import Any
 LOOPBACK = "127.0.0.1"
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
-                      "rate_limit"})
+                      "rate_limit", "max_active_tasks"})
 # Settings with a fixed set of values, and settings that must be above zero (Config.validate).
 CHOICES: dict[str, tuple[str, ...]] = {
     "worker_class": ("fork", "simple", "spawn"), "redis_fsync": ("everysec", "always"),
@@ -29,6 +29,8 @@ POSITIVE = ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body
             "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes", "inline_result_max",
             "result_store_timeout")
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
+KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
+HIGH_PRIORITY_GRANT = "high"  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
 
 
 def is_loopback(host: str) -> bool:
@@ -70,7 +72,9 @@ class Config:
     tombstone_ttl: int = _setting("TASKPORT_TOMBSTONE_TTL", 7 * 86400, "seconds an EXPIRED tombstone is kept")
     dedup_window: int = _setting("TASKPORT_DEDUP_WINDOW", 300, "seconds a dedup key stays held")
     max_body: int = _setting("TASKPORT_MAX_BODY", 1024 * 1024, "largest accepted request body, bytes")
-    api_keys: str = _setting("TASKPORT_API_KEYS", "", "comma list key:member; empty = open mode, member public")
+    api_keys: str = _setting(
+        "TASKPORT_API_KEYS", "", "comma list key:member or key:member:high (that key may submit priority high); "
+        "empty = open mode, member public (who may)")
     processors: str = _setting("TASKPORT_PROCESSORS", "", "comma list of modules that register processors")
     progress_interval: float = _setting(
         "TASKPORT_PROGRESS_INTERVAL", 0.5, "seconds between progress writes of a running task")
@@ -133,6 +137,11 @@ class Config:
         "TASKPORT_SSE_MAX_MINUTES", 30.0, "minutes after which the server ends an event stream (the client "
         "resumes with Last-Event-ID)")
 
+    max_active_tasks: str = _setting(
+        "TASKPORT_MAX_ACTIVE_TASKS", "",
+        f"unfinished (PENDING or PROCESSING) tasks per member; more submits get 429; unset = "
+        f"{KEYED_MAX_ACTIVE_TASKS} with API keys, off in open mode; off = never")
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
         """Build a Config from ``environ`` (default ``os.environ``); ``overrides`` win."""
@@ -170,6 +179,8 @@ class Config:
         self.audit_limits  # noqa: B018
         if self.request_limit:
             _check_rate_limit(self.request_limit)
+        self.active_task_cap  # noqa: B018
+        self.members  # noqa: B018
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
@@ -191,13 +202,31 @@ class Config:
     @property
     def members(self) -> dict[str, str]:
         """API key -> member. Empty in open development mode."""
-        keys: dict[str, str] = {}
+        return {key: member for key, (member, _) in self.grants.items()}
+
+    @property
+    def grants(self) -> dict[str, tuple[str, bool]]:
+        """API key -> (member, whether that key may submit ``priority: high``)."""
+        keys: dict[str, tuple[str, bool]] = {}
         for entry in filter(None, (e.strip() for e in self.api_keys.split(","))):
-            key, sep, member = entry.partition(":")
-            if not sep or not key or not member:
-                raise ConfigError("TASKPORT_API_KEYS entries look like key:member")
-            keys[key] = member
+            key, sep, rest = entry.partition(":")
+            member, _, grant = rest.partition(":")
+            if not sep or not key or not member or grant not in ("", HIGH_PRIORITY_GRANT):
+                raise ConfigError("TASKPORT_API_KEYS entries look like key:member or key:member:high")
+            keys[key] = (member, grant == HIGH_PRIORITY_GRANT)
         return keys
+
+    @property
+    def active_task_cap(self) -> int:
+        """Unfinished tasks one member may hold (0 = no cap): on by default with API keys, off in open mode."""
+        raw = self.max_active_tasks.strip().lower()
+        if raw == "off":
+            return 0
+        if not raw:
+            return KEYED_MAX_ACTIVE_TASKS if self.api_keys.strip() else 0
+        if not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**31):
+            raise ConfigError("TASKPORT_MAX_ACTIVE_TASKS must be a positive whole number or off")
+        return int(raw)
 
     @property
     def request_limit(self) -> str:

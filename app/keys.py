@@ -42,6 +42,7 @@ def history(member: str) -> str:
 EXPIRY = f"{PREFIX}expiry"  # sorted set: task id scored by the ms when housekeeping must act on it
 RUNNING = f"{PREFIX}running"  # sorted set: PROCESSING task id scored by its last heartbeat (ms)
 MEMBERS = f"{PREFIX}members"  # set: every member that has a history index
+ACTIVE = f"{PREFIX}active"  # hash: member -> how many of its tasks are unfinished (PENDING or PROCESSING)
 STATS = f"{PREFIX}stats"  # hash: counters (submitted, completed, failed, ...) for metrics
 FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
 SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
@@ -65,4 +66,4 @@ def housekeeping_lock(job: str) -> str:
 
 
 def all_static() -> list[str]:
-    return [EXPIRY, RUNNING, MEMBERS, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP]
+    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, fields, validate
 
 from app.states import QUEUES, STORED
+from app.store import CURSOR_PATTERN
 
 MAX_DEDUP_KEY = 128
 
@@ -26,7 +27,8 @@ class HistoryQuerySchema(Schema):
     status = fields.String(validate=validate.OneOf(sorted(STORED)), load_default=None)
     type = fields.String(validate=validate.Length(min=1, max=200), load_default=None)
     limit = fields.Integer(validate=validate.Range(min=1, max=200), load_default=50)
-    cursor = fields.String(validate=validate.Length(min=1, max=200), load_default=None)
+    cursor = fields.String(validate=validate.Regexp(CURSOR_PATTERN), load_default=None,
+                           metadata={"description": "opaque: the next_cursor of a previous page, unchanged"})
 
 
 class ItemsSchema(Schema):

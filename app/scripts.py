@@ -35,21 +35,28 @@ local function audit(task_key, id, from)
 end
 """
 
-# Create a task unless the member's dedup key is held, and queue its RQ job in the same step.
-# Atomic so that N concurrent identical submits create exactly one task, and so that a task and its
-# job reach Redis (and its append-only file) together or not at all; a duplicate queues nothing.
+# Create a task unless the member's dedup key is held or the member is at its cap of unfinished tasks,
+# and queue its RQ job in the same step. Atomic so that N concurrent identical submits create exactly one
+# task, so that N concurrent submits never take a member past its cap, and so that a task and its job
+# reach Redis (and its append-only file) together or not at all; a duplicate or a refusal queues nothing.
+# The per-member count of unfinished tasks (KEYS[8], a hash member -> count) goes up here and down in
+# TRANSITION when a task leaves PENDING/PROCESSING for good, so the check is one HGET.
 # The job's commands are the ones RQ itself issues to enqueue (recorded by TaskStore.create), each on
-# one key: the n-th of them acts on KEYS[7 + n].
-# KEYS: dedup, task, payload, history, expiry, members, stats, then one key per job command
+# one key: the n-th of them acts on KEYS[8 + n].
+# KEYS: dedup, task, payload, history, expiry, members, stats, active, then one key per job command
 # ARGV: task_id, dedup_window_s, key_ttl_s, created_ms, expiry_ms, payload_json, member,
+#       cap (unfinished tasks the member may hold; 0 = no cap),
 #       n (how many ARGV entries the job's commands take), then per command: name, argc, args...,
 #       then field1, value1, ...  (the task hash)
-# Returns {1} when created, {0, existing_id} for a duplicate.
+# Returns {1} when created, {0, existing_id} for a duplicate, {2, unfinished_count} at the cap.
 SUBMIT = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  return {0, redis.call('GET', KEYS[1])}
-end
-local first_field = 9 + tonumber(ARGV[8])
+local held = redis.call('GET', KEYS[1])
+if held then return {0, held} end
+local cap = tonumber(ARGV[8])
+local active = tonumber(redis.call('HGET', KEYS[8], ARGV[7]) or '0')
+if cap > 0 and active >= cap then return {2, active} end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+local first_field = 10 + tonumber(ARGV[9])
 local pairs = {}
 for i = first_field, #ARGV do pairs[#pairs + 1] = ARGV[i] end
 redis.call('HSET', KEYS[2], unpack(pairs))
@@ -59,7 +66,8 @@ redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('SADD', KEYS[6], ARGV[7])
 redis.call('HINCRBY', KEYS[7], 'submitted', 1)
-local i, k = 9, 8
+redis.call('HINCRBY', KEYS[8], ARGV[7], 1)
+local i, k = 10, 9
 while i < first_field do
   local argc = tonumber(ARGV[i + 1])
   redis.call(ARGV[i], KEYS[k], unpack(ARGV, i + 2, i + 1 + argc))
@@ -120,15 +128,17 @@ return 'PROCESSING'
 """
 
 # Every other transition: expected status(es) -> new status, with its side effects in one step.
-# KEYS: task, payload, result, running, expiry, events, stats, failures
+# KEYS: task, payload, result, running, expiry, events, stats, failures, active (see SUBMIT)
 # ARGV: expected (comma list), run_id ('' = any run), new_status, key_ttl_s ('' = keep),
 #       expiry_ms ('' = leave the expiry index), result_json for a key of its own ('' = none, or
 #       inline in the hash's 'result' field), result_ttl_s,
 #       drop ('payload' | 'all' | ''), stale_before_ms ('' = no check; else the task's heartbeat must be
 #       older, so a recovery never takes a task from a live worker), now_ms, stat ('' = none),
 #       task_id, field1, value1, ...
-# Every transition ends the current run: its run_id is dropped. Past the task's expires_at only the
-# move to EXPIRED is allowed (readers already see EXPIRED; it is final): anything else answers EXPIRED.
+# Leaving PENDING/PROCESSING for any other status counts the task off its member's unfinished tasks (once:
+# the expected-status check lets only one transition out). Every transition ends the current run: its
+# run_id is dropped. Past the task's expires_at only the move to EXPIRED is allowed (readers already see
+# EXPIRED; it is final): anything else answers EXPIRED.
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
 TRANSITION = """
 local cur = redis.call('HMGET', KEYS[1], 'status', 'run_id', 'expires_at')
@@ -158,6 +168,10 @@ if ARGV[8] == 'all' then
 end
 if ARGV[11] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[11], 1) end
 if ARGV[3] == 'FAILED' then redis.call('ZADD', KEYS[8], ARGV[10], id) end
+if (status == 'PENDING' or status == 'PROCESSING') and ARGV[3] ~= 'PENDING' and ARGV[3] ~= 'PROCESSING' then
+  local member = redis.call('HGET', KEYS[1], 'member')
+  if member and redis.call('HINCRBY', KEYS[9], member, -1) <= 0 then redis.call('HDEL', KEYS[9], member) end
+end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('PUBLISH', KEYS[6], seq)
 audit(KEYS[1], id, status)

@@ -17,15 +17,16 @@ import orjson
 import redis
 
 from app.config import Config
-from app.errors import Conflict, task_not_found
+from app.errors import Conflict, TooManyRequests, task_not_found
 from app.jobs import JobQueue
 from app.logs import task_logger
 from app.states import ACTIVE, TaskStatus
-from app.store import NewTask, TaskStore
+from app.store import ActiveCapReached, NewTask, TaskStore
 from app.task import Task, now_ms
 from workers import processors
 
 log = logging.getLogger(__name__)
+ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
 
 
 def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) -> str:
@@ -65,8 +66,16 @@ class TaskService:
             task_id=str(uuid.uuid4()), member=member, type=task_type, payload=payload, dedup_digest=digest,
             priority=priority or proc.priority, max_attempts=proc.retries + 1,
         )
-        created, holder, task = self.store.create(
-            new, lambda pipe: self.jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=pipe))
+        try:
+            created, holder, task = self.store.create(
+                new, lambda pipe: self.jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=pipe))
+        except ActiveCapReached as exc:
+            log.info("submit of %s by %s refused: %s", task_type, member, exc)
+            raise TooManyRequests(
+                f"you have {exc.active} unfinished tasks, the most one member may have "
+                "(TASKPORT_MAX_ACTIVE_TASKS): wait for some to finish or cancel some",
+                headers={"Retry-After": str(ACTIVE_CAP_RETRY_AFTER)}, limit="max_active_tasks", cap=exc.cap,
+                active=exc.active) from None
         tlog = task_logger(log, holder)
         if not created:
             tlog.info("duplicate submit of %s by %s", task_type, member)

@@ -32,6 +32,14 @@ INLINE_RESULT_MAX = 64
 HISTORY_SCAN = 5
 
 
+class ActiveCapReached(Exception):
+    """A submit refused: the member already holds ``cap`` unfinished tasks (``Config.active_task_cap``)."""
+
+    def __init__(self, cap: int, active: int) -> None:
+        super().__init__(f"{active} unfinished tasks, the cap is {cap}")
+        self.cap, self.active = cap, active
+
+
 class ResultNotStorable(ValueError):
     """A processor's output cannot be stored (not JSON-serializable, or over ``Config.max_result``)."""
 
@@ -89,6 +97,8 @@ class TaskStore:
     # -- submit ---------------------------------------------------------------------------------
     def create(self, new: NewTask, enqueue: Callable[[Any], None]) -> tuple[bool, str, Task | None]:
         """Create the task and queue its job, unless its dedup key is held: one script, one round trip.
+        Raises ActiveCapReached, writing nothing, when the member holds ``Config.active_task_cap``
+        unfinished tasks already.
 
         ``enqueue(pipeline)`` is RQ's own enqueue of the job; its commands are recorded on a pipeline
         that is never sent, and the submit script replays them once it has created the task, so a
@@ -109,10 +119,12 @@ class TaskStore:
         answer = self._run(
             "submit",
             [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
-             keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS, *job_keys],
+             keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS, keys.ACTIVE, *job_keys],
             [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
-             body, new.member, len(job_args), *job_args, *fields],
+             body, new.member, c.active_task_cap, len(job_args), *job_args, *fields],
         )  # fmt: skip
+        if answer[0] == 2:
+            raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
             return True, new.task_id, Task.from_hash(written, new.task_id)
@@ -190,7 +202,7 @@ class TaskStore:
         answer = self._run(
             "transition",
             [keys.task(task_id), keys.payload(task_id), keys.result(task_id), keys.RUNNING, keys.EXPIRY,
-             keys.events(task_id), keys.STATS, keys.FAILURES],
+             keys.events(task_id), keys.STATS, keys.FAILURES, keys.ACTIVE],
             [",".join(expected), run_id, new_status, key_ttl, expiry_ms, result, self.config.result_ttl,
              drop, stale_before_ms, now_ms(), new_status.lower() if stat is None else stat, task_id, *fields],
             client=client,
@@ -363,6 +375,10 @@ class TaskStore:
     def running(self, limit: int = 10_000) -> list[str]:
         return [m.decode() for m in self.redis.zrange(keys.RUNNING, 0, limit - 1)]
 
+    def active(self, member: str) -> int:
+        """How many of the member's tasks are unfinished (the count the submit script checks its cap against)."""
+        return int(self.redis.hget(keys.ACTIVE, member) or 0)
+
     def stats(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
 
@@ -371,25 +387,20 @@ def _matches(task: Task, status: str | None, type_: str | None, now: int) -> boo
     return (not status or task.effective_status(now) == status) and (not type_ or task.type == type_)
 
 
+# A history cursor: "<creation time in ms>-<entries with that time already passed>", in ASCII digits within
+# bounds Redis accepts (its LIMIT offset is a signed 64-bit integer; a score a double). Clients treat it as
+# opaque; the OpenAPI document states this exact pattern, so every string it allows is a cursor we accept.
+CURSOR_PATTERN = r"^(0|[1-9][0-9]{0,15})-(0|[1-9][0-9]{0,9})$"
+_CURSOR = re.compile(CURSOR_PATTERN)
+
+
 def encode_cursor(position: tuple[float, int]) -> str:
-    raw = f"{int(position[0])}:{int(position[1])}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-# What a cursor this service made decodes to: a creation time in ms and a count, in ASCII digits, within
-# bounds Redis accepts (its LIMIT offset is a signed 64-bit integer; a score a double).
-_CURSOR = re.compile(r"(0|[1-9][0-9]{0,15}):(0|[1-9][0-9]{0,9})")
+    return f"{int(position[0])}-{int(position[1])}"
 
 
 def decode_cursor(cursor: str) -> tuple[int, int]:
     """Raises ValueError for anything that is not a cursor this service made."""
-    if len(cursor) > 64 or not cursor.isascii():
-        raise ValueError("malformed cursor")
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-    except (ValueError, UnicodeDecodeError) as exc:  # binascii.Error is a ValueError
-        raise ValueError("malformed cursor") from exc
-    match = _CURSOR.fullmatch(raw)
+    match = _CURSOR.match(cursor) if len(cursor) <= 64 and cursor.isascii() and "\n" not in cursor else None
     if match is None:
         raise ValueError("malformed cursor")
     return int(match[1]), int(match[2])

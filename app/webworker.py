@@ -24,9 +24,11 @@ from typing import Any
 import gevent
 from gevent import monkey
 from gevent.socket import wait_read
+from gunicorn import util as gunicorn_util
 from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
 
 from app.config import Config
+from app.errors import PROBLEM_JSON, problem
 
 FILES_BESIDES_CONNECTIONS = 256  # Redis connections (a pool of 64), logs, result files being served
 
@@ -40,6 +42,25 @@ def allow_open_files(wanted: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+# gunicorn answers a request it cannot parse (an over-long request line: 414, too many or too large headers:
+# 431, a malformed request: 400) itself, before the app, with an HTML page naming what it read. These
+# details say what limit was broken without echoing the client's bytes.
+GUNICORN_DETAILS = {
+    414: "the request line (method, path and query) is over the server's limit of 4094 bytes",
+    431: "a request header is over the server's limit of 8190 bytes, or there are over 100 of them",
+}
+
+
+def write_problem(sock: Any, status: int, reason: str, mesg: str) -> None:
+    """gunicorn's ``util.write_error``, answering problem+json like the app instead of an HTML page."""
+    detail = GUNICORN_DETAILS.get(status, "the server could not read this request" if status < 500 else
+                                  "an internal error occurred")
+    body = problem(status, reason.lower().replace(" ", "-"), reason, detail).get_data()
+    head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: {PROBLEM_JSON}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
 class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
     """gunicorn's ``gevent`` worker whose client sockets time out after ``TASKPORT_WEB_IO_TIMEOUT`` idle s."""
 
@@ -49,6 +70,7 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
         config = Config.from_env()
         self.io_timeout = config.web_io_timeout
         allow_open_files(config.web_connections + FILES_BESIDES_CONNECTIONS)
+        gunicorn_util.write_error = write_problem  # this process's own gunicorn: its errors as the app's
         super().init_process()
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:

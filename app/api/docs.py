@@ -52,6 +52,13 @@ or cancel it. Errors are RFC 9457 problem details (`application/problem+json`). 
 Authentication is `Authorization: Bearer <api key>`; with no keys configured the service runs in open mode."""
 
 
+# One event of the stream as an SSE parser sees it (comments are not events).
+SSE_EVENT = {"type": "object", "required": ["event", "id", "data"], "properties": {
+    "event": {"type": "string", "enum": ["status"]},
+    "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the task's event sequence number"},
+    "data": {"type": "string", "contentMediaType": "application/json",
+             "description": "the status document (StatusDocument) as one line of JSON"}}}
+
 UI_PATH = "/docs"
 OPENAPI_PATH = "/openapi.json"
 
@@ -80,8 +87,9 @@ def openapi_bytes(app: Flask) -> bytes:
         with _lock:
             cached = app.extensions.get(EXTENSION)
             if cached is None:
-                keys_configured = bool(app.extensions[RUNTIME].members.keys)
-                cached = app.extensions[EXTENSION] = orjson.dumps(build_spec(keys_configured).to_dict())
+                rt = app.extensions[RUNTIME]
+                spec = build_spec(bool(rt.members.keys), operator=bool(rt.config.dashboard_password))
+                cached = app.extensions[EXTENSION] = orjson.dumps(spec.to_dict())
     return cached  # type: ignore[no-any-return]
 
 
@@ -113,15 +121,18 @@ class _Names:
         return self.names[cls]
 
 
-def build_spec(keys_configured: bool) -> APISpec:
-    """The whole document: components first (so nested schemas reuse them), then every path."""
+def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
+    """The whole document: components first (so nested schemas reuse them), then every path.
+
+    ``operator``: whether the operator routes (/rq, /api/v1/audit) are served (an operator password is set);
+    without it they answer 404 to everyone and are left out, so the document lists only what is served."""
     spec = APISpec(title="taskport", version="1", openapi_version="3.0.3",
                    plugins=[MarshmallowPlugin(schema_name_resolver=_Names())],
                    info={"description": DESCRIPTION})
     _components(spec)
     security: list[dict[str, list[str]]] = [{"bearerAuth": []}] if keys_configured else [{}]
     _task_paths(spec, security)
-    _other_paths(spec)
+    _other_paths(spec, operator)
     return spec
 
 
@@ -145,8 +156,15 @@ def _components(spec: APISpec) -> None:
         ("UnsupportedMediaType", 415, "the body is not application/json", "Problem"),
         ("ValidationFailed", 422, "invalid fields (paths under `errors`)", "Problem"),
         ("InternalError", 500, "an internal error occurred (details only in the log)", "Problem"),
+        ("UriTooLong", 414, "the request line is over gunicorn's limit (4094 bytes), answered before the app",
+         "Problem"),
+        ("HeadersTooLarge", 431, "a header is over gunicorn's limit (8190 bytes), or there are over 100 of them; "
+                                 "answered before the app", "Problem"),
     ):
         c.response(name, _content(PROBLEM_JSON, f"{code}: {text}", body))
+    c.response("TooManyRequests", _content(
+        PROBLEM_JSON, "429: over the member's request rate (TASKPORT_RATE_LIMIT), or for a submit over its cap of "
+        "unfinished tasks (TASKPORT_MAX_ACTIVE_TASKS: `limit`, `cap` and `active` name it)", "Problem", retry=True))
     c.response("Unavailable", _content(PROBLEM_JSON, "Redis or result store down: retry", "Problem", retry=True))
     c.response("Gone", _content(JSON, "EXPIRED: the status document (no result)", "StatusDocument"))
     c.response("StillRunning", _content(JSON, "PENDING or PROCESSING: the status document", "StatusDocument", True))
@@ -191,11 +209,12 @@ def _submit_body() -> dict[str, Any]:
     for task_type in processors.known_types():
         proc = processors.get(task_type)
         assert proc is not None
-        variants.append({"allOf": [
-            {"$ref": "#/components/schemas/SubmitRequest"},
-            {"type": "object", "properties": {"type": {"type": "string", "enum": [task_type]},
-                                              "payload": {"$ref": f"#/components/schemas/Payload.{task_type}"}}},
-        ]})  # fmt: skip
+        variant: dict[str, Any] = {"type": "object", "properties": {
+            "type": {"type": "string", "enum": [task_type]},
+            "payload": {"$ref": f"#/components/schemas/Payload.{task_type}"}}}
+        if any(field.required for field in proc.schema.fields.values()):
+            variant["required"] = ["type", "payload"]  # a payload with required fields must be sent
+        variants.append({"allOf": [{"$ref": "#/components/schemas/SubmitRequest"}, variant]})
         examples[task_type] = {"summary": task_type,
                                "value": {"type": task_type, "payload": example_payload(task_type, proc.schema)}}
     schema: dict[str, Any] = {"oneOf": variants} if variants else {"$ref": "#/components/schemas/SubmitRequest"}
@@ -208,61 +227,77 @@ def _op(summary: str, responses: dict[str | int, Any], security: list[dict[str, 
     if security is not None:
         op["security"] = security
         op["responses"].setdefault("401", "Unauthorized")
+        op["responses"].setdefault("429", "TooManyRequests")
         op["responses"].setdefault("503", "Unavailable")
         op["responses"].setdefault("500", "InternalError")
+    op["responses"].setdefault("414", "UriTooLong")
+    op["responses"].setdefault("431", "HeadersTooLarge")
     return op
 
 
-def _header(name: str, description: str) -> dict[str, Any]:
-    return {"in": "header", "name": name, "required": False, "schema": {"type": "string"}, "description": description}
+def _header(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {"in": "header", "name": name, "required": False, "schema": {"type": "string", **schema},
+            "description": description}
+
+
+# Links of the stateful contract: from a submit's 202 to everything about that task.
+_TASK_ID_FROM_BODY = {"task_id": "$response.body#/task_id"}
+SUBMIT_LINKS = {name: {"operationId": op, "parameters": _TASK_ID_FROM_BODY} for name, op in (
+    ("status", "getTask"), ("result", "getResult"), ("events", "getEvents"), ("cancel", "cancelTask"))}
 
 
 def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     submit = _op("Submit a task", {
         202: {**_content(JSON, "accepted: the status document (PENDING)", "StatusDocument", True),
-              "headers": {"Location": "Location", "Retry-After": "RetryAfter"}},
+              "headers": {"Location": "Location", "Retry-After": "RetryAfter"}, "links": SUBMIT_LINKS},
+        403: _content(PROBLEM_JSON, "`priority: high` from an API key not granted it (key:member:high)", "Problem"),
         409: {**_content(PROBLEM_JSON, "duplicate: the dedup key is held by another task", "Duplicate"),
               "headers": {"Location": "Location", "X-Task-Deduplicated": {"schema": {"type": "string",
                                                                                       "enum": ["true"]}}}},
         400: "BadRequest", 413: "PayloadTooLarge", 415: "UnsupportedMediaType", 422: "ValidationFailed",
-    }, security, requestBody=_submit_body(),
-        parameters=[_header("Idempotency-Key", "same as `dedup_key` (both given and different: 422)")])
+    }, security, requestBody=_submit_body(), operationId="submitTask",
+        parameters=[_header("Idempotency-Key", "same as `dedup_key` (both given and different: 422)",
+                            minLength=1, maxLength=schemas.MAX_DEDUP_KEY, pattern=r"^\S(.*\S)?$")])
     history = _op("The caller's tasks, newest first", {
         200: _content(JSON, "a page of status documents", "HistoryPage"), 422: "ValidationFailed",
-    }, security, parameters=[{"in": "query", "schema": schemas.HistoryQuerySchema}])
+    }, security, parameters=[{"in": "query", "schema": schemas.HistoryQuerySchema}], operationId="listTasks")
     spec.path("/api/v1/tasks", operations={"post": submit, "get": history})
     poll_hint = {"description": "while PENDING or PROCESSING", "schema": {"type": "integer"}}
     status = _op("A task's status document", {
         200: {**_content(JSON, "the status document", "StatusDocument"), "headers": {"Retry-After": poll_hint}},
         404: "NotFound", 410: "Gone",
-    }, security)
-    cancel = _op("Cancel a PENDING or PROCESSING task", {
-        204: {"description": "cancelled"}, 404: "NotFound", 409: "TaskConflict"}, security)
+    }, security, operationId="getTask")
+    cancel = _op("Cancel a PENDING or PROCESSING task (it stays readable, as CANCELLED)", {
+        204: {"description": "cancelled"}, 404: "NotFound", 409: "TaskConflict"}, security, operationId="cancelTask")
     spec.path("/api/v1/tasks/{task_id}", parameters=[TASK_ID], operations={"get": status, "delete": cancel})
     _result_paths(spec, security)
     events = _op("Live status documents (Server-Sent Events)", {
         200: {"description": "`event: status`, `id: <seq>`, `data: <status document>` per change, starting with "
                              "the current document; `: keep-alive` comments; ends after the terminal event",
-              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+              "content": {"text/event-stream": {"schema": SSE_EVENT}}},
         404: "NotFound", 410: "Gone", 422: "ValidationFailed",
         429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
-    }, security, parameters=[_header("Last-Event-ID", "resume: only states after this id are sent")])
+    }, security, operationId="getEvents",
+        parameters=[_header("Last-Event-ID", "resume: only states after this id are sent", pattern="^([0-9]{1,18})?$")])
     spec.path("/api/v1/tasks/{task_id}/events", parameters=[TASK_ID], operations={"get": events})
 
 
 def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     result = _op("The result of a COMPLETED task", {
         200: _content(JSON, "the result document", "Result"), 202: "StillRunning", 404: "NotFound",
-        409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security)
+        409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security, operationId="getResult")
     spec.path("/api/v1/tasks/{task_id}/result", parameters=[TASK_ID], operations={"get": result})
     file = _op("Download the file of a COMPLETED task whose result is a file", {
         200: {"description": "the file as an attachment, with its own content type (`result.file.content_type`)",
               "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
-        202: "StillRunning", 404: "NotFound", 409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security)
+        202: "StillRunning", 409: "TaskConflict", 410: "Gone", 503: "Unavailable",
+        404: _content(PROBLEM_JSON, "404: the task is not found (unknown, someone else's or gone); or it COMPLETED "
+                      "with a result that has no file (only exports have one); or its file is gone from the result "
+                      "store", "Problem")}, security, operationId="getResultFile")
     spec.path("/api/v1/tasks/{task_id}/result/file", parameters=[TASK_ID], operations={"get": file})
 
 
-def _other_paths(spec: APISpec) -> None:
+def _other_paths(spec: APISpec, operator: bool) -> None:
     up = {"type": "object", "properties": {"status": {"type": "string"}}}
     spec.path("/healthz", operations={"get": _op("The process is up", {200: _content(JSON, "up", up)})})
     ready = {"type": "object", "properties": {
@@ -289,8 +324,9 @@ def _other_paths(spec: APISpec) -> None:
         404: _content(PROBLEM_JSON, "dashboard disabled (no operator password configured)", "Problem"),
     })
     dashboard["security"] = [{"basicAuth": []}]
-    spec.path("/rq/", operations={"get": dashboard})
-    _audit_path(spec)
+    if operator:
+        spec.path("/rq/", operations={"get": dashboard})
+        _audit_path(spec)
     spec.path("/", operations={"get": _op("A page to submit a task and watch it progress", {
         200: _content("text/html", "the page", {"type": "string"})})})
 

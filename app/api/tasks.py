@@ -41,6 +41,7 @@ def submit() -> Response:
         data = _submit_schema.load(body)
     except ValidationError as exc:
         raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+    rt.members.check_priority(data["priority"])
     dedup_key = _dedup_key(data["dedup_key"])
     payload = _validated_payload(data["type"], data["payload"])
     outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"], submitted=data["payload"])
@@ -209,7 +210,10 @@ def history() -> Response:
         if query["cursor"]:
             decode_cursor(query["cursor"])
     except ValidationError as exc:
-        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+        errors = processors.flatten_errors(exc.messages)
+        if "cursor" in errors:
+            errors["cursor"] = ["Not a cursor from a previous page."]
+        raise ValidationFailed(errors) from None
     except ValueError:
         raise ValidationFailed({"cursor": ["Not a cursor from a previous page."]}) from None
     now = now_ms()

@@ -56,7 +56,7 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 def stack(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Iterator[Stack]:
     s = Stack(redis_server.url, tmp_path / "stack")
     yield s
-    s.stop_all()
+    s.teardown()
 
 
 @pytest.fixture(scope="session", autouse=True)

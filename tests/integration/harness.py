@@ -35,6 +35,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_VARIABLES = frozenset(f.metadata["env"] for f in fields(Config))
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
+# Teardown's grace before SIGKILL: a web still holding keep-alive connections would otherwise wait out its
+# whole 5 s graceful timeout after every test that used it.
+TEARDOWN_TIMEOUT = 1.5
 
 T = TypeVar("T")
 
@@ -300,6 +303,10 @@ class Stack:
         """Stop every process this stack started; nothing survives it."""
         self.stop(self.procs, timeout)
 
+    def teardown(self) -> None:
+        """stop_all for fixtures: a short grace, then SIGKILL (nothing is asserted about how they end)."""
+        self.stop(self.procs, TEARDOWN_TIMEOUT)
+
     def log_tails(self, lines: int = 40) -> str:
         return "\n".join(p.describe() for p in self.procs)
 
@@ -326,7 +333,7 @@ def started_stack(workdir: Path, *, worker: bool = True, **overrides: Any) -> It
             s.start_worker()
         yield s
     finally:
-        s.stop_all()
+        s.teardown()
         server.close()
 
 

@@ -35,7 +35,7 @@ def private(redis_factory: Callable[..., RedisServer], tmp_path: Path) -> Iterat
         stack.start_web()
         yield server, stack
     finally:
-        stack.stop_all()
+        stack.teardown()
 
 
 def assert_503(response: requests.Response) -> None:

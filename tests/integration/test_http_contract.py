@@ -58,7 +58,7 @@ def side_stack(redis_factory: Callable[..., RedisServer], tmp_path: Path) -> Ite
 
     yield make
     for s in made:
-        s.stop_all()
+        s.teardown()
 
 
 def assert_clean(text: str) -> None:

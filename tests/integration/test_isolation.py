@@ -36,7 +36,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.start_worker()
         yield s
     finally:
-        s.stop_all()
+        s.teardown()
         server.close()
 
 

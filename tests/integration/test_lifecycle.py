@@ -103,7 +103,7 @@ def test_redis_kill_9_during_a_submit_burst_loses_at_most_the_fsync_window(
         assert len(listed) == len(set(listed)) and set(present) <= {t.decode() for t in listed}
         print(f"fsync={fsync}: {len(acked)} acknowledged, {len(lost)} lost")
     finally:
-        stack.stop_all()
+        stack.teardown()
 
 
 def _burst_then_kill(stack: Stack, server: Any) -> tuple[dict[str, float], float]:

@@ -194,8 +194,8 @@ def test_the_stream_cap_is_counted_across_web_processes(
     finally:
         for c in clients:
             c.close()
-        first.stop_all()
-        second.stop_all()
+        first.teardown()
+        second.teardown()
 
 
 def test_a_stream_ends_at_its_lifetime_and_resumes_with_last_event_id(stack: Stack, api: Api) -> None:
@@ -261,7 +261,7 @@ def test_open_streams_carry_on_after_a_redis_crash_and_restart(redis_factory: An
         assert web.alive
         assert "Traceback" not in web.log(), web.tail()
     finally:
-        stack.stop_all()
+        stack.teardown()
 
 
 def test_the_gevent_web_serves_metrics_and_the_dashboard(stack: Stack) -> None:

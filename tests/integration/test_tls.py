@@ -106,4 +106,4 @@ def test_web_and_worker_run_a_task_over_rediss(proxy: TlsProxy, tmp_path: Path) 
             task_id = api.create("demo.sleep", {"seconds": 0.1, "steps": 2})
             assert api.wait_for(task_id, "COMPLETED", timeout=20)["progress"] == 100
     finally:
-        stack.stop_all()
+        stack.teardown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from app import create_app
 from app.api import docs
+from app.store import encode_cursor
 from workers import processors
 
 PROBLEM = "application/problem+json"
@@ -16,7 +18,7 @@ JSON = "application/json"
 
 # (path, method) -> status codes the contract (docs/api) names for it.
 CONTRACT: dict[tuple[str, str], set[str]] = {
-    ("/api/v1/tasks", "post"): {"202", "400", "401", "409", "413", "415", "422", "503"},
+    ("/api/v1/tasks", "post"): {"202", "400", "401", "403", "409", "413", "415", "422", "429", "503"},
     ("/api/v1/tasks", "get"): {"200", "401", "422"},
     ("/api/v1/tasks/{task_id}", "get"): {"200", "404", "410"},
     ("/api/v1/tasks/{task_id}", "delete"): {"204", "404", "409"},
@@ -34,7 +36,7 @@ CONTRACT: dict[tuple[str, str], set[str]] = {
 
 @pytest.fixture
 def app(config, conn):
-    return create_app(config, conn=conn)
+    return create_app(dataclasses.replace(config, dashboard_password="operator"), conn=conn)
 
 
 @pytest.fixture
@@ -188,3 +190,28 @@ def test_user_schemas_whose_names_clash_get_their_own_components(monkeypatch):
     assert names[f"{__name__}.Error"]["properties"].keys() == {"reason"}
     assert names[f"{__name__}.OrderItem"]["properties"].keys() == {"sku"}
     assert "item_code" in names["OrderItem"]["properties"]
+
+
+def test_operator_routes_are_documented_only_when_served(config, conn) -> None:
+    spec = create_app(config, conn=conn).test_client().get("/api/v1/openapi.json").get_json()
+    assert "/rq/" not in spec["paths"] and "/api/v1/audit" not in spec["paths"]
+
+
+def test_the_document_states_what_the_server_enforces(spec) -> None:
+    submit = spec["paths"]["/api/v1/tasks"]["post"]
+    (key,) = [p for p in submit["parameters"] if p["name"] == "Idempotency-Key"]
+    assert (key["schema"]["minLength"], key["schema"]["maxLength"]) == (1, 128)
+    assert set(submit["responses"]["202"]["links"]) == {"status", "result", "events", "cancel"}
+    cursor = [p for p in spec["paths"]["/api/v1/tasks"]["get"]["parameters"] if p["name"] == "cursor"][0]
+    assert re.search(cursor["schema"]["pattern"], encode_cursor((1764558000000.0, 3)))
+    export = spec["components"]["schemas"]["Payload.orders.export"]["properties"]
+    assert export["start_date"]["format"] == export["end_date"]["format"] == "date"
+    required = {v["allOf"][1]["properties"]["type"]["enum"][0]: v["allOf"][1].get("required", [])
+                for v in submit["requestBody"]["content"]["application/json"]["schema"]["oneOf"]}
+    assert "payload" in required["orders.split"] and "payload" not in required["demo.sleep"]
+    events = spec["paths"]["/api/v1/tasks/{task_id}/events"]["get"]["responses"]["200"]
+    assert events["content"]["text/event-stream"]["schema"]["properties"]["event"]["enum"] == ["status"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            if method != "parameters":
+                assert {"414", "431"} <= set(operation["responses"]), (path, method)

@@ -97,7 +97,8 @@ def test_cursor_round_trip_and_rejects_garbage():
 
     garbage = ("x", "!!", encode_cursor((1.0, 1))[:-2] + "@@", "²", raw("1:" + str(2**63 + 1)), raw("1:" + "9" * 5000),
                raw(str(2**64) + ":0"), raw("1:-1"), raw("-5:0"), raw("1:²"), raw("١:٢"), raw("1.5:0"), raw("1:2:3"),
-               raw("nan:0"), raw(" 1:2"), "A" * 10_000)
+               raw("nan:0"), raw(" 1:2"), "A" * 10_000, raw("1:2"), "1-", "-1", "01-2", "1-02", "1-2-3", "1-2\n",
+               "²-1", "1-" + "9" * 11, "9" * 17 + "-0", "1.5-0", " 1-2")
     for bad in garbage:
         with pytest.raises(ValueError):
             decode_cursor(bad)

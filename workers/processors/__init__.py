@@ -21,6 +21,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema
+from marshmallow.validate import Range
 
 from app.states import QUEUES
 from workers.exceptions import ProcessorLoadError
@@ -37,6 +38,10 @@ ENTRY_POINT_GROUP = "taskport.processors"
 _TYPE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 ProcessorFunc = Callable[[dict, "TaskContext"], dict]
+# A JSON integer the service can hold: orjson parses up to 64 bits and Redis integers are signed 64-bit, so
+# payload integers without a tighter bound take this one (the OpenAPI document then states it).
+INT64_MAX = 2**63 - 1
+INT64 = Range(-(2**63), INT64_MAX)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from marshmallow import Schema, fields, validate
 from app.states import BusinessCode
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
-from workers.processors import processor
+from workers.processors import INT64, INT64_MAX, processor
 
 MAX_SECONDS = 3600
+MAX_ITEMS = 100000
 
 
 class JsonNumber(fields.Float):
@@ -33,10 +34,12 @@ class JsonNumber(fields.Float):
 class SleepSchema(Schema):
     seconds = JsonNumber(load_default=0, validate=validate.Range(0, MAX_SECONDS))
     steps = fields.Integer(strict=True, load_default=10, validate=validate.Range(1, 10000))
-    items = fields.Integer(strict=True, load_default=0, validate=validate.Range(0, 100000))
-    fail_items = fields.List(fields.Integer(strict=True), load_default=list)
+    items = fields.Integer(strict=True, load_default=0, validate=validate.Range(0, MAX_ITEMS))
+    # at most one entry per item; the bound keeps a payload's size in step with what it can mean
+    fail_items = fields.List(fields.Integer(strict=True, validate=INT64), load_default=list,
+                             validate=validate.Length(max=MAX_ITEMS))
     fail_code = fields.Integer(
-        strict=True, load_default=None, allow_none=True, validate=validate.Range(min=1)
+        strict=True, load_default=None, allow_none=True, validate=validate.Range(min=1, max=INT64_MAX)
     )
 
 

@@ -43,6 +43,9 @@ CONTENT_TYPES = {
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 Row = tuple[str, date, str, int, int, str, str]  # amount in cents
+# What the OpenAPI document says of the dates (app.api.docs): an RFC 3339 full-date within the bounds above.
+DATE = {"format": "date", "pattern": r"^(19[0-9]{2}|20[0-9]{2}|2100)-[0-9]{2}-[0-9]{2}$",
+        "description": f"YYYY-MM-DD, {MIN_DATE.isoformat()} to {MAX_DATE.isoformat()}"}
 
 
 def _check_date(value: str) -> None:
@@ -59,8 +62,8 @@ def _check_date(value: str) -> None:
 class ExportSchema(Schema):
     rows = fields.Integer(required=True, strict=True, validate=validate.Range(1, MAX_ROWS))
     format = fields.String(load_default="csv", validate=validate.OneOf(sorted(CONTENT_TYPES)))
-    start_date = fields.String(validate=_check_date)
-    end_date = fields.String(validate=_check_date)
+    start_date = fields.String(validate=_check_date, metadata=DATE)
+    end_date = fields.String(validate=_check_date, metadata=DATE)
 
     @validates_schema(skip_on_field_errors=True)
     def _range(self, data: dict, **kwargs: Any) -> None:

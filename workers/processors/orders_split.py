@@ -7,26 +7,38 @@ the shipped items by warehouse, warehouses in the order they first appear among 
 
 from __future__ import annotations
 
+from typing import Any
+
 from marshmallow import Schema, fields, validate
 
 from app.states import BusinessCode
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
-from workers.processors import processor
+from workers.processors import INT64, processor
 
 MAX_ITEMS = 10000
+MAX_CODE = 100  # characters of order_code, item_code and warehouse: a 900 KB order_code was accepted once
 DEFAULT_WAREHOUSE = "main"
 
 
+class JsonBoolean(fields.Boolean):
+    """true or false only: ``fields.Boolean(truthy={True}, falsy={False})`` took 0 and 1 too (0 == False)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
+
 class OrderItemSchema(Schema):
-    item_code = fields.String(required=True, validate=validate.Length(min=1))
-    quantity = fields.Integer(required=True, strict=True)
-    warehouse = fields.String(load_default=DEFAULT_WAREHOUSE)
-    bill_unpaid = fields.Boolean(load_default=False, truthy={True}, falsy={False})
+    item_code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE))
+    quantity = fields.Integer(required=True, strict=True, validate=INT64)
+    warehouse = fields.String(load_default=DEFAULT_WAREHOUSE, validate=validate.Length(max=MAX_CODE))
+    bill_unpaid = JsonBoolean(load_default=False)
 
 
 class SplitSchema(Schema):
-    order_code = fields.String(required=True, validate=validate.Length(min=1))
+    order_code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE))
     account_status = fields.String(load_default="active", validate=validate.OneOf(["active", "suspended"]))
     items = fields.List(
         fields.Nested(OrderItemSchema), required=True, validate=validate.Length(min=1, max=MAX_ITEMS)
