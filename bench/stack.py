@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 from rq import Worker
@@ -172,8 +173,17 @@ class Stack:
         return child, config.port
 
     # -- the Celery + Flower peer ---------------------------------------------------------------
+    @property
+    def celery_url(self) -> str:
+        """The embedded server's URL as Celery's broker (kombu) and result backend spell a unix socket."""
+        url = urlsplit(self.redis_server.url)
+        if url.scheme != "unix":
+            return self.redis_server.url
+        db = parse_qs(url.query).get("db", ["0"])[0]
+        return f"redis+socket://{url.path}?virtual_host={db}"
+
     def celery_environ(self) -> dict[str, str]:
-        return {**self.environ(), "BENCH_CELERY_REDIS": self.redis_server.url, "FLOWER_UNAUTHENTICATED_API": "true"}
+        return {**self.environ(), "BENCH_CELERY_REDIS": self.celery_url, "FLOWER_UNAUTHENTICATED_API": "true"}
 
     def start_flower(self, timeout: float = 60.0) -> tuple[Child, int]:
         """Flower 2 (its REST API open, as the bench needs no auth) on a free port, once it answers."""
@@ -193,7 +203,7 @@ class Stack:
         self.children.append(child)
         from bench.celery_app import app as celery_app
 
-        celery_app.conf.broker_url = celery_app.conf.result_backend = self.redis_server.url
+        celery_app.conf.broker_url = celery_app.conf.result_backend = self.celery_url
         deadline = time.monotonic() + timeout
         while not celery_app.control.ping(timeout=0.5):
             if not child.alive or time.monotonic() > deadline:

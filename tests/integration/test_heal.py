@@ -31,7 +31,7 @@ from app.config import Config
 from app.connection import connect
 from app.embedded import alive, session_members
 from tests.integration.harness import TASKS, Api, RedisServer, wait_until
-from tests.integration.up import Up, children, task_workers, up_runs
+from tests.integration.up import Up, children, started, task_workers, up_runs
 
 HEAL_ENV = {
     "TASKPORT_PROCESSORS": "tests.userprocs.tasks",  # test.nap: a cooperative sleep with one retry
@@ -51,12 +51,7 @@ def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
 
 
 def start_healing(up_factory: Callable[..., Up], **env: str) -> Up:
-    up = up_factory(**{**HEAL_ENV, **env})
-    up.wait_for("taskport is up: http://127.0.0.1:")
-    conn = redis.Redis.from_url(up.redis_url())
-    wait_until(lambda: len(task_workers(conn)) == 2, message="both workers to register")
-    conn.close()
-    return up
+    return started(up_factory, {**HEAL_ENV, **env})
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import redis
 
 from app.embedded import alive
 from tests.integration.harness import TASKS, Api, wait_until
-from tests.integration.up import Up, children, task_workers, up_runs
+from tests.integration.up import Up, children, started, task_workers, up_runs
 
 ENV = {
     "TASKPORT_PROCESSORS": "tests.userprocs.tasks",
@@ -40,13 +40,7 @@ def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
 
 
 def start(up_factory: Callable[..., Up], **env: str) -> Up:
-    up = up_factory(**{**ENV, **env})
-    up.wait_for("taskport is up: http://127.0.0.1:")
-    conn = redis.Redis.from_url(up.redis_url())
-    wait_until(lambda: len(task_workers(conn)) == int(env.get("TASKPORT_WORKERS", "2")),
-               message="the workers to register")
-    conn.close()
-    return up
+    return started(up_factory, {**ENV, **env})
 
 
 def quick(api: Api) -> str:

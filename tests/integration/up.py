@@ -28,6 +28,7 @@ class Up:
         settings = {
             "PORT": str(self.port), "TASKPORT_DATA_DIR": str(self.data_dir),
             "TASKPORT_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "TASKPORT_WORKERS": "2", **env}
+        self.workers = int(settings["TASKPORT_WORKERS"])
         inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
         # truncating, as `taskport up > up.log` would: `up` makes it O_APPEND, as supervisord's own writes are
         with open(self.log_path, "wb") as out:
@@ -109,6 +110,16 @@ def up_runs(tmp_path: Path) -> Iterator[Callable[..., Up]]:
     yield start
     for run in runs:
         run.kill_everything()
+
+
+def started(up_factory: Callable[..., Up], env: dict[str, str]) -> Up:
+    """An ``up`` run with ``env``, returned once it says it is up and its task workers have registered."""
+    up = up_factory(**env)
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    conn = redis.Redis.from_url(up.redis_url())
+    wait_until(lambda: len(task_workers(conn)) == up.workers, message="the workers to register")
+    conn.close()
+    return up
 
 
 def task_workers(conn: redis.Redis) -> list[Worker]:
