@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 import redis
-from redis.connection import Connection
+from redis.connection import Connection, UnixDomainSocketConnection
 
 from app.config import Config
 from app.connection import connect
@@ -37,6 +37,15 @@ class CountingConnection(Connection):
         return value
 
 
+class CountingUnixConnection(UnixDomainSocketConnection):
+    """The same count, for a server on a unix socket (the embedded one); it adds to CountingConnection's."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        with CountingConnection._lock:
+            CountingConnection.round_trips += 1
+        super().send_packed_command(command, check_health)
+
+
 def counting_client(config: Config) -> redis.Redis:
     """taskport's own client (``app.connection.connect``: same timeouts, retry and health checks) whose
     connections count their round trips."""
@@ -48,7 +57,8 @@ def counting_client(config: Config) -> redis.Redis:
         created = pool._created_connections if isinstance(pool, redis.ConnectionPool) else 1
     if created:
         raise RuntimeError("expected a fresh redis.ConnectionPool")
-    pool.connection_class = CountingConnection
+    unix = issubclass(pool.connection_class, UnixDomainSocketConnection)
+    pool.connection_class = CountingUnixConnection if unix else CountingConnection
     return conn
 
 
