@@ -2,7 +2,7 @@
 
 Every setting is a field of :class:`Config`; :meth:`Config.from_env` reads ``os.environ`` (or a given
 mapping) once, validates it and returns a frozen object that the rest of the code passes around.
-The table in README.md lists the same variables; ``Config.describe()`` prints it from here.
+docs/configuration.md lists the same variables; ``Config.describe()`` prints that table from here.
 """
 
 from __future__ import annotations
@@ -306,6 +306,13 @@ class Config:
 
 
 KIND_NAMES = {int: "an integer", float: "a number"}
+
+
+def without_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` minus every taskport setting: what a child process inherits from its caller, so that a
+    value exported in the caller's shell neither overrides nor slips past the Config handed down to it."""
+    names = {f.metadata["env"] for f in fields(Config)}
+    return {k: v for k, v in environ.items() if k not in names}
 
 
 def _parse(name: str, env: str, raw: str, default: Any) -> Any:

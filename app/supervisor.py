@@ -39,7 +39,7 @@ from typing import TextIO
 
 import redis
 
-from app.config import Config
+from app.config import Config, without_settings
 from app.embedded import EmbeddedRedis, EmbeddedRedisError, kill_session
 from app.process import die_with_parent
 
@@ -154,9 +154,7 @@ def secret_free(config: Config) -> dict[str, str]:
     """supervisord's environment, inherited by every program: the caller's, minus every taskport setting
     (an API key exported in the shell included), plus what workers and the scheduler need. The web's
     own settings and secrets reach only the web, through a file only its owner can read (see with_web_env)."""
-    ours = {env for env, _, _ in Config.describe()}
-    inherited = {k: v for k, v in os.environ.items() if k not in ours}
-    return {**inherited, **config.child_environ("worker"), "PYTHONUNBUFFERED": "1"}
+    return {**without_settings(os.environ), **config.child_environ("worker"), "PYTHONUNBUFFERED": "1"}
 
 
 # -- the launcher ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import redis
 from rq import Worker
 
 from app.cli import web_command
-from app.config import Config
+from app.config import Config, without_settings
 from app.embedded import EmbeddedRedis, free_port, kill_session
 from app.states import QUEUES
 
@@ -133,8 +133,7 @@ class Stack:
         return redis.Redis.from_url(self.redis_server.url, **{"socket_timeout": 30, **kwargs})
 
     def environ(self, config: Config | None = None) -> dict[str, str]:
-        inherited = {k: v for k, v in os.environ.items()
-                     if not (k.startswith("TASKPORT_") or k in ("REDIS_URL", "PORT", "WEB_CONCURRENCY"))}
+        inherited = without_settings(os.environ)
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         return {**inherited, **(config or self.config).child_environ(), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 

@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,12 +27,11 @@ import requests
 from rq import Worker
 from rq_scheduler import Scheduler
 
-from app.config import Config
+from app.config import Config, without_settings
 from app.connection import connect
 from app.embedded import EmbeddedRedis, free_port, kill_session
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_VARIABLES = frozenset(f.metadata["env"] for f in fields(Config))
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 # Teardown's grace before SIGKILL: a web still holding keep-alive connections would otherwise wait out its
@@ -213,8 +212,7 @@ class Stack:
 
     def environ(self, role: str = "web") -> dict[str, str]:
         """The inherited environment minus any taskport setting, plus this stack's Config for ``role``."""
-        inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
-        return {**inherited, **self.config.child_environ(role), "PYTHONUNBUFFERED": "1"}
+        return {**without_settings(os.environ), **self.config.child_environ(role), "PYTHONUNBUFFERED": "1"}
 
     # -- starting ---------------------------------------------------------------------------------
     def spawn(self, role: str, *args: str, name: str | None = None) -> Proc:

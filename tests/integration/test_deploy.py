@@ -16,8 +16,9 @@ import pytest
 import redis
 import requests
 
+from app.config import without_settings
 from app.embedded import free_port, kill_session
-from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT, Api, RedisServer, wait_until
+from tests.integration.harness import REPO_ROOT, Api, RedisServer, wait_until
 
 SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
               ".python-version")
@@ -58,7 +59,7 @@ def honcho(lock_venv: Path, redis_conn: redis.Redis, redis_server: RedisServer, 
     """``honcho start`` in the slug with the venv's bin on PATH (as on Heroku); yields (process, url, log)."""
     slug = lock_venv.parent / "slug"
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES and k != "VIRTUAL_ENV"}
+    env = {k: v for k, v in without_settings(os.environ).items() if k != "VIRTUAL_ENV"}
     env.update({
         "PATH": f"{lock_venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", "REDIS_URL": redis_server.url,
         "PORT": str(port), "WEB_CONCURRENCY": "1", "TASKPORT_HOST": "127.0.0.1", "TASKPORT_DATA_DIR": str(tmp_path),

@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 from app.cli import EXIT_CONFIG, EXIT_FAILURE
+from app.config import without_settings
 from app.embedded import free_port
-from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT
+from tests.integration.harness import REPO_ROOT
 
 WAIT_FOR_REDIS = 30  # app.connection.wait_for_redis's deadline
 
 
 def run_all(cases: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, tuple[int, str]]:
     """Start every ``taskport`` command at once; returns name -> (exit code, stdout + stderr)."""
-    base = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
+    base = without_settings(os.environ)
     procs = {
         name: subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, env={**base, **env},
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

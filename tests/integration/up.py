@@ -13,8 +13,9 @@ from pathlib import Path
 import redis
 from rq import Worker
 
+from app.config import without_settings
 from app.embedded import alive, free_port, kill_session, read_pid
-from tests.integration.harness import CONFIG_VARIABLES, REPO_ROOT, wait_until
+from tests.integration.harness import REPO_ROOT, wait_until
 
 
 class Up:
@@ -29,7 +30,7 @@ class Up:
             "PORT": str(self.port), "TASKPORT_DATA_DIR": str(self.data_dir),
             "TASKPORT_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "TASKPORT_WORKERS": "2", **env}
         self.workers = int(settings["TASKPORT_WORKERS"])
-        inherited = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
+        inherited = without_settings(os.environ)
         # truncating, as `taskport up > up.log` would: `up` makes it O_APPEND, as supervisord's own writes are
         with open(self.log_path, "wb") as out:
             self.popen = subprocess.Popen(
