@@ -15,12 +15,11 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
     from flask import Flask
 
-    from app import auth, dashboard, errors, limits, metrics
+    from app import auth, dashboard, errors, limits, metrics, processors
     from app.api import audit, docs, events, health, page, tasks
     from app.api import metrics as metrics_api
     from app.logs import setup_logging
     from app.runtime import Runtime
-    from workers import processors
 
     config = config or Config.from_env()
     setup_logging(config, "web")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pkgutil
 import sys
 import time
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from app.config import Config, ConfigError
 from app.connection import connect
 from app.embedded import EmbeddedRedisError, port_in_use
 from app.logs import setup_logging
-from workers.exceptions import ProcessorLoadError
+from app.processors import ProcessorLoadError
 
 # gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
 # "Serving model"; documented: docs/streams.md):
@@ -56,6 +57,10 @@ GUNICORN_GEVENT_WORKER = "app.webworker.GeventWorker"
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
+# The worker and the scheduler run the workers package, which imports this one: like the Procfile and
+# gunicorn ("app:create_app()"), the CLI names their entry points and resolves them when the command
+# runs, so no module of app imports workers (the packages depend one way: workers -> app).
+ROLE_MAINS = {"worker": "workers.worker:main", "scheduler": "workers.scheduler:main"}
 
 
 def web_command(config: Config) -> list[str]:
@@ -101,16 +106,11 @@ def cmd_web(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.worker import main as worker_main
-
-    return worker_main(Config.from_env(), name=args.name)
-
-
-def cmd_scheduler(args: argparse.Namespace) -> int:
-    from workers.scheduler import main as scheduler_main
-
-    return scheduler_main(Config.from_env(), name=args.name)
+def cmd_role(args: argparse.Namespace) -> int:
+    """Run the worker's or the scheduler's ``main(config, name=)`` in this process, found by its name in
+    ``ROLE_MAINS``: the process is theirs (signals, exit code), the command line is this one."""
+    role_main = pkgutil.resolve_name(ROLE_MAINS[args.command])
+    return int(role_main(Config.from_env(), name=args.name))
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -140,10 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskport", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("web", help="serve the HTTP API with gunicorn on $PORT").set_defaults(run=cmd_web)
-    for role, run, what in (("worker", cmd_worker, "one RQ worker"), ("scheduler", cmd_scheduler, "rq-scheduler")):
+    for role, what in (("worker", "one RQ worker"), ("scheduler", "rq-scheduler")):
         p = sub.add_parser(role, help=f"run {what}")
         p.add_argument("--name", help="its name in Redis (default: random)")
-        p.set_defaults(run=run)
+        p.set_defaults(run=cmd_role)
     sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
         run=cmd_up)
     sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)

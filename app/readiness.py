@@ -5,7 +5,7 @@ Two facts, read from RQ's own records in Redis (nothing new is written for them)
 - **workers per queue**: the RQ workers registered on each of our queues whose registration is still
   alive (RQ removes it when a worker stops; a worker killed with SIGKILL stays counted until its key
   expires, up to RQ's worker TTL of 420 s);
-- **housekeeping**: when each periodic pass (a job under a fixed id, see ``workers.scheduler``) last
+- **housekeeping**: when each periodic pass (a job under a fixed id, see ``app.schedule``) last
   ended. A pass older than two housekeeping intervals means no scheduler (or no housekeeper) runs.
 
 ``/readyz`` reports both, ``/metrics`` exports them, and a submit while no worker listens on the
@@ -26,9 +26,9 @@ from rq.utils import as_text, str_to_date
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from app.config import Config
+from app.schedule import PASSES
+from app.schedule import job_id as housekeeping_job_id
 from app.states import QUEUES
-from workers.housekeeping import PASSES
-from workers.scheduler import job_id as housekeeping_job_id
 
 STALE_INTERVALS = 2  # housekeeping is stale once its last pass is older than this many intervals
 WORKER_CACHE_SECONDS = 1.0  # how long a web process reuses a worker count for submit warnings

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import redis
 
+from app import processors
 from app.config import Config
 from app.errors import Conflict, TooManyRequests, task_not_found
 from app.jobs import JobQueue
@@ -23,7 +24,6 @@ from app.logs import task_logger
 from app.states import ACTIVE, TaskStatus
 from app.store import ActiveCapReached, NewTask, TaskStore
 from app.task import Task, now_ms
-from workers import processors
 
 log = logging.getLogger(__name__)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends

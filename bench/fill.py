@@ -15,12 +15,11 @@ from typing import Any
 import redis
 from rq import Queue
 
-from app import keys, scripts
+from app import keys, processors, scripts
 from app.config import Config
 from app.jobs import JobQueue
 from app.service import dedup_digest
 from app.store import NewTask, TaskStore
-from workers import processors
 
 TASK_TYPE = "demo.sleep"
 MEMBER = "public"

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from rq import SimpleWorker
 
-from app import create_app, keys
+from app import create_app, keys, processors
 from app.config import Config
 from app.jobs import RESULT_TTL, JobQueue
 from app.service import TaskService
@@ -27,7 +27,6 @@ from app.task import now_ms
 from bench.counting import CountingConnection, command_delta, commandstats, counting_client, per_op
 from bench.fill import MEMBER, TASK_TYPE, create_tasks, enqueue_noops, noop_payload
 from bench.stack import Stack
-from workers import processors
 from workers import runner as runner_module
 from workers.housekeeping import Housekeeper, PassReport
 from workers.worker import WORKER_CLASSES

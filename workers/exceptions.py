@@ -31,7 +31,3 @@ class ItemError(_CodedError):
 
 class TaskCancelled(Exception):
     """The task is no longer ours to run (cancelled, expired or taken over): stop now, write nothing."""
-
-
-class ProcessorLoadError(ImportError):
-    """A processor module (configured or from an entry point) could not be imported."""

@@ -17,21 +17,21 @@ from typing import Any
 import redis
 from rq import Queue, Retry
 
-from app import keys
+from app import keys, processors
 from app.config import Config
 from app.connection import connect
 from app.jobs import JobQueue, attempt_job_id
 from app.logs import task_logger
 from app.results import ResultStore, result_store
+from app.schedule import QUEUE
 from app.states import TaskStatus
 from app.store import TaskStore
 from app.task import iso, now_ms
-from workers import orphans, processors
+from workers import orphans
 
 log = logging.getLogger(__name__)
 BATCH = 500
 MAX_BATCHES = 200  # one pass handles at most BATCH * MAX_BATCHES due tasks; the next pass goes on
-QUEUE = "housekeeping"
 READINGS = frozenset({"failures_in_window"})  # counts a pass reports that are not work it did
 
 
@@ -115,7 +115,7 @@ class Housekeeper:
                 self.redis.zrem(keys.RUNNING, task_id)
                 continue
             proc = processors.get(task.type)
-            timeout = proc.timeout if proc else 600
+            timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
             # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
             # (result_ttl 0), and must not take the re-queued one with it
             job = attempt_job_id(task.id, task.attempts)
@@ -193,6 +193,3 @@ def recover_pass() -> dict[str, Any]:
 
 def monitor_pass() -> dict[str, Any]:
     return housekeeper().locked("monitor", housekeeper().monitor).counts
-
-
-PASSES = {"expire": expire_pass, "recover": recover_pass, "monitor": monitor_pass}

@@ -28,6 +28,7 @@ import redis
 from rq import Retry, get_current_job
 from rq.timeouts import JobTimeoutException
 
+from app import processors
 from app.config import Config
 from app.connection import connect
 from app.logs import task_logger
@@ -36,7 +37,6 @@ from app.results import ResultStore, StoreUnavailable, result_store, spill
 from app.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.store import ResultNotStorable, Started, TaskStore
 from app.task import Task
-from workers import processors
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError
 

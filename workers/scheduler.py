@@ -27,8 +27,8 @@ from app.config import Config
 from app.connection import connect, ride_out_outages, wait_for_redis
 from app.logs import setup_logging
 from app.process import die_with_parent, forked_children_die_with_me
-from workers.housekeeping import PASSES
-from workers.housekeeping import QUEUE as HOUSEKEEPING_QUEUE
+from app.schedule import PASSES, job_id
+from app.schedule import QUEUE as HOUSEKEEPING_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,6 @@ def quiet_known_warnings() -> None:
     warnings.filterwarnings(
         "ignore", message=r"datetime\.datetime\.utcnow\(\) is deprecated", category=DeprecationWarning,
         module=r"rq_scheduler\.")
-
-
-def job_id(name: str) -> str:
-    return f"taskport-housekeeping-{name}"
 
 
 def register_jobs(scheduler: Scheduler, config: Config) -> None:

@@ -24,11 +24,10 @@ from flask.blueprints import BlueprintSetupState
 from flask_swagger_ui import get_swaggerui_blueprint
 from marshmallow import Schema, missing
 
-from app import schemas
+from app import processors, schemas
 from app.api import JSON as JSON_UTF8
 from app.errors import PROBLEM_JSON
 from app.runtime import EXTENSION as RUNTIME
-from workers import processors
 
 bp = Blueprint("docs", __name__, url_prefix="/api/v1")
 EXTENSION = "taskport.openapi"

@@ -13,6 +13,7 @@ from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wsgi import get_input_stream
 
+from app import processors
 from app.api import json_response
 from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, Unavailable, UnsupportedMediaType, ValidationFailed
 from app.results import StoreUnavailable, streamed_body, unspill
@@ -21,7 +22,6 @@ from app.schemas import HistoryQuerySchema, SubmitSchema
 from app.states import ACTIVE, TaskStatus
 from app.store import decode_cursor
 from app.task import Task, iso, iso_or_none, now_ms, task_path
-from workers import processors
 
 bp = Blueprint("tasks", __name__, url_prefix="/api/v1")
 _submit_schema = SubmitSchema()

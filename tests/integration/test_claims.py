@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from app import processors
 from app.config import Config
 from tests.integration.harness import TASKS, Api, Stack, wait_until
-from workers import processors
 from workers.housekeeping import Housekeeper, PassReport
 
 MODULE = "tests.userprocs.claims"

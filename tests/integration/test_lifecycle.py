@@ -14,11 +14,10 @@ import pytest
 import requests
 
 from app import keys
+from app.schedule import PASSES, job_id
 from app.states import QUEUES
 from app.store import NewTask, TaskStore
 from tests.integration.harness import Stack, wait_until
-from workers.housekeeping import PASSES
-from workers.scheduler import job_id
 
 FAST: dict[str, Any] = {
     "stall_timeout": 2.0,

@@ -7,11 +7,10 @@ import uuid
 
 import pytest
 
-from app import keys
+from app import keys, processors
 from app.states import CLAIM_TAKEN, TaskStatus
 from app.store import NewTask, Started
 from app.task import now_ms
-from workers import processors
 from workers.housekeeping import Housekeeper, PassReport
 
 S = TaskStatus

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from app import create_app
+from app import create_app, processors
 from app.api import docs
 from app.store import encode_cursor
-from workers import processors
 
 PROBLEM = "application/problem+json"
 JSON = "application/json"

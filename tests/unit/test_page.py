@@ -10,8 +10,7 @@ import dataclasses
 
 import pytest
 
-from app import create_app
-from workers import processors
+from app import create_app, processors
 
 
 @pytest.fixture

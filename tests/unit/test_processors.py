@@ -14,7 +14,7 @@ import openpyxl
 import pytest
 from marshmallow import ValidationError
 
-import workers.processors as registry
+import app.processors as registry
 from app.results import LocalResultStore
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError

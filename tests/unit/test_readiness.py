@@ -13,9 +13,8 @@ from rq.utils import utcformat
 
 from app import create_app, keys
 from app.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch, housekeeping_ages, live_workers
+from app.schedule import PASSES, job_id
 from app.states import QUEUES
-from workers.housekeeping import PASSES
-from workers.scheduler import job_id
 
 
 def start_worker(conn, queues=QUEUES) -> SimpleWorker:

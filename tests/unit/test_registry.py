@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from marshmallow import Schema, ValidationError, fields
 
-import workers.processors as registry
+import app.processors as registry
+from app.processors import ProcessorLoadError
 from workers.context import TaskContext
-from workers.exceptions import ProcessorLoadError
 
 USER_MODULE = "tests.userprocs.tasks"
 REAL_ENTRY_POINTS = registry._entry_points

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app import processors
 from app.results import (
     SPILLED_NAME,
     SPILLED_REF,
@@ -25,7 +26,6 @@ from app.results import (
 )
 from app.s3store import S3ResultStore
 from tests.s3server import S3Server, use_s3
-from workers import processors
 from workers.context import TaskContext
 
 MIB = 1024 * 1024

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rq import SimpleWorker
 
-from app import create_app, keys
+from app import create_app, keys, processors
 from app.config import Config
 from app.jobs import JobQueue
 from app.results import SPILLED_REF
@@ -20,7 +20,7 @@ from app.s3store import S3ResultStore
 from app.states import QUEUES, ErrorCode
 from app.task import now_ms
 from tests.s3server import S3Server, dead_endpoint, use_s3
-from workers import orphans, processors, runner
+from workers import orphans, runner
 from workers.housekeeping import Housekeeper, PassReport
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from app.processors import INT64, INT64_MAX, processor
 from app.states import BusinessCode
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
-from workers.processors import INT64, INT64_MAX, processor
 
 MAX_SECONDS = 3600
 MAX_ITEMS = 100000

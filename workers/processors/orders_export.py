@@ -21,8 +21,8 @@ from typing import Any, BinaryIO
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from app.processors import processor
 from workers.context import TaskContext
-from workers.processors import processor
 
 MAX_ROWS = 1_000_000
 CHUNK_ROWS = 1000  # rows written between two progress calls

@@ -11,10 +11,10 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from app.processors import INT64, processor
 from app.states import BusinessCode
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
-from workers.processors import INT64, processor
 
 MAX_ITEMS = 10000
 MAX_CODE = 100  # characters of order_code, item_code and warehouse: a 900 KB order_code was accepted once

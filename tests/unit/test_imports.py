@@ -1,0 +1,111 @@
+"""The packages depend one way: workers -> app -> taskport, never back (read from the source with ast).
+
+Every import counts, wherever it stands: at the top, inside a function, under ``if TYPE_CHECKING``.
+Where app needs worker code it names it by a dotted string (RQ's job functions, the built-in processor
+modules, the worker's and scheduler's mains), resolved when it runs; the last tests check those names
+still resolve.
+"""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from app import jobs, processors, schedule
+from app.cli import ROLE_MAINS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("app", "workers", "taskport")
+# Which package may import which: the arrows of docs/design.md's module map.
+ALLOWED = {"workers": {"app"}, "app": {"taskport"}, "taskport": set()}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> Iterator[str]:
+    """Every module name ``path`` imports (``from a import b`` yields ``a`` and ``a.b``)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def package_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> the modules that make that arrow, for our packages only."""
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for target in imported(path):
+                top = target.split(".")[0]
+                if top in PACKAGES and top != package:
+                    arrows.setdefault((package, top), []).append(f"{module_name(path)} imports {target}")
+    return arrows
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Every cycle of ``graph`` (each found once per node it passes through is fine for a test)."""
+    found = []
+
+    def walk(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in path:
+                found.append([*path[path.index(nxt):], nxt])
+            else:
+                walk(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    return found
+
+
+def test_no_module_of_app_imports_workers():
+    assert package_imports().get(("app", "workers"), []) == []
+
+
+def test_packages_import_each_other_only_along_the_allowed_arrows():
+    unexpected = {arrow: where for arrow, where in package_imports().items() if arrow[1] not in ALLOWED[arrow[0]]}
+    assert unexpected == {}
+
+
+def test_there_is_no_import_cycle_between_packages():
+    graph: dict[str, set[str]] = {}
+    for importer, target in package_imports():
+        graph.setdefault(importer, set()).add(target)
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycles({"app": {"workers"}, "workers": {"app"}})[0] == ["app", "workers", "app"]
+    assert cycles({"workers": {"app"}, "app": {"taskport"}}) == []
+
+
+def test_imports_are_read_wherever_they_stand(tmp_path: Path):
+    source = ROOT / "app" / "__init__.py"  # imports inside create_app and under TYPE_CHECKING
+    found = set(imported(source))
+    assert {"app.config", "app.api.tasks", "app.processors", "flask", "redis"} <= found
+
+
+@pytest.mark.parametrize("name", sorted({jobs.RUN_TASK, *ROLE_MAINS.values(),
+                                         *(f"workers.housekeeping.{p}_pass" for p in schedule.PASSES)}))
+def test_worker_code_named_by_app_resolves(name: str):
+    assert callable(pkgutil.resolve_name(name))
+
+
+def test_builtin_processor_modules_exist():
+    for name in processors.BUILTIN_MODULES:
+        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
