@@ -27,8 +27,9 @@ from redis.exceptions import RedisError
 from app import audit
 from app.config import Config, ConfigError
 from app.connection import connect
-from app.embedded import EmbeddedRedisError, port_in_use
+from app.embedded import EmbeddedRedisError
 from app.logs import setup_logging
+from app.process import port_in_use
 from app.processors import ProcessorLoadError
 
 # gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,

@@ -19,7 +19,7 @@ its whole life (the kernel drops it when the owner dies, however it dies). A red
 on the pidfile of an unlocked dir is an orphan of a launcher that was killed; it is shut down
 (cleanly, so its AOF is complete) before a new one starts on the same files.
 
-The small process helpers at the end (liveness, session members) serve the launcher and the tests.
+The process toolkit it uses (liveness, ending a process, free ports) is :mod:`app.process`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import fcntl
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -38,11 +37,11 @@ from typing import IO
 
 import redis
 
-from app.config import Config
+from app.config import LOOPBACK, Config
+from app.process import alive, read_pid, terminate
 
 log = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
 SOCKET = "redis.sock"  # in config.redis_dir
 DIR_MODE = 0o700  # the data dir of the server: its socket and its append-only file
 # sun_path holds 108 bytes on Linux, 104 on macOS (with the terminating NUL): the portable limit
@@ -185,7 +184,7 @@ class EmbeddedRedis:
         return [
             self.executable or server_executable(),
             "--port", "0",  # no TCP listener at all
-            "--bind", HOST,  # and should a port ever be set (CONFIG SET port), loopback only
+            "--bind", LOOPBACK,  # and should a port ever be set (CONFIG SET port), loopback only
             "--unixsocket", str(self.socket),
             "--unixsocketperm", "700",
             "--protected-mode", "yes",
@@ -251,37 +250,6 @@ def make_private_dir(path: Path) -> None:
     os.chmod(path, DIR_MODE)  # also tightens a dir an earlier version made with the umask's 0755
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
-def read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _proc_state(pid) != "Z"
-
-
 def is_redis_server(pid: int, directory: Path) -> bool:
     """Whether ``pid`` is a valkey-server (or redis-server) working in ``directory`` (so a pid that an
     unrelated program reused is left alone)."""
@@ -296,52 +264,3 @@ def is_redis_server(pid: int, directory: Path) -> bool:
     except OSError:
         return False
     return any(name in out.stdout for name in SERVER_NAMES)
-
-
-def terminate(pid: int, timeout: float) -> None:
-    """SIGTERM a process that is not our child, wait for it to go, SIGKILL it after ``timeout``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-        time.sleep(0.02)
-
-
-def session_members(sid: int) -> list[int]:
-    """Live (not zombie) pids in session ``sid`` (Linux; empty elsewhere). A child started with
-    ``start_new_session`` leads its own session and everything it starts stays in it, even an RQ work
-    horse that moves to its own process group: killing the session leaves no orphan behind."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    members = []
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getsid(int(entry.name)) == sid and alive(int(entry.name)):
-                    members.append(int(entry.name))
-    return members
-
-
-def kill_session(sid: int, sig: int = signal.SIGKILL, timeout: float = 5.0) -> None:
-    """Send ``sig`` to the session's leader group and to every other member of the session; with
-    SIGKILL, wait (up to ``timeout`` s) until none of them is alive any more."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, sig)
-    for pid in session_members(sid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while sig == signal.SIGKILL and session_members(sid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _proc_state(pid: int) -> str | None:
-    with contextlib.suppress(OSError, IndexError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0]
-    return None

@@ -40,8 +40,8 @@ from typing import TextIO
 import redis
 
 from app.config import Config, without_settings
-from app.embedded import EmbeddedRedis, EmbeddedRedisError, kill_session
-from app.process import die_with_parent
+from app.embedded import EmbeddedRedis, EmbeddedRedisError
+from app.process import die_with_parent, kill_session
 
 GROUP = "taskport"
 START_SECS = 3  # a process that dies within this many seconds of its start failed to start

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a sc
 
 from app.cli import web_command  # noqa: E402
 from app.config import Config  # noqa: E402
-from app.embedded import EmbeddedRedis, free_port  # noqa: E402
+from app.embedded import EmbeddedRedis  # noqa: E402
+from app.process import free_port  # noqa: E402
 from app.s3store import S3ResultStore  # noqa: E402
 from app.store import NewTask, TaskStore  # noqa: E402
 

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from app import keys
-from app.embedded import free_port, port_in_use
+from app.process import free_port, port_in_use
 from bench.apps import GET_KEY, GET_VALUE
 from bench.counting import command_delta, commandstats, per_op, text
 from bench.stack import REPO, Stack

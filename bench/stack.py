@@ -27,7 +27,8 @@ from rq import Worker
 
 from app.cli import web_command
 from app.config import Config, without_settings
-from app.embedded import EmbeddedRedis, free_port, kill_session
+from app.embedded import EmbeddedRedis
+from app.process import free_port, kill_session
 from app.states import QUEUES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -29,7 +29,8 @@ from rq_scheduler import Scheduler
 
 from app.config import Config, without_settings
 from app.connection import connect
-from app.embedded import EmbeddedRedis, free_port, kill_session
+from app.embedded import EmbeddedRedis
+from app.process import free_port, kill_session
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0

@@ -19,7 +19,7 @@ import redis
 import requests
 
 from app.config import Config
-from app.embedded import free_port
+from app.process import free_port
 from app.store import HISTORY_SCAN, NewTask, TaskStore
 from tests.integration.harness import TASKS, Api, RedisServer, Stack
 

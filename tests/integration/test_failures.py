@@ -15,7 +15,7 @@ import pytest
 
 from app.cli import EXIT_CONFIG, EXIT_FAILURE
 from app.config import without_settings
-from app.embedded import free_port
+from app.process import free_port
 from tests.integration.harness import REPO_ROOT
 
 WAIT_FOR_REDIS = 30  # app.connection.wait_for_redis's deadline

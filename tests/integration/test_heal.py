@@ -29,7 +29,7 @@ import requests
 from app import keys
 from app.config import Config
 from app.connection import connect
-from app.embedded import alive, session_members
+from app.process import alive, session_members
 from tests.integration.harness import TASKS, Api, RedisServer, wait_until
 from tests.integration.up import Up, children, started, task_workers, up_runs
 

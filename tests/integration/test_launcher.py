@@ -20,8 +20,9 @@ import redis
 
 from app.cli import web_command
 from app.config import Config
-from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, session_members
+from app.embedded import EmbeddedRedis, EmbeddedRedisError
 from app.logs import make_handler, task_logger
+from app.process import alive, kill_session, session_members
 from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, WaitTimeout, wait_until
 from tests.integration.up import Up, task_workers, up_runs
 

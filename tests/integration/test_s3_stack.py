@@ -15,7 +15,7 @@ import orjson
 import pytest
 import requests
 
-from app.embedded import free_port
+from app.process import free_port
 from tests.integration.harness import REPO_ROOT, Api, Stack, wait_until
 from tests.s3server import S3Server, dead_endpoint, use_s3
 

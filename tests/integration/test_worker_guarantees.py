@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.embedded import alive
+from app.process import alive
 from tests.integration.harness import TASKS, Api, wait_until
 from tests.integration.up import Up, children, started, task_workers, up_runs
 

@@ -14,7 +14,7 @@ import redis
 from rq import Worker
 
 from app.config import without_settings
-from app.embedded import alive, free_port, kill_session, read_pid
+from app.process import alive, free_port, kill_session, read_pid
 from tests.integration.harness import REPO_ROOT, wait_until
 
 
