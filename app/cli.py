@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import pkgutil
 import sys
@@ -66,7 +65,6 @@ ROLE_MAINS = {"worker": "workers.worker:main", "scheduler": "workers.scheduler:m
 
 def web_command(config: Config) -> list[str]:
     """The gunicorn command line that ``taskport web`` execs."""
-    level = logging.getLevelName(logging.getLevelNamesMapping().get(config.log_level.upper(), logging.INFO))
     return [
         sys.executable, "-m", "gunicorn", "app:create_app()",
         *_worker_flags(config),
@@ -78,7 +76,7 @@ def web_command(config: Config) -> list[str]:
         "--graceful-timeout", str(GUNICORN_GRACEFUL_TIMEOUT),
         "--keep-alive", str(GUNICORN_KEEPALIVE),
         "--logger-class", "app.weblog.GunicornLogger",
-        "--log-level", level.lower(),
+        "--log-level", config.log_level_name.lower(),
     ]
 
 

@@ -167,8 +167,7 @@ class Config:
             if getattr(self, name) not in allowed:
                 listed = f"{', '.join(allowed[:-1])} or {allowed[-1]}"
                 raise ConfigError(f"{self.env_name(name)} must be {listed}, got {getattr(self, name)!r}")
-        if self.log_level.upper() not in logging.getLevelNamesMapping():
-            raise ConfigError(f"TASKPORT_LOG_LEVEL must be a level name (DEBUG, INFO...), got {self.log_level!r}")
+        self.log_level_name  # noqa: B018
         for name in POSITIVE:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.env_name(name)} must be positive")
@@ -198,6 +197,15 @@ class Config:
         except ValueError as exc:
             raise ConfigError("TASKPORT_RETRY_BACKOFF must be a comma list of seconds") from exc
         return steps or [0]
+
+    @property
+    def log_level_name(self) -> str:
+        """TASKPORT_LOG_LEVEL as logging's own name of the level (``warn`` -> ``WARNING``): what the root
+        logger, RQ and gunicorn (in lower case) are given."""
+        level = logging.getLevelNamesMapping().get(self.log_level.upper())
+        if level is None:
+            raise ConfigError(f"TASKPORT_LOG_LEVEL must be a level name (DEBUG, INFO...), got {self.log_level!r}")
+        return logging.getLevelName(level)
 
     @property
     def members(self) -> dict[str, str]:

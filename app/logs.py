@@ -10,13 +10,13 @@ A line that concerns a task carries its id (log through :func:`task_logger`); ev
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-from app.config import Config, ConfigError
+from app.config import Config
+from app.ids import TASK_ID
 
 FORMAT = "%(asctime)s %(levelname)-5s %(procname)s[%(process)d] %(name)s task_id=%(task_id)s %(message)s"
 NO_TASK = "-"
@@ -36,13 +36,10 @@ class TaskIdFilter(logging.Filter):
         return True
 
 
-_TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
-
-
 def _task_id_in_library_line(record: logging.LogRecord) -> str:
     """RQ names the job (id = task id) in its own lines ("default: Job OK (2f1c...)"): stamp it."""
     if record.name.startswith("rq."):
-        found = _TASK_ID.search(record.getMessage())
+        found = TASK_ID.search(record.getMessage())
         if found:
             return found.group(0)
     return NO_TASK
@@ -98,11 +95,8 @@ def setup_logging(config: Config, process: str) -> None:
     Idempotent: a second call (e.g. a second ``create_app`` in tests) replaces the handler, never
     duplicates it. RQ sees that the root logger has a handler and adds none of its own.
     """
-    level = config.log_level.upper()
-    if level not in logging.getLevelNamesMapping():
-        raise ConfigError(f"TASKPORT_LOG_LEVEL must be a logging level name, got {config.log_level!r}")
     root = logging.getLogger()
     for old in [h for h in root.handlers if (h.get_name() or "").startswith("taskport-")]:
         root.removeHandler(old)
     root.addHandler(make_handler(process))
-    root.setLevel(level)
+    root.setLevel(config.log_level_name)

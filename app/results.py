@@ -39,13 +39,11 @@ from typing import Any, BinaryIO, Protocol
 import orjson
 
 from app.config import Config
+from app.ids import is_run_id, is_task_id
 
-# Canonical lower-case UUID text, as str(uuid.uuid4()) gives it: the only task id shape accepted.
-_TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # A plain file name: no separators, no leading dot (so never "." / ".." and never a temp file).
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TEMP_SUFFIX = ".part"
-_RUN_ID = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, as workers.runner makes it
 SPILLED_NAME = "result.json"  # a JSON result too long for Redis, under the task's folder
 SPILLED_REF = "$result_store"  # the reference left in the task record: {SPILLED_REF: name, "size": bytes}
 
@@ -101,15 +99,15 @@ class ResultStore(Protocol):
 
 
 def check_task_id(task_id: str) -> str:
-    """Return ``task_id`` if it is a canonical UUID string, else raise ValueError."""
-    if not isinstance(task_id, str) or not _TASK_ID.fullmatch(task_id):
+    """Return ``task_id`` if it has a task id's shape (app.ids), else raise ValueError."""
+    if not is_task_id(task_id):
         raise ValueError("invalid task id for result storage")
     return task_id
 
 
 def check_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it is a run id as the runner makes them, else raise ValueError."""
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+    """Return ``run_id`` if it has a run id's shape (app.ids), else raise ValueError."""
+    if not is_run_id(run_id):
         raise ValueError("invalid run id for result storage")
     return run_id
 
@@ -202,7 +200,7 @@ class LocalResultStore:
             names = os.listdir(self.root)
         except FileNotFoundError:
             return []
-        return sorted(n for n in names if n > after and _TASK_ID.fullmatch(n))[:limit]
+        return sorted(n for n in names if n > after and is_task_id(n))[:limit]
 
 
 def result_store(config: Config) -> ResultStore:

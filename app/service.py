@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ import redis
 from app import processors
 from app.config import Config
 from app.errors import Conflict, TooManyRequests, task_not_found
+from app.ids import is_task_id
 from app.jobs import JobQueue
 from app.logs import task_logger
 from app.states import ACTIVE, TaskStatus
@@ -85,11 +85,11 @@ class TaskService:
 
     def find(self, member: str, task_id: str) -> Task:
         """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""
-        return _owned(member, self.store.get(task_id) if _is_uuid(task_id) else None)
+        return _owned(member, self.store.get(task_id) if is_task_id(task_id) else None)
 
     def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
         """The member's task and its stored result (one round trip), or NotFound."""
-        task, stored = self.store.get_with_result(task_id) if _is_uuid(task_id) else (None, None)
+        task, stored = self.store.get_with_result(task_id) if is_task_id(task_id) else (None, None)
         return _owned(member, task), stored
 
     def cancel(self, member: str, task_id: str) -> None:
@@ -110,13 +110,3 @@ def _owned(member: str, task: Task | None) -> Task:
     if task is None or task.member != member:
         raise task_not_found()
     return task
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _is_uuid(value: str) -> bool:
-    return _UUID.fullmatch(value) is not None
-
-
-is_task_id = _is_uuid  # the public name, for views that take a task id outside the task routes

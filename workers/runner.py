@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import threading
-import uuid
 from typing import Any
 
 import orjson
@@ -31,6 +30,7 @@ from rq.timeouts import JobTimeoutException
 from app import processors
 from app.config import Config
 from app.connection import connect
+from app.ids import new_run_id
 from app.logs import task_logger
 from app.process import die_with_parent
 from app.results import ResultStore, StoreUnavailable, result_store, spill
@@ -65,7 +65,7 @@ class Runner:
         if os.getpid() != self.owner_pid:
             self._adopt_work_horse()
         tlog = task_logger(log, task_id)
-        run_id = uuid.uuid4().hex
+        run_id = new_run_id()
         started = self.store.start(task_id, run_id)
         if not isinstance(started, Started):
             tlog.info("delivery ignored: task is %s", started or "gone")

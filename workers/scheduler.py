@@ -69,7 +69,7 @@ def run_housekeeper(config: Config, parent: int | None = None) -> None:
     conn = connect(config)
     wait_for_redis(conn)
     worker = SimpleWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
-    worker.work(with_scheduler=True, logging_level=config.log_level.upper())
+    worker.work(with_scheduler=True, logging_level=config.log_level_name)
 
 
 def start_housekeeper(config: Config) -> multiprocessing.process.BaseProcess:

@@ -9,8 +9,8 @@ from app import audit
 from app.api import json_response
 from app.dashboard import operator_check
 from app.errors import ValidationFailed
+from app.ids import is_task_id
 from app.runtime import runtime
-from app.service import is_task_id
 
 bp = Blueprint("audit", __name__, url_prefix="/api/v1")
 

@@ -18,7 +18,7 @@ from app.api import json_response
 from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, Unavailable, UnsupportedMediaType, ValidationFailed
 from app.results import StoreUnavailable, streamed_body, unspill
 from app.runtime import runtime
-from app.schemas import HistoryQuerySchema, SubmitSchema
+from app.schemas import MAX_DEDUP_KEY, HistoryQuerySchema, SubmitSchema
 from app.states import ACTIVE, TaskStatus
 from app.store import decode_cursor
 from app.task import Task, iso, iso_or_none, now_ms, task_path
@@ -95,8 +95,8 @@ def _dedup_key(from_body: str | None) -> str | None:
     header = request.headers.get("Idempotency-Key")
     if header is None:
         return from_body
-    if not 1 <= len(header) <= 128:
-        raise ValidationFailed({"Idempotency-Key": ["Length must be between 1 and 128."]})
+    if not 1 <= len(header) <= MAX_DEDUP_KEY:
+        raise ValidationFailed({"Idempotency-Key": [f"Length must be between 1 and {MAX_DEDUP_KEY}."]})
     if from_body is not None and from_body != header:
         raise ValidationFailed({"dedup_key": ["Differs from the Idempotency-Key header."]})
     return header

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.cli import main, web_command
 from app.config import Config, ConfigError
 
 
@@ -130,3 +130,12 @@ def test_workers_and_the_scheduler_get_none_of_the_webs_secrets() -> None:
         assert "k1" not in "".join(env.values()) and "s3cret" not in "".join(env.values())
         rebuilt = Config.from_env(env)  # still a valid Config: a worker starts with it
         assert rebuilt.task_ttl == 60
+
+
+@pytest.mark.parametrize("raw, name", [("debug", "DEBUG"), ("Info", "INFO"), ("warn", "WARNING"),
+                                       ("FATAL", "CRITICAL")])
+def test_the_log_level_is_checked_once_and_named_as_logging_names_it(raw: str, name: str) -> None:
+    config = Config.from_env({"TASKPORT_LOG_LEVEL": raw})
+    assert config.log_level_name == name  # what the root logger, RQ and gunicorn (lower case) get
+    web = web_command(config)
+    assert web[web.index("--log-level") + 1] == name.lower()
