@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 
 
 class TaskStatus(StrEnum):
@@ -42,6 +42,10 @@ TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
 )
 
 
+# Error codes are plain ``int`` constants in a namespace class, not IntEnum members: a code is a
+# Redis command argument (HSET, Lua ARGV) and hiredis, redis-py's command packer, refuses int subclasses.
+
+
 class ErrorCode:
     """The service's own (negative) task error codes; business codes are positive."""
 
@@ -52,7 +56,7 @@ class ErrorCode:
     RESULT_STORE = -5
 
 
-class BusinessCode(IntEnum):
+class BusinessCode:
     """Business error codes of the built-in processors (positive; a user's processors choose their own)."""
 
     BILL_UNPAID = 10001
