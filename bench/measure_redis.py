@@ -90,7 +90,7 @@ def worker_round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
     config = stack.config
     plain = stack.client()
     conn = counting_client(config)
-    runner_module._runner = runner_module.Runner(config, conn)  # run_task uses this process's Runner
+    runner_module.use(runner_module.Runner(config, conn))  # run_task uses this process's Runner
 
     def burst(fill: int, bare: bool) -> Counted:
         # taskport's own class (heartbeats coalesced, stop command honoured) vs RQ's SimpleWorker
@@ -110,7 +110,7 @@ def worker_round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
         out[name] = {"round_trips": round((full.result["round_trips"] * n - fixed.result["round_trips"]) / n, 2),
                      "commands_total": round((full.result["commands_total"] * n - fixed.result["commands_total"]) / n,
                                              2)}
-    runner_module._runner = None
+    runner_module.use(None)
     plain.flushall()
     plain.close()
     return out

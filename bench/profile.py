@@ -176,7 +176,7 @@ def inprocess_profile(stack: Stack, n: int) -> str:
 
     conn = stack.client()
     text = ""
-    runner._runner = runner.Runner(stack.config, conn)
+    runner.use(runner.Runner(stack.config, conn))
     for bare in (False, True):
         conn.flushall()
         if bare:
@@ -191,7 +191,7 @@ def inprocess_profile(stack: Stack, n: int) -> str:
         text += f"## SimpleWorker burst of {n} x {label} (pyinstrument)\n\n"
         text += profiler.output(ConsoleRenderer(unicode=False, color=False, show_all=True, short_mode=False,
                                                 processor_options={"filter_threshold": 0.015})) + "\n"
-    runner._runner = None
+    runner.use(None)
     return text
 
 

@@ -257,14 +257,24 @@ class Heartbeat:
         self._stop.set()
 
 
-_runner: Runner | None = None
+_runner: Runner | None = None  # the process's Runner: see use()
+
+
+def use(runner: Runner | None) -> Runner | None:
+    """Make ``runner`` the Runner of this process's RQ entry points (:func:`run_task`, :func:`on_stopped`,
+    :func:`stop_current`) and return it; ``None`` forgets it, so the next delivery builds one from the
+    environment. The worker installs its own through :func:`prepare`; tests and the bench hand in one
+    on their own connection (fakeredis, a counting client)."""
+    global _runner
+    _runner = runner
+    return runner
 
 
 def prepare(config: Config) -> Runner:
     """Build the process's Runner (the worker calls this before it starts forking)."""
-    global _runner
-    _runner = Runner(config)
-    return _runner
+    runner = Runner(config)
+    use(runner)
+    return runner
 
 
 def stop_current(job_id: str | None) -> None:

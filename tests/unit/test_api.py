@@ -23,7 +23,7 @@ def run_queued(conn, config):
     """Run every queued job in this process (SimpleWorker: fakeredis cannot serve a forked worker)."""
     from workers import runner
 
-    runner._runner = runner.Runner(config, conn)
+    runner.use(runner.Runner(config, conn))
     queues = JobQueue(conn, config).queues
     SimpleWorker([queues[q] for q in QUEUES], connection=conn).work(burst=True)
 

@@ -111,7 +111,7 @@ def test_old_run_ends_before_the_new_run_starts(conn, config, runner, tmp_path):
     gate = tmp_path / "gate"
     gate.mkdir()
     task_id = submit(conn, config, gate)
-    runner_module._runner = runner  # what the SimpleWorker below runs
+    runner_module.use(runner)  # what the SimpleWorker below runs
     old, old_who = start_run(runner, task_id)
     recover_stalled(conn, config)
     release(gate, old_who)
@@ -165,7 +165,7 @@ def test_cancel_and_a_stopped_horse_act_on_the_requeued_job(conn, config, runner
 
     with runner.results.for_run(uuid.uuid4().hex).writer(task_id, "left.txt") as fh:
         fh.write(b"partial")
-    runner_module._runner = runner
+    runner_module.use(runner)
     runner_module.on_stopped(Job.create("workers.runner.run_task", args=(task_id,), id=job_id, connection=conn), conn)
     assert not (config.results_dir / task_id).exists()  # RQ names the job; the task is its argument
 

@@ -43,7 +43,7 @@ def client(config: Config, conn: Any) -> Any:
 
 
 def run_queued(conn: Any, config: Config) -> None:
-    runner._runner = runner.Runner(config, conn)
+    runner.use(runner.Runner(config, conn))
     queues = JobQueue(conn, config).queues
     SimpleWorker([queues[q] for q in QUEUES], connection=conn).work(burst=True)
 
