@@ -1,1 +1,1 @@
-"""taskport workers: the task runner, the context handed to processors and the processor registry."""
+"""taskport workers: the task runner, the context handed to processors and the built-in processors."""
