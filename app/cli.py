@@ -106,8 +106,8 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_role(args: argparse.Namespace) -> int:
-    """Run the worker's or the scheduler's ``main(config, name=)`` in this process, found by its name in
-    ``ROLE_MAINS``: the process is theirs (signals, exit code), the command line is this one."""
+    """Run the worker's or the scheduler's ``main(config, name=)``, found by its name in ``ROLE_MAINS``, in
+    this process: from here on its signal handling and its exit code are that main's."""
     role_main = pkgutil.resolve_name(ROLE_MAINS[args.command])
     return int(role_main(Config.from_env(), name=args.name))
 
