@@ -44,10 +44,11 @@ from flask import Flask
 from redis.backoff import ExponentialBackoff
 
 from app import keys
+from app.clock import now_ms
 from app.runtime import EXTENSION as RUNTIME
 from app.runtime import Runtime
 from app.store import TaskStore
-from app.task import Task, now_ms
+from app.task import Task
 
 log = logging.getLogger(__name__)
 

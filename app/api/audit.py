@@ -11,8 +11,9 @@ from app.dashboard import operator_check
 from app.errors import ValidationFailed
 from app.runtime import runtime
 from app.service import is_task_id
+from app.urls import API_PREFIX
 
-bp = Blueprint("audit", __name__, url_prefix="/api/v1")
+bp = Blueprint("audit", __name__, url_prefix=API_PREFIX)
 
 
 @bp.before_request

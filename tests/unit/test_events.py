@@ -19,11 +19,11 @@ import pytest
 
 from app import create_app, keys, streams, webworker
 from app.api.events import TaskStream, format_event
+from app.clock import now_ms
 from app.config import Config
 from app.runtime import EXTENSION
 from app.store import TaskStore
 from app.streams import EventHub, Reading, StreamSlots
-from app.task import now_ms
 from app.webworker import allow_open_files, direct_socket
 
 LONG = 30.0

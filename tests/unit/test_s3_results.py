@@ -13,12 +13,12 @@ import pytest
 from rq import SimpleWorker
 
 from app import create_app, keys
+from app.clock import now_ms
 from app.config import Config
 from app.jobs import JobQueue
 from app.results import SPILLED_REF
 from app.s3store import S3ResultStore
 from app.states import QUEUES, ErrorCode
-from app.task import now_ms
 from tests.s3server import S3Server, dead_endpoint, use_s3
 from workers import orphans, processors, runner
 from workers.housekeeping import Housekeeper, PassReport

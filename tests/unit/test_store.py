@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from app import keys, scripts
+from app.clock import now_ms
 from app.states import CLAIM_TAKEN, TRANSITIONS, TaskStatus
-from app.store import NewTask, Started, decode_cursor, encode_cursor
-from app.task import now_ms
+from app.store import NewTask, decode_cursor, encode_cursor
 
 S = TaskStatus
 
@@ -25,12 +25,12 @@ def new_task(member: str = "public", digest: str | None = None, type_: str = "de
 
 
 def create(store, new: NewTask):
-    return store.create(new, lambda pipe: None)
+    return store.create(new)
 
 
 def started(store, new: NewTask) -> str:
     run_id = uuid.uuid4().hex
-    assert isinstance(store.start(new.task_id, run_id), Started)
+    assert store.start(new.task_id, run_id).started is not None
     return run_id
 
 
