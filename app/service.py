@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import redis
 
+from app.audit import AuditPage
 from app.clock import now_ms
 from app.config import Config
 from app.errors import Conflict, TooManyRequests, task_not_found
@@ -100,6 +101,10 @@ class TaskService:
         if cursor:
             check_cursor(cursor)
         return self.store.history(member, limit=limit, cursor=cursor, status=status, type_=type_, now=now)
+
+    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int, cursor: str | None) -> AuditPage:
+        """A page of the audit trail (operators), newest first, of one task or member or all."""
+        return self.store.audit_trail(task_id=task_id, member=member, limit=limit, cursor=cursor)
 
     def cancel(self, member: str, task_id: str) -> None:
         status = self.find(member, task_id).effective_status(now_ms())

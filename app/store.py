@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 import redis
 
-from app import keys, scripts
+from app import audit, keys, scripts
 from app.clock import now_ms
 from app.config import Config
 from app.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED
@@ -448,6 +448,43 @@ class TaskStore:
     def count(self, stat: str, n: int = 1) -> None:
         """Add ``n`` to the ``keys.STATS`` counter ``stat``."""
         self.redis.hincrby(keys.STATS, stat, n)
+
+    # -- event streams (web processes) ----------------------------------------------------------------
+    def subscribe_task_events(self) -> redis.client.PubSub:
+        """A pub/sub connection subscribed to every task's events channel (the caller closes it)."""
+        pubsub = self.redis.pubsub()
+        pubsub.psubscribe(keys.events("*"))
+        return pubsub
+
+    def open_stream_slot(self, member: str, slot: str) -> int:
+        """Count an open event stream of ``member`` (leased for ``keys.STREAM_LEASE_MS``, expired leases
+        dropped first); returns how many the member holds now, this one included (one transaction)."""
+        now = now_ms()
+        key = keys.streams(member)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zremrangebyscore(key, "-inf", now)  # leases of processes that died without releasing
+        pipe.zadd(key, {slot: now + keys.STREAM_LEASE_MS})
+        pipe.zcard(key)
+        pipe.pexpire(key, keys.STREAM_LEASE_MS)
+        return int(pipe.execute()[2])
+
+    def close_stream_slot(self, member: str, slot: str) -> None:
+        self.redis.zrem(keys.streams(member), slot)
+
+    def renew_stream_slots(self, held: list[tuple[str, str]]) -> None:
+        """Push the lease of each (slot, member) still counted (one round trip)."""
+        until = now_ms() + keys.STREAM_LEASE_MS
+        pipe = self.redis.pipeline(transaction=False)
+        for slot, member in held:
+            pipe.zadd(keys.streams(member), {slot: until}, xx=True)  # XX: never revive a slot released meanwhile
+        for member in {m for _, m in held}:
+            pipe.pexpire(keys.streams(member), keys.STREAM_LEASE_MS)
+        pipe.execute()
+
+    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int,
+                    cursor: str | None) -> audit.AuditPage:
+        """A page of the audit trail, newest first (see :func:`app.audit.read`)."""
+        return audit.read(self.redis, task_id=task_id, member=member, limit=limit, cursor=cursor)
 
     def stats(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
