@@ -198,7 +198,7 @@ if not status then return {0, ''} end
 local ok = false
 for s in string.gmatch(ARGV[1], '[^,]+') do if s == status then ok = true end end
 if not ok or (ARGV[2] ~= '' and cur[2] ~= ARGV[2]) then return {0, status} end
-if ARGV[3] ~= $EXPIRED and (tonumber(cur[3]) or math.huge) <= tonumber(ARGV[10]) then return {0, 'EXPIRED'} end
+if ARGV[3] ~= $EXPIRED and (tonumber(cur[3]) or math.huge) <= tonumber(ARGV[10]) then return {0, $EXPIRED} end
 if ARGV[9] ~= '' then
   local beat = redis.call('ZSCORE', KEYS[4], id)
   if beat and tonumber(beat) > tonumber(ARGV[9]) then return {0, status} end
