@@ -8,6 +8,7 @@ Times are stored as integer milliseconds (see :mod:`app.clock`) and rendered as 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from app.clock import iso, iso_or_none
@@ -15,8 +16,9 @@ from app.keys import TaskField
 from app.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.urls import task_path
 
-# Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash.
-_RAW = {field: field.value.encode() for field in TaskField}
+# Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash: _RAW.STATUS is
+# b"status". Plain bytes attributes, since looking an enum member up in a dict costs a Python-level hash.
+_RAW = SimpleNamespace(**{field.name: field.value.encode() for field in TaskField})
 
 
 def _text(value: bytes | None) -> str | None:
@@ -59,34 +61,34 @@ class Task:
         """The task stored in hash ``h`` under ``task_id`` (the id is the key's, not a field)."""
         g = h.get
         r = _RAW
-        total = g(r[TaskField.ITEMS_TOTAL])
+        total = g(r.ITEMS_TOTAL)
         items = None
         if total:
             items = {
                 "total": int(total),
-                "succeeded": int(g(r[TaskField.ITEMS_SUCCEEDED]) or 0),
-                "failed": int(g(r[TaskField.ITEMS_FAILED]) or 0),
+                "succeeded": int(g(r.ITEMS_SUCCEEDED) or 0),
+                "failed": int(g(r.ITEMS_FAILED) or 0),
             }
         return cls(
             id=task_id,
-            type=h[r[TaskField.TYPE]].decode(),
-            member=h[r[TaskField.MEMBER]].decode(),
-            status=h[r[TaskField.STATUS]].decode(),
-            progress=int(g(r[TaskField.PROGRESS]) or 0),
-            message=_text(g(r[TaskField.MESSAGE])),
+            type=h[r.TYPE].decode(),
+            member=h[r.MEMBER].decode(),
+            status=h[r.STATUS].decode(),
+            progress=int(g(r.PROGRESS) or 0),
+            message=_text(g(r.MESSAGE)),
             items=items,
-            error_code=_int(g(r[TaskField.ERROR_CODE]), None),
-            error_message=_text(g(r[TaskField.ERROR_MESSAGE])),
-            attempts=int(g(r[TaskField.ATTEMPTS]) or 0),
-            max_attempts=int(g(r[TaskField.MAX_ATTEMPTS]) or 1),
-            priority=(g(r[TaskField.PRIORITY]) or b"default").decode(),
-            created_at=int(h[r[TaskField.CREATED_AT]]),
-            started_at=_int(g(r[TaskField.STARTED_AT]), None),
-            updated_at=int(h[r[TaskField.UPDATED_AT]]),
-            completed_at=_int(g(r[TaskField.COMPLETED_AT]), None),
-            expires_at=int(h[r[TaskField.EXPIRES_AT]]),
-            run_id=_text(g(r[TaskField.RUN_ID])),
-            seq=int(g(r[TaskField.SEQ]) or 0),
+            error_code=_int(g(r.ERROR_CODE), None),
+            error_message=_text(g(r.ERROR_MESSAGE)),
+            attempts=int(g(r.ATTEMPTS) or 0),
+            max_attempts=int(g(r.MAX_ATTEMPTS) or 1),
+            priority=(g(r.PRIORITY) or b"default").decode(),
+            created_at=int(h[r.CREATED_AT]),
+            started_at=_int(g(r.STARTED_AT), None),
+            updated_at=int(h[r.UPDATED_AT]),
+            completed_at=_int(g(r.COMPLETED_AT), None),
+            expires_at=int(h[r.EXPIRES_AT]),
+            run_id=_text(g(r.RUN_ID)),
+            seq=int(g(r.SEQ) or 0),
         )
 
     def effective_status(self, now: int) -> str:
