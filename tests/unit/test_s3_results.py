@@ -129,7 +129,7 @@ def test_the_orphan_sweep_removes_files_of_tasks_without_a_result(
     for task_id in (gone, failed, pending):  # what a delete during an outage or a killed worker leaves
         with hk.results.writer(task_id, "left-over.csv") as fh:
             fh.write(b"x")
-    assert orphans.sweep(hk.store, hk.results, conn, batch=2) + orphans.sweep(hk.store, hk.results, conn, batch=2) == 2
+    assert orphans.sweep(hk.store, hk.results, batch=2) + orphans.sweep(hk.store, hk.results, batch=2) == 2
     assert sorted(k.split("/")[1] for k in s3_server.keys(bucket)) == sorted([kept, pending])
     report = PassReport("expire")
     hk.expire(report)
@@ -142,5 +142,5 @@ def test_the_orphan_sweep_waits_out_an_outage(
     use_s3(monkeypatch, s3_server, dead_endpoint())
     hk = Housekeeper(conn, config)
     processors.load(config.processor_modules)
-    assert orphans.sweep(hk.store, hk.results, conn) == 0
+    assert orphans.sweep(hk.store, hk.results) == 0
     assert "orphan sweep skipped" in caplog.text
