@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from app import keys
-from app.task import iso
+from app.clock import iso
 
 BATCH = 500
 SCAN_BUDGET = 20_000

@@ -41,7 +41,7 @@ from flask import Flask, Response, current_app, request
 from werkzeug.exceptions import MethodNotAllowed
 
 from app.config import Config
-from app.errors import problem
+from app.errors import Forbidden, NotFound, Unauthorized, render
 from app.jobs import register_queues
 
 PREFIX = "/rq"
@@ -111,7 +111,7 @@ def same_origin_check() -> Response | None:
         header, why = "Origin", "the request comes from a page of another site"
     else:
         return None
-    return problem(403, "cross-site", "Cross-site request refused", why, errors={header: [why]})
+    return render(Forbidden(why, slug="cross-site", title="Cross-site request refused", errors={header: [why]}))
 
 
 def operators_unless_open(config: Config, what: str) -> Response | None:
@@ -127,7 +127,7 @@ def operator_check(user: str, password: str, what: str) -> Response | None:
     """None when the request carries the operator's HTTP Basic credentials; else the answer to give:
     404 "<what> disabled" when no operator password is configured, 401 with a Basic challenge."""
     if not password:
-        return problem(404, "not-found", "Not found", f"{what} disabled")
+        return render(NotFound(f"{what} disabled"))
     auth = request.authorization
     if (
         auth is not None and auth.type == "basic"
@@ -135,5 +135,5 @@ def operator_check(user: str, password: str, what: str) -> Response | None:
         and hmac.compare_digest((auth.password or "").encode(), password.encode())
     ):
         return None
-    return problem(401, "unauthorized", "Operator credentials required", f"the {what} needs HTTP Basic credentials",
-                   {"WWW-Authenticate": REALM})
+    return render(Unauthorized(f"the {what} needs HTTP Basic credentials", title="Operator credentials required",
+                               headers={"WWW-Authenticate": REALM}))

@@ -1,4 +1,8 @@
-"""HTTP errors as types, rendered as RFC 9457 problem details by one set of handlers.
+"""HTTP errors as types, rendered as RFC 9457 problem details by one renderer (:func:`problem`).
+
+Views raise an :class:`AppError` (or return :func:`render` of one, where a hook must return a response);
+the handlers below render it, and every other error, with :func:`problem`: nothing else writes a
+problem document.
 
 Nothing internal reaches a body: unexpected exceptions become a generic 500 (logged with traceback),
 Redis outages a 503 with Retry-After (unreachable, out of memory, read-only, loading: one log line each,
@@ -24,7 +28,13 @@ class AppError(Exception):
     slug = "internal"
     title = "Internal server error"
 
-    def __init__(self, detail: str = "", *, headers: dict[str, str] | None = None, **extra: Any) -> None:
+    def __init__(self, detail: str = "", *, headers: dict[str, str] | None = None, title: str | None = None,
+                 slug: str | None = None, **extra: Any) -> None:
+        """``title`` and ``slug`` replace the class's own for this instance; ``extra`` are members of the body."""
+        if title is not None:
+            self.title = title
+        if slug is not None:
+            self.slug = slug
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.headers = headers or {}
@@ -39,12 +49,22 @@ class Unauthorized(AppError):
     status, slug, title = 401, "unauthorized", "Missing or unknown API key"
 
 
+class Forbidden(AppError):
+    status, slug, title = 403, "forbidden", "Forbidden"
+
+
 class NotFound(AppError):
     status, slug, title = 404, "not-found", "Not found"
 
 
 class Conflict(AppError):
     status, slug, title = 409, "conflict", "Conflict with the task's state"
+
+
+class Duplicate(AppError):
+    """A submit whose dedup key another task holds (its own ``status`` member: ``DUPLICATE``)."""
+
+    status, slug, title = 409, "duplicate", "Duplicate task"
 
 
 class UnsupportedMediaType(AppError):
@@ -108,11 +128,18 @@ def task_not_found() -> NotFound:
 
 
 def problem(status: int, slug: str, title: str, detail: str, headers: dict[str, str] | None = None,
-            **extra: Any) -> Response:
-    body = {"type": f"/problems/{slug}", "title": title, "status": status, "detail": detail, **extra}
+            extra: dict[str, Any] | None = None) -> Response:
+    """The one problem+json renderer: ``type``, ``title``, ``status``, ``detail``, then ``extra``'s members
+    (which may replace ``status`` in the body, as a duplicate's ``DUPLICATE`` does; the HTTP status stays)."""
+    body = {"type": f"/problems/{slug}", "title": title, "status": status, "detail": detail, **(extra or {})}
     response = Response(orjson.dumps(body), status=status, content_type=PROBLEM_JSON)
     response.headers.update(headers or {})
     return response
+
+
+def render(exc: AppError) -> Response:
+    """``exc`` as its problem+json response (for hooks that return a response rather than raise)."""
+    return problem(exc.status, exc.slug, exc.title, exc.detail, exc.headers, exc.extra)
 
 
 def init_app(app: Flask) -> None:
@@ -120,7 +147,7 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(AppError)
     def _app_error(exc: AppError) -> Response:
-        return problem(exc.status, exc.slug, exc.title, exc.detail, exc.headers, **exc.extra)
+        return render(exc)
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:

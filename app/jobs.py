@@ -27,6 +27,7 @@ from rq.utils import as_text, current_timestamp, now
 from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.config import Config
+from app.scripts import Command
 from app.states import QUEUES
 
 RUN_TASK = "workers.runner.run_task"
@@ -53,10 +54,29 @@ class JobQueue:
         self.config = config
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
 
-    def enqueue(self, task_id: str, priority: str, timeout: int, pipeline: redis.client.Pipeline | None = None,
-                job_id: str | None = None) -> None:
-        """Queue the task's job (id ``job_id``, default the task id); with ``pipeline`` the commands join the
-        caller's round trip."""
+    def enqueue(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> None:
+        """Queue the task's job (id ``job_id``, default the task id) now, in one round trip."""
+        pipe = self.redis.pipeline()
+        self._enqueue(pipe, task_id, priority, timeout, job_id)
+        pipe.execute()
+
+    def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> list[Command]:
+        """The commands that queue the task's job (id ``job_id``, default the task id), for a script or a
+        transaction of the store to replay (:meth:`app.store.TaskStore.create`, ``recover``).
+
+        They are RQ's own: RQ writes a job only onto a redis-py pipeline, so its enqueue is recorded on
+        one that is never sent. Each of its commands acts on one key (a job hash, a queue list, RQ's set
+        of queues), which is what a script that declares its keys needs.
+        """
+        recorder = self.redis.pipeline(transaction=True)
+        recorder.multi()  # as RQ expects of a caller's pipeline
+        self._enqueue(recorder, task_id, priority, timeout, job_id)
+        commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
+        recorder.reset()
+        return commands
+
+    def _enqueue(self, pipe: redis.client.Pipeline, task_id: str, priority: str, timeout: int,
+                 job_id: str | None) -> None:
         queue = self.queues[priority]
         job = queue.create_job(
             RUN_TASK,
@@ -68,10 +88,11 @@ class JobQueue:
             description=f"task {task_id}",
             on_stopped=ON_STOPPED,
         )
-        pipe = pipeline if pipeline is not None else self.redis.pipeline()
         queue.enqueue_job(job, pipeline=pipe)
-        if pipeline is None:
-            pipe.execute()
+
+    def enqueue_call(self, queue: str, func: str, *args: Any, **options: Any) -> None:
+        """A plain RQ job of ``func(*args)`` on ``queue`` (RQ's ``Queue.enqueue`` options), e.g. an alert."""
+        Queue(queue, connection=self.redis).enqueue(func, *args, **options)
 
     def trim_finished(self) -> None:
         """Drop finished jobs whose ``RESULT_TTL`` is over from RQ's finished registries (one command each;

@@ -5,12 +5,45 @@ A task's own keys share the ``{task_id}`` hash tag so they would land on one clu
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+from app.states import TaskStatus
+
 PREFIX = "tp:"
 
 
 def task(task_id: str) -> str:
     """Hash: the task's status fields (the record; one HGETALL answers a status read)."""
     return f"{PREFIX}task:{{{task_id}}}"
+
+
+class TaskField(StrEnum):
+    """The fields of a task's hash (:func:`task`): their only home. The Lua scripts name them as ``@name``
+    (rendered by :func:`app.scripts.build`), the store and :class:`app.task.Task` by these members."""
+
+    TYPE = "type"
+    MEMBER = "member"
+    STATUS = "status"
+    PROGRESS = "progress"  # 0-100, never goes down
+    MESSAGE = "message"
+    ITEMS_TOTAL = "items_total"  # the three item counts, when the processor reports items
+    ITEMS_SUCCEEDED = "items_succeeded"
+    ITEMS_FAILED = "items_failed"
+    ERROR_CODE = "error_code"
+    ERROR_MESSAGE = "error_message"
+    ATTEMPTS = "attempts"  # runs started so far
+    MAX_ATTEMPTS = "max_attempts"
+    PRIORITY = "priority"  # the RQ queue
+    CREATED_AT = "created_at"  # every time: ms since the epoch
+    STARTED_AT = "started_at"
+    UPDATED_AT = "updated_at"
+    COMPLETED_AT = "completed_at"
+    EXPIRES_AT = "expires_at"
+    RUN_ID = "run_id"  # the run that holds the task while PROCESSING
+    SEQ = "seq"  # the event sequence number, bumped by every write (see events)
+    PAYLOAD_SHA256 = "payload_sha256"  # of the payload JSON, for the audit trail
+    JOB = "job"  # the current RQ job id when it is not the task id (a recovery re-queued it)
+    RESULT = "result"  # a short result's JSON, inline (see app.store.INLINE_RESULT_MAX)
 
 
 def payload(task_id: str) -> str:
@@ -43,12 +76,29 @@ EXPIRY = f"{PREFIX}expiry"  # sorted set: task id scored by the ms when housekee
 RUNNING = f"{PREFIX}running"  # sorted set: PROCESSING task id scored by its last heartbeat (ms)
 MEMBERS = f"{PREFIX}members"  # set: every member that has a history index
 ACTIVE = f"{PREFIX}active"  # hash: member -> how many of its tasks are unfinished (PENDING or PROCESSING)
-STATS = f"{PREFIX}stats"  # hash: counters (submitted, completed, failed, ...) for metrics
+STATS = f"{PREFIX}stats"  # hash: counters (STAT_* and STAT_ENTERED below, housekeeping_<pass>) for metrics
 FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
 SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
 ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert went out in this window
 AUDIT = f"{PREFIX}audit"  # stream: one entry per task transition, capped by TASKPORT_AUDIT_RETENTION
 ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's orphan sweep continues after
+
+
+# Fields of STATS: submits, retries and recoveries, and a counter per status a transition ends in.
+STAT_SUBMITTED = "submitted"
+STAT_RETRIED = "retried"
+STAT_RECOVERED = "recovered"
+STAT_ENTERED: dict[str, str] = {
+    TaskStatus.COMPLETED: "completed",
+    TaskStatus.FAILED: "failed",
+    TaskStatus.CANCELLED: "cancelled",
+    TaskStatus.EXPIRED: "expired",
+}
+
+
+def housekeeping_stat(name: str) -> str:
+    """The STATS field counting the runs of housekeeping pass ``name``."""
+    return f"housekeeping_{name}"
 
 
 def streams(member: str) -> str:

@@ -6,6 +6,7 @@ from marshmallow import RAISE, Schema, fields, validate
 
 from app.states import QUEUES, STORED
 from app.store import CURSOR_PATTERN
+from app.urls import task_path
 
 MAX_DEDUP_KEY = 128
 
@@ -106,7 +107,7 @@ class ResultFileSchema(Schema):
     name = fields.String()
     size = fields.Integer()
     content_type = fields.String()
-    url = fields.String(metadata={"description": "/api/v1/tasks/{id}/result/file"})
+    url = fields.String(metadata={"description": task_path("{id}", "/result/file")})
 
 
 class FailureSchema(Schema):

@@ -9,21 +9,22 @@ import base64
 import hashlib
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis
 
 from app import processors
+from app.audit import AuditPage
+from app.clock import now_ms
 from app.config import Config
 from app.errors import Conflict, TooManyRequests, task_not_found
 from app.ids import is_task_id
 from app.jobs import JobQueue
 from app.logs import task_logger
 from app.states import ACTIVE, TaskStatus
-from app.store import ActiveCapReached, NewTask, TaskStore
-from app.task import Task, now_ms
+from app.store import ActiveCapReached, Created, NewTask, Page, TaskStore, Transition, WithResult, decode_cursor
+from app.task import Task
 
 log = logging.getLogger(__name__)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
@@ -39,11 +40,8 @@ def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) 
     return base64.urlsafe_b64encode(hashlib.sha256(material).digest()).decode().rstrip("=")
 
 
-@dataclass(frozen=True)
-class Submitted:
-    created: bool
-    task: Task | None  # the new task, or the one holding the dedup key (None if it vanished meanwhile)
-    task_id: str
+class BadCursor(ValueError):
+    """A history cursor this service did not make."""
 
 
 class TaskService:
@@ -53,8 +51,8 @@ class TaskService:
         self.jobs = JobQueue(conn, config)
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
-               priority: str | None, submitted: dict[str, Any] | None = None) -> Submitted:
-        """Create and queue a task, or name the task holding the dedup key.
+               priority: str | None, submitted: dict[str, Any] | None = None) -> Created:
+        """Create and queue a task, or name (and read) the task holding the dedup key: one round trip either way.
 
         ``payload`` is the validated payload the processor gets; the dedup hash covers ``submitted``,
         the payload as the client sent it (the contract's "canonical JSON of the payload").
@@ -66,9 +64,9 @@ class TaskService:
             task_id=str(uuid.uuid4()), member=member, type=task_type, payload=payload, dedup_digest=digest,
             priority=priority or proc.priority, max_attempts=proc.retries + 1,
         )
+        job = self.jobs.job_commands(new.task_id, new.priority, proc.timeout)
         try:
-            created, holder, task = self.store.create(
-                new, lambda pipe: self.jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=pipe))
+            outcome = self.store.create(new, job)
         except ActiveCapReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise TooManyRequests(
@@ -76,12 +74,12 @@ class TaskService:
                 "(TASKPORT_MAX_ACTIVE_TASKS): wait for some to finish or cancel some",
                 headers={"Retry-After": str(ACTIVE_CAP_RETRY_AFTER)}, limit="max_active_tasks", cap=exc.cap,
                 active=exc.active) from None
-        tlog = task_logger(log, holder)
-        if not created:
+        tlog = task_logger(log, outcome.task_id)
+        if outcome.created:
+            tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
+        else:
             tlog.info("duplicate submit of %s by %s", task_type, member)
-            return Submitted(False, self.store.get(holder), holder)
-        tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
-        return Submitted(True, task, new.task_id)
+        return outcome
 
     def find(self, member: str, task_id: str) -> Task:
         """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""
@@ -89,12 +87,28 @@ class TaskService:
 
     def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
         """The member's task and its stored result (one round trip), or NotFound."""
-        task, stored = self.store.get_with_result(task_id) if is_task_id(task_id) else (None, None)
-        return _owned(member, task), stored
+        found = self.store.get_with_result(task_id) if is_task_id(task_id) else WithResult(None, None)
+        return _owned(member, found.task), found.result
+
+    def snapshot(self, task_id: str) -> Task | None:
+        """The task as it is now, whoever owns it (an event stream's first read, once its watch is set)."""
+        return self.store.get(task_id)
+
+    def history(self, member: str, *, limit: int, cursor: str | None, status: str | None, type_: str | None,
+                now: int) -> Page:
+        """A page of the member's tasks (see :meth:`app.store.TaskStore.history`); BadCursor, before any
+        read, for a cursor this service did not make."""
+        if cursor:
+            check_cursor(cursor)
+        return self.store.history(member, limit=limit, cursor=cursor, status=status, type_=type_, now=now)
+
+    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int, cursor: str | None) -> AuditPage:
+        """A page of the audit trail (operators), newest first, of one task or member or all."""
+        return self.store.audit_trail(task_id=task_id, member=member, limit=limit, cursor=cursor)
 
     def cancel(self, member: str, task_id: str) -> None:
         status = self.find(member, task_id).effective_status(now_ms())
-        done, previous = (False, status) if status not in ACTIVE else self.store.cancel(task_id)
+        done, previous = Transition(False, status) if status not in ACTIVE else self.store.cancel(task_id)
         if not done:
             raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",
                            task_status=previous)
@@ -104,6 +118,14 @@ class TaskService:
         else:
             self.jobs.stop(job)
         task_logger(log, task_id).info("cancelled (was %s)", previous)
+
+
+def check_cursor(cursor: str) -> None:
+    """BadCursor unless ``cursor`` is one a history page handed out."""
+    try:
+        decode_cursor(cursor)
+    except ValueError:
+        raise BadCursor(cursor) from None
 
 
 def _owned(member: str, task: Task | None) -> Task:

@@ -9,20 +9,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import redis
 
-from app import keys, scripts
+from app import audit, keys, scripts
+from app.clock import now_ms
 from app.config import Config
+from app.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED
+from app.keys import TaskField as F
+from app.scripts import Command
 from app.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
-from app.task import Task, now_ms
-
-S = TaskStatus
-
+from app.task import Task
 
 # A result whose JSON is at most this long lives in the task's hash instead of a key of its own: Redis
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
@@ -55,12 +56,53 @@ class NewTask:
     max_attempts: int
 
 
+class Created(NamedTuple):
+    """What a submit did: ``created``, or not (a duplicate) and ``task_id`` names the task holding the
+    dedup key. ``task`` is the new task as written, or the holder as read (None if it vanished meanwhile)."""
+
+    created: bool
+    task_id: str
+    task: Task | None
+
+
 @dataclass(frozen=True)
 class Started:
     """What a worker needs once it owns a task."""
 
     task: Task
     payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :meth:`TaskStore.start` found: ``started`` when this run took the task; else None, and
+    ``status`` is the status that prevented it ('' when the task is gone)."""
+
+    status: str
+    started: Started | None = None
+
+
+class Transition(NamedTuple):
+    """A compare-and-set's answer: ``done``, and the status the task left (done) or is in (not done;
+    '' when it is gone)."""
+
+    done: bool
+    status: str
+
+
+class WithResult(NamedTuple):
+    """A task and its stored result (None until it completes), read in one round trip."""
+
+    task: Task | None
+    result: dict[str, Any] | None
+
+
+class Expired(NamedTuple):
+    """A task housekeeping expired: the status it left and its RQ job id."""
+
+    task_id: str
+    previous: str
+    job: str
 
 
 @dataclass(frozen=True)
@@ -72,7 +114,7 @@ class Page:
 def _items_fields(items: dict[str, int] | None) -> list[Any]:
     if items is None:
         return []
-    return ["items_total", items["total"], "items_succeeded", items["succeeded"], "items_failed", items["failed"]]
+    return [F.ITEMS_TOTAL, items["total"], F.ITEMS_SUCCEEDED, items["succeeded"], F.ITEMS_FAILED, items["failed"]]
 
 
 class TaskStore:
@@ -82,12 +124,14 @@ class TaskStore:
         self._sources = scripts.build(*config.audit_limits)  # the audit retention is rendered into the scripts
         self._scripts = {name: conn.register_script(src) for name, src in self._sources.items()}
 
-    def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+    def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
         """Run a script now (EVALSHA, loading it on NOSCRIPT), or queue it on a caller's pipeline.
 
         On a pipeline it goes as EVAL with its source: an EVALSHA that met an empty script cache (a
         restarted Redis) would fail inside MULTI while the rest of the transaction still applied, and
-        redis-py's own remedy costs a SCRIPT EXISTS round trip on every execute.
+        redis-py's own remedy costs a SCRIPT EXISTS round trip on every execute. Every write of the
+        store goes through here: the one seam a subclass overrides to send them its own way
+        (bench.fill batches them on a pipeline).
         """
         keys_ = [*keys_, keys.AUDIT]  # every script's last key: see scripts.AUDIT
         if client is None:
@@ -95,28 +139,27 @@ class TaskStore:
         return client.eval(self._sources[name], len(keys_), *keys_, *args)
 
     # -- submit ---------------------------------------------------------------------------------
-    def create(self, new: NewTask, enqueue: Callable[[Any], None]) -> tuple[bool, str, Task | None]:
-        """Create the task and queue its job, unless its dedup key is held: one script, one round trip.
-        Raises ActiveCapReached, writing nothing, when the member holds ``Config.active_task_cap``
-        unfinished tasks already.
+    def create(self, new: NewTask, job: Sequence[Command] = ()) -> Created:
+        """Create the task and queue its job, unless its dedup key is held: one script, one round trip,
+        a duplicate included (the script answers with the holder's record). Raises ActiveCapReached,
+        writing nothing, when the member holds ``Config.active_task_cap`` unfinished tasks already.
 
-        ``enqueue(pipeline)`` is RQ's own enqueue of the job; its commands are recorded on a pipeline
-        that is never sent, and the submit script replays them once it has created the task, so a
-        duplicate queues nothing. Returns (created, id of the task holding the key, the new task as
-        written or None).
+        ``job`` is the commands that queue the task's RQ job (:meth:`app.jobs.JobQueue.job_commands`): the
+        submit script replays them once it has created the task, so a duplicate queues nothing (tests
+        that start tasks by hand pass none).
         """
         c = self.config
         created = now_ms()
         body = orjson.dumps(new.payload)
         fields = [
-            "type", new.type, "member", new.member, "status", S.PENDING,
-            "progress", 0, "attempts", 0, "max_attempts", new.max_attempts, "priority", new.priority,
-            "created_at", created, "updated_at", created, "expires_at", created + c.task_ttl * 1000, "seq", 0,
-            "payload_sha256", base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode(),
+            F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
+            F.PROGRESS, 0, F.ATTEMPTS, 0, F.MAX_ATTEMPTS, new.max_attempts, F.PRIORITY, new.priority,
+            F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, created + c.task_ttl * 1000, F.SEQ, 0,
+            F.PAYLOAD_SHA256, base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode(),
         ]  # fmt: skip
-        job_keys, job_args = self._recorded_job(enqueue)
+        job_keys, job_args = scripts.replay(job)
         key_ttl = c.task_ttl + c.tombstone_ttl
-        answer = self._run(
+        answer = self.run_script(
             "submit",
             [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
              keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS, keys.ACTIVE, *job_keys],
@@ -127,37 +170,24 @@ class TaskStore:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
-            return True, new.task_id, Task.from_hash(written, new.task_id)
-        return False, answer[1].decode(), None
-
-    def _recorded_job(self, enqueue: Callable[[Any], None]) -> tuple[list[Any], list[Any]]:
-        """The commands ``enqueue`` issues on a pipeline, as (their keys, [name, argc, args...] each)."""
-        recorder = self.redis.pipeline(transaction=True)
-        recorder.multi()  # as RQ expects of a caller's pipeline; nothing is ever sent
-        enqueue(recorder)
-        job_keys: list[Any] = []
-        job_args: list[Any] = []
-        for args, _options in recorder.command_stack:
-            name, key, *rest = args
-            job_keys.append(key)
-            job_args += [name, len(rest), *rest]
-        recorder.reset()
-        return job_keys, job_args
+            return Created(True, new.task_id, Task.from_hash(written, new.task_id))
+        holder = answer[1].decode()
+        return Created(False, holder, Task.from_hash(_pairs(answer[2]), holder) if answer[2] else None)
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, task_id: str) -> Task | None:
         h = self.redis.hgetall(keys.task(task_id))
         return Task.from_hash(h, task_id) if h else None
 
-    def get_with_result(self, task_id: str) -> tuple[Task | None, dict[str, Any] | None]:
+    def get_with_result(self, task_id: str) -> WithResult:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(keys.task(task_id))
         pipe.get(keys.result(task_id))
         h, raw = pipe.execute()
         if not h:
-            return None, None
-        raw = h.get(b"result") or raw
-        return Task.from_hash(h, task_id), (orjson.loads(raw) if raw else None)
+            return WithResult(None, None)
+        raw = h.get(_RESULT) or raw
+        return WithResult(Task.from_hash(h, task_id), orjson.loads(raw) if raw else None)
 
     def get_many(self, task_ids: list[str]) -> list[Task | None]:
         pipe = self.redis.pipeline(transaction=False)
@@ -166,19 +196,18 @@ class TaskStore:
         return [Task.from_hash(h, t) if h else None for h, t in zip(pipe.execute(), task_ids, strict=True)]
 
     # -- worker side ----------------------------------------------------------------------------
-    def start(self, task_id: str, run_id: str) -> Started | str:
-        """PENDING -> PROCESSING for this run. Returns Started, or the status that prevented it."""
+    def start(self, task_id: str, run_id: str) -> Claim:
+        """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`)."""
         t = now_ms()
-        answer = self._run(
+        answer = self.run_script(
             "start",
             [keys.task(task_id), keys.payload(task_id), keys.RUNNING, keys.events(task_id)],
             [run_id, t, task_id],
         )
         if answer[0] != 1:
-            return answer[1].decode()
-        flat = answer[2]
-        h = dict(zip(flat[::2], flat[1::2], strict=True))
-        return Started(task=Task.from_hash(h, task_id), payload=orjson.loads(answer[1]))
+            return Claim(answer[1].decode())
+        started = Started(task=Task.from_hash(_pairs(answer[2]), task_id), payload=orjson.loads(answer[1]))
+        return Claim(TaskStatus.PROCESSING, started)
 
     def report(
         self, task_id: str, run_id: str, progress: int | None, message: str | None = None,
@@ -187,7 +216,7 @@ class TaskStore:
         """Progress (or, with progress None, a bare heartbeat). Returns the status found."""
         t = now_ms()
         counts = [items["total"], items["succeeded"], items["failed"]] if items else ["", "", ""]
-        answer = self._run(
+        answer = self.run_script(
             "progress",
             [keys.task(task_id), keys.RUNNING, keys.events(task_id)],
             [run_id, t, "" if progress is None else int(progress), message or "", *counts, task_id],
@@ -198,28 +227,29 @@ class TaskStore:
         self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
-    ) -> tuple[bool, str]:
-        answer = self._run(
+    ) -> Transition:
+        answer = self.run_script(
             "transition",
             [keys.task(task_id), keys.payload(task_id), keys.result(task_id), keys.RUNNING, keys.EXPIRY,
              keys.events(task_id), keys.STATS, keys.FAILURES, keys.ACTIVE],
             [",".join(expected), run_id, new_status, key_ttl, expiry_ms, result, self.config.result_ttl,
-             drop, stale_before_ms, now_ms(), new_status.lower() if stat is None else stat, task_id, *fields],
+             drop, stale_before_ms, now_ms(), STAT_ENTERED.get(new_status, "") if stat is None else stat, task_id,
+             *fields],
             client=client,
         )  # fmt: skip
         if client is not None:
-            return True, ""  # queued on a pipeline: the caller reads the answer from execute()
-        return answer[0] == 1, answer[1].decode()
+            return Transition(True, "")  # queued on a pipeline: the caller reads the answer from execute()
+        return Transition(answer[0] == 1, answer[1].decode())
 
     def _terminal(
         self, task_id: str, expected: tuple[str, ...], status: str, fields: list[Any], *,
         run_id: str = "", result: bytes | str = "", stale_before_ms: int | str = "",
-    ) -> tuple[bool, str]:
+    ) -> Transition:
         """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now."""
         c = self.config
         t = now_ms()
         expires = t + c.result_ttl * 1000
-        fields = [*fields, "completed_at", t, "updated_at", t, "expires_at", expires]
+        fields = [*fields, F.COMPLETED_AT, t, F.UPDATED_AT, t, F.EXPIRES_AT, expires]
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
             expiry_ms=expires, result=result, drop="payload", stale_before_ms=stale_before_ms,
@@ -241,12 +271,12 @@ class TaskStore:
         if files_run is not None:
             stored["run"] = files_run
         body = self._encode_result(stored)
-        fields = ["progress", 100, "message", message or "completed", *_items_fields(items)]
+        fields = [F.PROGRESS, 100, F.MESSAGE, message or "completed", *_items_fields(items)]
         if len(body) <= INLINE_RESULT_MAX:
-            fields += ["result", body]
+            fields += [F.RESULT, body]
             body = b""
-        ok, _ = self._terminal(task_id, (S.PROCESSING,), S.COMPLETED, fields, run_id=run_id, result=body)
-        return ok
+        return self._terminal(task_id, (TaskStatus.PROCESSING,), TaskStatus.COMPLETED, fields, run_id=run_id,
+                              result=body).done
 
     def _encode_result(self, stored: dict[str, Any]) -> bytes:
         try:
@@ -261,20 +291,20 @@ class TaskStore:
     def fail(
         self, task_id: str, run_id: str, code: int, message: str, *, items: dict[str, int] | None = None,
     ) -> bool:
-        fields = ["error_code", code, "error_message", message, "message", message, *_items_fields(items)]
-        ok, _ = self._terminal(task_id, (S.PROCESSING,), S.FAILED, fields, run_id=run_id)
-        return ok
+        fields = [F.ERROR_CODE, code, F.ERROR_MESSAGE, message, F.MESSAGE, message, *_items_fields(items)]
+        return self._terminal(task_id, (TaskStatus.PROCESSING,), TaskStatus.FAILED, fields, run_id=run_id).done
 
     def retry(self, task_id: str, run_id: str, message: str) -> bool:
         """PROCESSING -> PENDING: this run gave up; the job will be delivered again."""
-        fields = ["message", message, "updated_at", now_ms()]
-        ok, _ = self._transition(task_id, (S.PROCESSING,), S.PENDING, fields, run_id=run_id, stat="retried")
-        return ok
+        fields = [F.MESSAGE, message, F.UPDATED_AT, now_ms()]
+        return self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
+                                stat=STAT_RETRIED).done
 
     # -- client side ----------------------------------------------------------------------------
-    def cancel(self, task_id: str) -> tuple[bool, str]:
-        """PENDING|PROCESSING -> CANCELLED. Returns (done, previous or current status)."""
-        return self._terminal(task_id, (S.PENDING, S.PROCESSING), S.CANCELLED, ["message", "cancelled"])
+    def cancel(self, task_id: str) -> Transition:
+        """PENDING|PROCESSING -> CANCELLED: done, and the status it left (or is in, when not done)."""
+        return self._terminal(task_id, (TaskStatus.PENDING, TaskStatus.PROCESSING), TaskStatus.CANCELLED,
+                              [F.MESSAGE, "cancelled"])
 
     def history(
         self, member: str, *, limit: int, cursor: str | None = None, status: str | None = None,
@@ -311,9 +341,8 @@ class TaskStore:
         """Up to ``limit`` task ids of a sorted-set index whose score is at most ``before_ms``, oldest first."""
         return [m.decode() for m in self.redis.zrangebyscore(index, "-inf", before_ms, start=0, num=limit)]
 
-    def expire_batch(self, task_ids: list[str], now: int) -> list[tuple[str, str, str]]:
-        """Act on tasks whose time in the expiry index has come. Returns (task_id, status it left, its RQ
-        job id).
+    def expire_batch(self, task_ids: list[str], now: int) -> list[Expired]:
+        """Act on tasks whose time in the expiry index has come. Returns those it expired.
 
         Terminal -> EXPIRED tombstone (result dropped); unfinished -> EXPIRED with -4; a tombstone whose
         time is over (or a task already gone) leaves the index. Three round trips for the whole batch.
@@ -321,22 +350,24 @@ class TaskStore:
         c = self.config
         pipe = self.redis.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.hmget(keys.task(task_id), "status", "job")
+            pipe.hmget(keys.task(task_id), F.STATUS, F.JOB)
         found = pipe.execute()
         statuses = [s.decode() if s else None for s, _ in found]
         jobs = {t: job.decode() if job else t for t, (_, job) in zip(task_ids, found, strict=True)}
         tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
-        unfinished = ["error_code", ErrorCode.EXPIRED, "error_message", ERROR_MESSAGES[ErrorCode.EXPIRED],
-                      "message", ERROR_MESSAGES[ErrorCode.EXPIRED], "updated_at", now]
+        unfinished = [F.ERROR_CODE, ErrorCode.EXPIRED, F.ERROR_MESSAGE, ERROR_MESSAGES[ErrorCode.EXPIRED],
+                      F.MESSAGE, ERROR_MESSAGES[ErrorCode.EXPIRED], F.UPDATED_AT, now]
         for task_id, status in zip(task_ids, statuses, strict=True):
             if status in TERMINAL:
-                self._transition(task_id, tuple(TERMINAL), S.EXPIRED, ["updated_at", now], client=pipe, **tomb)
+                self._transition(task_id, tuple(TERMINAL), TaskStatus.EXPIRED, [F.UPDATED_AT, now], client=pipe,
+                                 **tomb)
             elif status in ACTIVE:
-                self._transition(task_id, tuple(ACTIVE), S.EXPIRED, unfinished, client=pipe, **tomb)
+                self._transition(task_id, tuple(ACTIVE), TaskStatus.EXPIRED, unfinished, client=pipe, **tomb)
             else:
                 pipe.zrem(keys.EXPIRY, task_id)
         answers = pipe.execute()
-        return [(task_id, answer[1].decode(), jobs[task_id]) for task_id, answer in zip(task_ids, answers, strict=True)
+        return [Expired(task_id, answer[1].decode(), jobs[task_id])
+                for task_id, answer in zip(task_ids, answers, strict=True)
                 if isinstance(answer, list) and answer[0] == 1]
 
     def trim_histories(self, created_before_ms: int) -> int:
@@ -347,30 +378,65 @@ class TaskStore:
             pipe.zremrangebyscore(keys.history(member), "-inf", created_before_ms)
         return sum(pipe.execute())
 
-    def recover(self, task: Task, stale_before_ms: int, requeue: Any, job_id: str | None = None) -> str | None:
-        """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with
-        ``requeue(pipeline)``, which queues RQ job ``job_id``, recorded as the task's job) while attempts
-        remain, else FAILED -3. Returns the new status, or None when the task was not stalled after all
-        (a heartbeat came in, or it finished)."""
+    def recover(self, task: Task, stale_before_ms: int, job: Sequence[Command] = (),
+                job_id: str | None = None) -> str | None:
+        """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with the
+        commands ``job`` that queue RQ job ``job_id``, recorded as the task's job) while attempts remain,
+        else FAILED -3. Returns the new status, or None when the task was not stalled after all (a
+        heartbeat came in, or it finished)."""
         if task.attempts < task.max_attempts:
             pipe = self.redis.pipeline(transaction=True)
-            pipe.multi()  # explicit, as RQ's enqueue expects of a caller's pipeline
-            fields = ["message", "worker lost; retrying", "updated_at", now_ms()]
+            fields = [F.MESSAGE, "worker lost; retrying", F.UPDATED_AT, now_ms()]
             if job_id is not None:
-                fields += ["job", job_id]
-            self._transition(task.id, (S.PROCESSING,), S.PENDING, fields, stale_before_ms=stale_before_ms,
-                             stat="recovered", client=pipe)
-            requeue(pipe)
-            return S.PENDING if pipe.execute()[0][0] == 1 else None
+                fields += [F.JOB, job_id]
+            self._transition(task.id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields,
+                             stale_before_ms=stale_before_ms, stat=STAT_RECOVERED, client=pipe)
+            for command in job:
+                pipe.execute_command(command.name, command.key, *command.args)
+            return TaskStatus.PENDING if pipe.execute()[0][0] == 1 else None
         lost = ERROR_MESSAGES[ErrorCode.WORKER_LOST]
-        failed: list[Any] = ["error_code", ErrorCode.WORKER_LOST, "error_message", lost, "message", lost]
-        ok, _ = self._terminal(task.id, (S.PROCESSING,), S.FAILED, failed, stale_before_ms=stale_before_ms)
-        return S.FAILED if ok else None
+        failed: list[Any] = [F.ERROR_CODE, ErrorCode.WORKER_LOST, F.ERROR_MESSAGE, lost, F.MESSAGE, lost]
+        done = self._terminal(task.id, (TaskStatus.PROCESSING,), TaskStatus.FAILED, failed,
+                              stale_before_ms=stale_before_ms).done
+        return TaskStatus.FAILED if done else None
 
     def job_id(self, task_id: str) -> str:
         """The id of the task's current RQ job: the task id, unless a recovery re-queued it under another."""
-        job = self.redis.hget(keys.task(task_id), "job")
+        job = self.redis.hget(keys.task(task_id), F.JOB)
         return job.decode() if job else task_id
+
+    def forget_running(self, task_id: str) -> None:
+        """Drop a task from the running index (it is not PROCESSING any more, or gone)."""
+        self.redis.zrem(keys.RUNNING, task_id)
+
+    def take_lock(self, key: str, ttl_ms: int, value: int | None = None) -> bool:
+        """SET NX with a lifetime: True when this caller took ``key`` (a housekeeping pass's interval lock,
+        the failure alert's window), False when someone holds it."""
+        return bool(self.redis.set(key, now_ms() if value is None else value, nx=True, px=ttl_ms))
+
+    def slow_warned(self) -> set[str]:
+        """The PROCESSING tasks already logged as slow."""
+        return {m.decode() for m in self.redis.smembers(keys.SLOW_WARNED)}
+
+    def mark_slow(self, task_id: str) -> None:
+        self.redis.sadd(keys.SLOW_WARNED, task_id)
+
+    def unmark_slow(self, *task_ids: str) -> None:
+        self.redis.srem(keys.SLOW_WARNED, *task_ids)
+
+    def failures_since(self, start_ms: int) -> int:
+        """How many tasks failed since ``start_ms``; older entries leave the index (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(keys.FAILURES, "-inf", f"({start_ms}")
+        pipe.zcard(keys.FAILURES)
+        return int(pipe.execute()[1])
+
+    def orphan_sweep_position(self) -> str:
+        """The task id the result store's orphan sweep continues after ('' = from the start)."""
+        return (self.redis.get(keys.ORPHAN_SWEEP) or b"").decode()
+
+    def set_orphan_sweep_position(self, task_id: str) -> None:
+        self.redis.set(keys.ORPHAN_SWEEP, task_id)
 
     def running(self, limit: int = 10_000) -> list[str]:
         return [m.decode() for m in self.redis.zrange(keys.RUNNING, 0, limit - 1)]
@@ -379,8 +445,57 @@ class TaskStore:
         """How many of the member's tasks are unfinished (the count the submit script checks its cap against)."""
         return int(self.redis.hget(keys.ACTIVE, member) or 0)
 
+    def count(self, stat: str, n: int = 1) -> None:
+        """Add ``n`` to the ``keys.STATS`` counter ``stat``."""
+        self.redis.hincrby(keys.STATS, stat, n)
+
+    # -- event streams (web processes) ----------------------------------------------------------------
+    def subscribe_task_events(self) -> redis.client.PubSub:
+        """A pub/sub connection subscribed to every task's events channel (the caller closes it)."""
+        pubsub = self.redis.pubsub()
+        pubsub.psubscribe(keys.events("*"))
+        return pubsub
+
+    def open_stream_slot(self, member: str, slot: str) -> int:
+        """Count an open event stream of ``member`` (leased for ``keys.STREAM_LEASE_MS``, expired leases
+        dropped first); returns how many the member holds now, this one included (one transaction)."""
+        now = now_ms()
+        key = keys.streams(member)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zremrangebyscore(key, "-inf", now)  # leases of processes that died without releasing
+        pipe.zadd(key, {slot: now + keys.STREAM_LEASE_MS})
+        pipe.zcard(key)
+        pipe.pexpire(key, keys.STREAM_LEASE_MS)
+        return int(pipe.execute()[2])
+
+    def close_stream_slot(self, member: str, slot: str) -> None:
+        self.redis.zrem(keys.streams(member), slot)
+
+    def renew_stream_slots(self, held: list[tuple[str, str]]) -> None:
+        """Push the lease of each (slot, member) still counted (one round trip)."""
+        until = now_ms() + keys.STREAM_LEASE_MS
+        pipe = self.redis.pipeline(transaction=False)
+        for slot, member in held:
+            pipe.zadd(keys.streams(member), {slot: until}, xx=True)  # XX: never revive a slot released meanwhile
+        for member in {m for _, m in held}:
+            pipe.pexpire(keys.streams(member), keys.STREAM_LEASE_MS)
+        pipe.execute()
+
+    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int,
+                    cursor: str | None) -> audit.AuditPage:
+        """A page of the audit trail, newest first (see :func:`app.audit.read`)."""
+        return audit.read(self.redis, task_id=task_id, member=member, limit=limit, cursor=cursor)
+
     def stats(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
+
+
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    """A hash from a script's HGETALL reply (a flat list: field, value, ...)."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+_RESULT = F.RESULT.encode()
 
 
 def _matches(task: Task, status: str | None, type_: str | None, now: int) -> bool:

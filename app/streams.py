@@ -47,11 +47,10 @@ from app import keys
 from app.runtime import EXTENSION as RUNTIME
 from app.runtime import Runtime
 from app.store import TaskStore
-from app.task import Task, now_ms
+from app.task import Task
 
 log = logging.getLogger(__name__)
 
-PATTERN = keys.events("*")
 BATCH = 500  # tasks read per pipeline; messages drained per wake-up
 BACKOFF = ExponentialBackoff(cap=5.0, base=0.1)  # seconds between reconnection attempts: 0.1, 0.2 ... 5
 MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero never busy-loops
@@ -122,8 +121,8 @@ class Watch:
 class StreamSlots:
     """Open streams per member, counted in Redis across every web process (see the module docstring)."""
 
-    def __init__(self, conn: redis.Redis, cap: int) -> None:
-        self.redis = conn
+    def __init__(self, store: TaskStore, cap: int) -> None:
+        self.store = store
         self.cap = cap
         self._mine: dict[str, str] = {}  # slot id -> member, of this process's open streams
         self._lock = threading.Lock()
@@ -131,16 +130,9 @@ class StreamSlots:
     def acquire(self, member: str) -> str | None:
         """A slot id for a new stream of ``member``, or None when the member already holds ``cap``."""
         slot = f"{os.getpid()}:{uuid.uuid4().hex}"
-        now = now_ms()
-        key = keys.streams(member)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.zremrangebyscore(key, "-inf", now)  # leases of processes that died without releasing
-        pipe.zadd(key, {slot: now + keys.STREAM_LEASE_MS})
-        pipe.zcard(key)
-        pipe.pexpire(key, keys.STREAM_LEASE_MS)
-        count = pipe.execute()[2]
+        count = self.store.open_stream_slot(member, slot)
         if count > self.cap:  # added first, then counted: of two racing opens at the cap the later one yields
-            self.redis.zrem(key, slot)
+            self.store.close_stream_slot(member, slot)
             return None
         with self._lock:
             self._mine[slot] = member
@@ -153,7 +145,7 @@ class StreamSlots:
         if member is None:
             return
         try:
-            self.redis.zrem(keys.streams(member), slot)
+            self.store.close_stream_slot(member, slot)
         except redis.RedisError as exc:
             log.info("stream slot of %s left to expire: redis error: %s", member, exc)
 
@@ -161,15 +153,8 @@ class StreamSlots:
         """Push the lease of every slot this process holds (raises RedisError when Redis is away)."""
         with self._lock:
             held = list(self._mine.items())
-        if not held:
-            return
-        until = now_ms() + keys.STREAM_LEASE_MS
-        pipe = self.redis.pipeline(transaction=False)
-        for slot, member in held:
-            pipe.zadd(keys.streams(member), {slot: until}, xx=True)  # XX: never revive a slot released meanwhile
-        for member in {m for _, m in held}:
-            pipe.pexpire(keys.streams(member), keys.STREAM_LEASE_MS)
-        pipe.execute()
+        if held:
+            self.store.renew_stream_slots(held)
 
 
 class EventHub:
@@ -178,9 +163,7 @@ class EventHub:
     Its thread (a greenlet under gevent) starts with the first watch and ends soon after the last one.
     """
 
-    def __init__(self, conn: redis.Redis, store: TaskStore, slots: StreamSlots, poll: float,
-                 coalesce: float = COALESCE) -> None:
-        self.redis = conn
+    def __init__(self, store: TaskStore, slots: StreamSlots, poll: float, coalesce: float = COALESCE) -> None:
         self.store = store
         self.slots = slots
         self.poll = max(poll, MIN_INTERVAL)
@@ -241,9 +224,8 @@ class EventHub:
 
     def _serve(self) -> None:
         """Subscribe, catch up every watch, then deliver announced changes until idle or a Redis error."""
-        pubsub = self.redis.pubsub()
+        pubsub = self.store.subscribe_task_events()
         try:
-            pubsub.psubscribe(PATTERN)
             self._read_and_deliver(self._watched())  # whatever changed while unsubscribed
             if self._failures:
                 log.info("event hub: redis is back after %.1f s; streams resumed", time.monotonic() - self._down_since)
@@ -299,14 +281,14 @@ EXTENSION = "taskport.streams"
 class Streams:
     """The web process's hub and slot counter, built once per app (``init_app``)."""
 
-    def __init__(self, conn: redis.Redis, store: TaskStore, cap: int, poll: float) -> None:
-        self.slots = StreamSlots(conn, cap)
-        self.hub = EventHub(conn, store, self.slots, poll)
+    def __init__(self, store: TaskStore, cap: int, poll: float) -> None:
+        self.slots = StreamSlots(store, cap)
+        self.hub = EventHub(store, self.slots, poll)
 
 
 def init_app(app: Flask) -> Streams:
     """Give the app its :class:`Streams` (the runtime must be attached already)."""
     rt: Runtime = app.extensions[RUNTIME]
-    streams = Streams(rt.redis, rt.service.store, rt.config.max_streams_per_member, rt.config.sse_poll)
+    streams = Streams(rt.service.store, rt.config.max_streams_per_member, rt.config.sse_poll)
     app.extensions[EXTENSION] = streams
     return streams

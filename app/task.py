@@ -1,38 +1,24 @@
-"""The task record as stored (a flat Redis hash) and its rendering as the contract's status document.
+"""The task record as stored (a flat Redis hash, fields :class:`app.keys.TaskField`) and its rendering
+as the contract's status document.
 
 Rendering is a plain function on the hot path of every status read: no schema library, no extra I/O.
-Timestamps are stored as integer milliseconds since the epoch (Redis keeps an integer in a compact
-hash in a few bytes, a 24-character ISO string in 25) and rendered as ISO 8601 only in documents.
+Times are stored as integer milliseconds (see :mod:`app.clock`) and rendered as ISO 8601 only here.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
+from app.clock import iso, iso_or_none
+from app.keys import TaskField
 from app.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.urls import task_path
 
-API_PREFIX = "/api/v1"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def iso(ms: int) -> str:
-    """Milliseconds since the epoch as ``2026-11-29T10:00:00.120Z``."""
-    seconds, milli = divmod(ms, 1000)
-    t = time.gmtime(seconds)
-    return f"{t[0]:04d}-{t[1]:02d}-{t[2]:02d}T{t[3]:02d}:{t[4]:02d}:{t[5]:02d}.{milli:03d}Z"
-
-
-def iso_or_none(ms: int | None) -> str | None:
-    return None if ms is None else iso(ms)
-
-
-def task_path(task_id: str) -> str:
-    return f"{API_PREFIX}/tasks/{task_id}"
+# Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash: _RAW.STATUS is
+# b"status". Plain bytes attributes, since looking an enum member up in a dict costs a Python-level hash.
+_RAW = SimpleNamespace(**{field.name: field.value.encode() for field in TaskField})
 
 
 def _text(value: bytes | None) -> str | None:
@@ -48,7 +34,7 @@ def _int(value: bytes | None, default: int | None = 0) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One task as read from its hash (see :func:`app.store.TaskStore.new_fields` for the writer)."""
+    """One task as read from its hash (written by :class:`app.store.TaskStore` and the Lua scripts)."""
 
     id: str
     type: str
@@ -74,34 +60,35 @@ class Task:
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
         """The task stored in hash ``h`` under ``task_id`` (the id is the key's, not a field)."""
         g = h.get
-        total = g(b"items_total")
+        r = _RAW
+        total = g(r.ITEMS_TOTAL)
         items = None
         if total:
             items = {
                 "total": int(total),
-                "succeeded": int(g(b"items_succeeded") or 0),
-                "failed": int(g(b"items_failed") or 0),
+                "succeeded": int(g(r.ITEMS_SUCCEEDED) or 0),
+                "failed": int(g(r.ITEMS_FAILED) or 0),
             }
         return cls(
             id=task_id,
-            type=h[b"type"].decode(),
-            member=h[b"member"].decode(),
-            status=h[b"status"].decode(),
-            progress=int(g(b"progress") or 0),
-            message=_text(g(b"message")),
+            type=h[r.TYPE].decode(),
+            member=h[r.MEMBER].decode(),
+            status=h[r.STATUS].decode(),
+            progress=int(g(r.PROGRESS) or 0),
+            message=_text(g(r.MESSAGE)),
             items=items,
-            error_code=_int(g(b"error_code"), None),
-            error_message=_text(g(b"error_message")),
-            attempts=int(g(b"attempts") or 0),
-            max_attempts=int(g(b"max_attempts") or 1),
-            priority=(g(b"priority") or b"default").decode(),
-            created_at=int(h[b"created_at"]),
-            started_at=_int(g(b"started_at"), None),
-            updated_at=int(h[b"updated_at"]),
-            completed_at=_int(g(b"completed_at"), None),
-            expires_at=int(h[b"expires_at"]),
-            run_id=_text(g(b"run_id")),
-            seq=int(g(b"seq") or 0),
+            error_code=_int(g(r.ERROR_CODE), None),
+            error_message=_text(g(r.ERROR_MESSAGE)),
+            attempts=int(g(r.ATTEMPTS) or 0),
+            max_attempts=int(g(r.MAX_ATTEMPTS) or 1),
+            priority=(g(r.PRIORITY) or b"default").decode(),
+            created_at=int(h[r.CREATED_AT]),
+            started_at=_int(g(r.STARTED_AT), None),
+            updated_at=int(h[r.UPDATED_AT]),
+            completed_at=_int(g(r.COMPLETED_AT), None),
+            expires_at=int(h[r.EXPIRES_AT]),
+            run_id=_text(g(r.RUN_ID)),
+            seq=int(g(r.SEQ) or 0),
         )
 
     def effective_status(self, now: int) -> str:

@@ -70,7 +70,7 @@ def one_variant(conn: Any, store: TaskStore, n: int) -> dict[str, float]:
     tasks = [NewTask(task_id=str(uuid.uuid4()), member="bench", type="demo.sleep", payload={**PAYLOAD, "n": i},
                      dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=1) for i in range(n)]
     conn.config_resetstat()
-    submit = _timed(n, lambda i: store.create(tasks[i], lambda pipe: None))
+    submit = _timed(n, lambda i: store.create(tasks[i]))
     submit_us = _script_usec(conn)
     status = _timed(n, lambda i: store.get(tasks[i].task_id))
     run_ids = [uuid.uuid4().hex for _ in range(n)]
@@ -92,7 +92,7 @@ def digest_field_bytes(conn: Any, store: TaskStore) -> int:
     conn.flushall()
     task = NewTask(task_id=str(uuid.uuid4()), member="bench", type="demo.sleep", payload=PAYLOAD,
                    dedup_digest="d", priority="default", max_attempts=1)
-    store.create(task, lambda pipe: None)
+    store.create(task)
     key = keys.task(task.task_id)
     with_field = int(conn.memory_usage(key, samples=0))
     conn.hdel(key, "payload_sha256")

@@ -83,7 +83,7 @@ def completed_task(conn: Any, config: Config, store: S3ResultStore, mib: int) ->
     """A COMPLETED task whose result names an object of ``mib`` MiB, written as a worker writes it."""
     task_id = str(uuid.uuid4())
     tasks = TaskStore(conn, config)
-    tasks.create(NewTask(task_id, "public", "orders.export", {"rows": 1}, task_id, "default", 1), lambda p: None)
+    tasks.create(NewTask(task_id, "public", "orders.export", {"rows": 1}, task_id, "default", 1))
     tasks.start(task_id, "run")
     block = bytes(range(256)) * 4096
     with store.writer(task_id, "export.csv") as fh:

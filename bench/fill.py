@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from rq import Queue
 
-from app import keys, processors, scripts
+from app import processors
 from app.config import Config
 from app.jobs import JobQueue
 from app.service import dedup_digest
@@ -46,8 +46,8 @@ class PipelinedStore(TaskStore):
     def use(self, pipe: Any) -> None:
         self.pipe = pipe
 
-    def _run(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
-        self.pipe.eval(scripts.ALL[name], len(keys_) + 1, *keys_, keys.AUDIT, *args)
+    def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+        super().run_script(name, keys_, args, client=self.pipe)  # queued as EVAL on the batch's pipeline
         return [1]
 
 
@@ -81,11 +81,7 @@ def create_tasks(conn: redis.Redis, config: Config, n: int, *, enqueue: bool, ba
         for i in chunk:
             new = new_task(i, base)
 
-            def job(p: Any, new: NewTask = new) -> None:
-                if enqueue:
-                    jobs.enqueue(new.task_id, new.priority, proc.timeout, pipeline=p)
-
-            store.create(new, job)
+            store.create(new, jobs.job_commands(new.task_id, new.priority, proc.timeout) if enqueue else ())
             ids.append(new.task_id)
         pipe.execute()
     return ids

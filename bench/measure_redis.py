@@ -18,12 +18,12 @@ import redis
 from rq import SimpleWorker
 
 from app import create_app, keys, processors
+from app.clock import now_ms
 from app.config import Config
 from app.jobs import RESULT_TTL, JobQueue
 from app.service import TaskService
 from app.states import QUEUES
 from app.store import TaskStore
-from app.task import now_ms
 from bench.counting import CountingConnection, command_delta, commandstats, counting_client, per_op
 from bench.fill import MEMBER, TASK_TYPE, create_tasks, enqueue_noops, noop_payload
 from bench.stack import Stack

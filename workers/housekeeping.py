@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from rq import Queue, Retry
+from rq import Retry
 
 from app import keys, processors
+from app.clock import iso, now_ms
 from app.config import Config
 from app.connection import connect
 from app.jobs import JobQueue, attempt_job_id
@@ -26,7 +27,6 @@ from app.results import ResultStore, result_store
 from app.schedule import QUEUE
 from app.states import TaskStatus
 from app.store import TaskStore
-from app.task import iso, now_ms
 from workers import orphans
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,6 @@ class PassReport:
 
 class Housekeeper:
     def __init__(self, conn: redis.Redis, config: Config, results: ResultStore | None = None) -> None:
-        self.redis: Any = conn
         self.config = config
         self.store = TaskStore(conn, config)
         self.jobs = JobQueue(conn, config)
@@ -68,12 +67,12 @@ class Housekeeper:
         """Run a pass unless another copy already ran it in this interval (two schedulers, a restart)."""
         report = PassReport(name)
         interval_ms = int(self.config.housekeeping_interval * 1000)
-        if not self.redis.set(keys.housekeeping_lock(name), now_ms(), nx=True, px=max(interval_ms * 9 // 10, 1)):
+        if not self.store.take_lock(keys.housekeeping_lock(name), max(interval_ms * 9 // 10, 1)):
             report.skipped = True
             return report
         started = time.perf_counter()
         run(report)
-        self.redis.hincrby(keys.STATS, f"housekeeping_{name}", 1)
+        self.store.count(keys.housekeeping_stat(name))
         report.log(time.perf_counter() - started)
         return report
 
@@ -87,16 +86,16 @@ class Housekeeper:
                 break
             report.add("due", len(due))
             expired = self.store.expire_batch(due, now)
-            self.jobs.remove(*(job for _, previous, job in expired if previous == TaskStatus.PENDING))
-            for task_id, previous, job in expired:
-                self._after_expiry(task_id, previous, job)
-                report.add(f"expired_{previous.lower()}")
+            self.jobs.remove(*(e.job for e in expired if e.previous == TaskStatus.PENDING))
+            for e in expired:
+                self._after_expiry(e.task_id, e.previous, e.job)
+                report.add(f"expired_{e.previous.lower()}")
             if len(due) < BATCH:
                 break
         lifetime_ms = (self.config.task_ttl + self.config.result_ttl + self.config.tombstone_ttl) * 1000
         report.add("history_trimmed", self.store.trim_histories(now - lifetime_ms))
         self.jobs.trim_finished()
-        report.add("orphans_removed", orphans.sweep(self.store, self.results, self.redis))
+        report.add("orphans_removed", orphans.sweep(self.store, self.results))
 
     def _after_expiry(self, task_id: str, previous: str, job: str) -> None:
         tlog = task_logger(log, task_id)
@@ -112,16 +111,15 @@ class Housekeeper:
         due = self.store.due(keys.RUNNING, cutoff, BATCH)
         for task_id, task in zip(due, self.store.get_many(due), strict=True):
             if task is None or task.status != TaskStatus.PROCESSING:
-                self.redis.zrem(keys.RUNNING, task_id)
+                self.store.forget_running(task_id)
                 continue
             proc = processors.get(task.type)
             timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
             # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
             # (result_ttl 0), and must not take the re-queued one with it
             job = attempt_job_id(task.id, task.attempts)
-            outcome = self.store.recover(
-                task, cutoff, lambda pipe, t=task, s=timeout, j=job: self.jobs.enqueue(
-                    t.id, t.priority, s, pipeline=pipe, job_id=j), job_id=job)
+            outcome = self.store.recover(task, cutoff, self.jobs.job_commands(task.id, task.priority, timeout, job),
+                                         job_id=job)
             if outcome:
                 report.add(f"recovered_to_{outcome.lower()}")
                 task_logger(log, task_id).warning(
@@ -137,36 +135,33 @@ class Housekeeper:
 
     def _slow_tasks(self, report: PassReport, now: int) -> None:
         running = self.store.running()
-        warned = {m.decode() for m in self.redis.smembers(keys.SLOW_WARNED)}
+        warned = self.store.slow_warned()
         gone = warned - set(running)
         if gone:
-            self.redis.srem(keys.SLOW_WARNED, *gone)
+            self.store.unmark_slow(*gone)
         threshold = now - int(self.config.slow_task_warn * 1000)
         candidates = [t for t in running if t not in warned]
         for task in self.store.get_many(candidates):
             if task and task.status == TaskStatus.PROCESSING and task.started_at and task.started_at < threshold:
                 age = (now - task.started_at) / 1000
                 task_logger(log, task.id).warning("slow task: %s PROCESSING for %.0f s", task.type, age)
-                self.redis.sadd(keys.SLOW_WARNED, task.id)
+                self.store.mark_slow(task.id)
                 report.add("slow_warned")
 
     def _failure_alert(self, report: PassReport, now: int) -> None:
         c = self.config
         window_start = now - c.alert_window * 1000
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zremrangebyscore(keys.FAILURES, "-inf", f"({window_start}")
-        pipe.zcard(keys.FAILURES)
-        failures = pipe.execute()[1]
+        failures = self.store.failures_since(window_start)
         report.add("failures_in_window", failures)
-        if failures < c.alert_failures or not self.redis.set(keys.ALERT_SENT, now, nx=True, ex=c.alert_window):
+        if failures < c.alert_failures or not self.store.take_lock(keys.ALERT_SENT, c.alert_window * 1000, now):
             return
         alert = {"alert": "task failures", "failures": failures, "window_seconds": c.alert_window,
                  "threshold": c.alert_failures, "at": iso(now)}
         log.error("ALERT: %d task failures in the last %d s (threshold %d)", failures, c.alert_window, c.alert_failures)
         report.add("alerts")
         if c.alert_webhook:
-            Queue(QUEUE, connection=self.redis).enqueue(
-                "workers.alerts.post_alert", c.alert_webhook, alert, retry=Retry(max=3, interval=[2, 10, 30]),
+            self.jobs.enqueue_call(
+                QUEUE, "workers.alerts.post_alert", c.alert_webhook, alert, retry=Retry(max=3, interval=[2, 10, 30]),
                 job_timeout=30, result_ttl=0, failure_ttl=86400)
 
 

@@ -4,7 +4,7 @@ Files normally go with their task: a failed, cancelled or lost run deletes what 
 deletes a task's files when it tombstones it. What can be left over: a delete that met an unreachable
 store (S3 deletes log and go on), or a worker killed outright before its cleanup. Each housekeeping
 expiry pass walks the next ``BATCH`` task folders of the store (continuing where the last pass
-stopped, from the id kept in ``keys.ORPHAN_SWEEP``) and removes those whose task is gone or ended
+stopped, from the id the store keeps in ``keys.ORPHAN_SWEEP``) and removes those whose task is gone or ended
 without a result (FAILED, CANCELLED, EXPIRED). Folders of PENDING, PROCESSING and COMPLETED tasks are
 kept: nothing can bring a FAILED, CANCELLED, EXPIRED or unknown task back to a state that reads files.
 """
@@ -12,9 +12,7 @@ kept: nothing can bring a FAILED, CANCELLED, EXPIRED or unknown task back to a s
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from app import keys
 from app.results import ResultStore, StoreUnavailable
 from app.states import TaskStatus
 from app.store import TaskStore
@@ -24,9 +22,9 @@ BATCH = 500
 NO_RESULT = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.EXPIRED})
 
 
-def sweep(store: TaskStore, results: ResultStore, conn: Any, batch: int = BATCH) -> int:
+def sweep(store: TaskStore, results: ResultStore, batch: int = BATCH) -> int:
     """Remove the orphans among the next ``batch`` task folders; returns how many were removed."""
-    after = (conn.get(keys.ORPHAN_SWEEP) or b"").decode()
+    after = store.orphan_sweep_position()
     try:
         ids = results.task_ids(after, batch)
     except StoreUnavailable as exc:
@@ -37,7 +35,7 @@ def sweep(store: TaskStore, results: ResultStore, conn: Any, batch: int = BATCH)
         if task is None or task.status in NO_RESULT:
             results.delete(task_id)
             removed += 1
-    conn.set(keys.ORPHAN_SWEEP, ids[-1] if len(ids) == batch else "")  # at the end: start over next time
+    store.set_orphan_sweep_position(ids[-1] if len(ids) == batch else "")  # at the end: start over next time
     if removed:
         log.info("orphan sweep removed the files of %d tasks", removed)
     return removed

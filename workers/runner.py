@@ -66,9 +66,10 @@ class Runner:
             self._adopt_work_horse()
         tlog = task_logger(log, task_id)
         run_id = new_run_id()
-        started = self.store.start(task_id, run_id)
-        if not isinstance(started, Started):
-            tlog.info("delivery ignored: task is %s", started or "gone")
+        claim = self.store.start(task_id, run_id)
+        started = claim.started
+        if started is None:
+            tlog.info("delivery ignored: task is %s", claim.status or "gone")
             return None
         task = started.task
         tlog.info("started %s, attempt %d of %d", task.type, task.attempts, task.max_attempts)

@@ -10,9 +10,9 @@ from flask import Response
 JSON = "application/json; charset=utf-8"
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None,
-                  content_type: str = JSON) -> Response:
-    response = Response(orjson.dumps(body), status=status, content_type=content_type)
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON document (problem documents come from app.errors, the one problem+json renderer)."""
+    response = Response(orjson.dumps(body), status=status, content_type=JSON)
     if headers:
         response.headers.update(headers)
     return response

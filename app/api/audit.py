@@ -11,8 +11,9 @@ from app.dashboard import operator_check
 from app.errors import ValidationFailed
 from app.ids import is_task_id
 from app.runtime import runtime
+from app.urls import API_PREFIX
 
-bp = Blueprint("audit", __name__, url_prefix="/api/v1")
+bp = Blueprint("audit", __name__, url_prefix=API_PREFIX)
 
 
 @bp.before_request
@@ -35,5 +36,5 @@ def audit_trail() -> Response:
     raw = args.get("limit", "100")
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 4 and 1 <= int(raw) <= audit.MAX_LIMIT):
         raise ValidationFailed({"limit": [f"Must be between 1 and {audit.MAX_LIMIT}."]})
-    page = audit.read(runtime().redis, task_id=task_id, member=member, limit=int(raw), cursor=cursor)
+    page = runtime().service.audit_trail(task_id=task_id, member=member, limit=int(raw), cursor=cursor)
     return json_response({"entries": page.entries, "next_cursor": page.next_cursor})

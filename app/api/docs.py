@@ -28,8 +28,9 @@ from app import processors, schemas
 from app.api import JSON as JSON_UTF8
 from app.errors import PROBLEM_JSON
 from app.runtime import EXTENSION as RUNTIME
+from app.urls import API_PREFIX, api_path, task_path
 
-bp = Blueprint("docs", __name__, url_prefix="/api/v1")
+bp = Blueprint("docs", __name__, url_prefix=API_PREFIX)
 EXTENSION = "taskport.openapi"
 _lock = threading.Lock()
 TASK_ID: Any = "TaskId"  # a parameter component's name: apispec turns it into a $ref
@@ -66,7 +67,7 @@ OPENAPI_PATH = "/openapi.json"
 def _mount_ui(state: BlueprintSetupState) -> None:
     """Swagger UI at /docs, reading the document below (a blueprint per app: tests build many apps)."""
     state.app.register_blueprint(get_swaggerui_blueprint(
-        UI_PATH, f"{bp.url_prefix}{OPENAPI_PATH}",
+        UI_PATH, api_path(OPENAPI_PATH),
         config={"app_name": "taskport API", "layout": "BaseLayout", "deepLinking": True,
                 "persistAuthorization": True,
                 "validatorUrl": None},  # no badge fetched from validator.swagger.io: the page stays local
@@ -260,7 +261,7 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     history = _op("The caller's tasks, newest first", {
         200: _content(JSON, "a page of status documents", "HistoryPage"), 422: "ValidationFailed",
     }, security, parameters=[{"in": "query", "schema": schemas.HistoryQuerySchema}], operationId="listTasks")
-    spec.path("/api/v1/tasks", operations={"post": submit, "get": history})
+    spec.path(api_path("/tasks"), operations={"post": submit, "get": history})
     poll_hint = {"description": "while PENDING or PROCESSING", "schema": {"type": "integer"}}
     status = _op("A task's status document", {
         200: {**_content(JSON, "the status document", "StatusDocument"), "headers": {"Retry-After": poll_hint}},
@@ -268,7 +269,7 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     }, security, operationId="getTask")
     cancel = _op("Cancel a PENDING or PROCESSING task (it stays readable, as CANCELLED)", {
         204: {"description": "cancelled"}, 404: "NotFound", 409: "TaskConflict"}, security, operationId="cancelTask")
-    spec.path("/api/v1/tasks/{task_id}", parameters=[TASK_ID], operations={"get": status, "delete": cancel})
+    spec.path(task_path("{task_id}"), parameters=[TASK_ID], operations={"get": status, "delete": cancel})
     _result_paths(spec, security)
     events = _op("Live status documents (Server-Sent Events)", {
         200: {"description": "`event: status`, `id: <seq>`, `data: <status document>` per change, starting with "
@@ -278,14 +279,14 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
     }, security, operationId="getEvents",
         parameters=[_header("Last-Event-ID", "resume: only states after this id are sent", pattern="^([0-9]{1,18})?$")])
-    spec.path("/api/v1/tasks/{task_id}/events", parameters=[TASK_ID], operations={"get": events})
+    spec.path(task_path("{task_id}", "/events"), parameters=[TASK_ID], operations={"get": events})
 
 
 def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     result = _op("The result of a COMPLETED task", {
         200: _content(JSON, "the result document", "Result"), 202: "StillRunning", 404: "NotFound",
         409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security, operationId="getResult")
-    spec.path("/api/v1/tasks/{task_id}/result", parameters=[TASK_ID], operations={"get": result})
+    spec.path(task_path("{task_id}", "/result"), parameters=[TASK_ID], operations={"get": result})
     file = _op("Download the file of a COMPLETED task whose result is a file", {
         200: {"description": "the file as an attachment, with its own content type (`result.file.content_type`)",
               "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
@@ -293,7 +294,7 @@ def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         404: _content(PROBLEM_JSON, "404: the task is not found (unknown, someone else's or gone); or it COMPLETED "
                       "with a result that has no file (only exports have one); or its file is gone from the result "
                       "store", "Problem")}, security, operationId="getResultFile")
-    spec.path("/api/v1/tasks/{task_id}/result/file", parameters=[TASK_ID], operations={"get": file})
+    spec.path(task_path("{task_id}", "/result/file"), parameters=[TASK_ID], operations={"get": file})
 
 
 def _other_paths(spec: APISpec, operator: bool) -> None:
@@ -307,7 +308,7 @@ def _other_paths(spec: APISpec, operator: bool) -> None:
         200: _content(JSON, "ready", ready),
         503: {"description": "degraded (the report, with `problems`), or Redis unreachable (a problem)",
               "content": {JSON: {"schema": ready}, PROBLEM_JSON: {"schema": "Problem"}}}})})
-    spec.path(f"{bp.url_prefix}{OPENAPI_PATH}", operations={"get": _op("This document", {
+    spec.path(api_path(OPENAPI_PATH), operations={"get": _op("This document", {
         200: _content(JSON, "the OpenAPI document", {"type": "object"})})})
     spec.path(f"{UI_PATH}/", operations={"get": _op("This document as an interactive page (Swagger UI)", {
         200: _content("text/html", "the page; its scripts and styles are served beside it", {"type": "string"})})})
@@ -344,4 +345,4 @@ def _audit_path(spec: APISpec) -> None:
     trail["parameters"] = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}, "description": d}
                            for n, d in (("task_id", "only this task"), ("member", "only this member's tasks"),
                                         ("limit", "1..1000, default 100"), ("cursor", "next_cursor of a page"))]
-    spec.path("/api/v1/audit", operations={"get": trail})
+    spec.path(api_path("/audit"), operations={"get": trail})

@@ -46,14 +46,16 @@ from flask.blueprints import BlueprintSetupState
 
 from app import streams
 from app.api import json_response
+from app.clock import now_ms
 from app.errors import TooManyRequests, ValidationFailed
 from app.runtime import runtime
 from app.states import TERMINAL, TaskStatus
 from app.streams import EventHub, Reading, Streams, StreamSlots, Watch
-from app.task import Task, now_ms
+from app.task import Task
+from app.urls import API_PREFIX
 from app.webworker import direct_socket, on_hang_up
 
-bp = Blueprint("events", __name__, url_prefix="/api/v1")
+bp = Blueprint("events", __name__, url_prefix=API_PREFIX)
 
 EVENT_STREAM = "text/event-stream"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -89,7 +91,7 @@ def events(task_id: str) -> Response:
     stream = TaskStream(found.hub, found.slots, task_id, slot, rt.config.sse_heartbeat,
                         rt.config.sse_max_minutes * 60)
     try:
-        snapshot = rt.service.store.get(task_id)  # after the watch: a change from now on reaches the stream
+        snapshot = rt.service.snapshot(task_id)  # after the watch: a change from now on reaches the stream
     except BaseException:
         stream.close()
         raise

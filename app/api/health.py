@@ -8,7 +8,6 @@ import redis
 from flask import Blueprint, Response, current_app, request
 from flask.blueprints import BlueprintSetupState
 
-from app import keys
 from app.api import json_response
 from app.api import tasks as tasks_api
 from app.errors import Unavailable
@@ -60,10 +59,10 @@ def _warn_if_unserved(response: Response) -> Response:
         if not unserved:
             return response
         task_id = response.headers["Location"].rsplit("/", 1)[-1]
-        task = runtime().service.store.get(task_id)
+        task = runtime().service.snapshot(task_id)
         if task is None or task.priority not in unserved:
             return response
-        runtime().redis.hincrby(keys.STATS, STAT_UNSERVED, 1)
+        runtime().service.store.count(STAT_UNSERVED)
     except redis.RedisError:
         return response  # the task was accepted; the warning is a courtesy
     response.headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"

@@ -15,18 +15,29 @@ from werkzeug.wsgi import get_input_stream
 
 from app import processors
 from app.api import json_response
-from app.errors import PROBLEM_JSON, BadRequest, Conflict, NotFound, Unavailable, UnsupportedMediaType, ValidationFailed
+from app.clock import iso, iso_or_none, now_ms
+from app.errors import (
+    BadRequest,
+    Conflict,
+    Duplicate,
+    NotFound,
+    Unavailable,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 from app.results import StoreUnavailable, streamed_body, unspill
 from app.runtime import runtime
 from app.schemas import MAX_DEDUP_KEY, HistoryQuerySchema, SubmitSchema
+from app.service import BadCursor, check_cursor
 from app.states import ACTIVE, TaskStatus
-from app.store import decode_cursor
-from app.task import Task, iso, iso_or_none, now_ms, task_path
+from app.task import Task
+from app.urls import API_PREFIX, task_path
 
-bp = Blueprint("tasks", __name__, url_prefix="/api/v1")
+bp = Blueprint("tasks", __name__, url_prefix=API_PREFIX)
 _submit_schema = SubmitSchema()
 _history_schema = HistoryQuerySchema()
 RETRY_AFTER = {"Retry-After": "1"}
+NOT_A_CURSOR = "Not a cursor from a previous page."
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -51,12 +62,8 @@ def submit() -> Response:
         return json_response(outcome.task.to_doc(now_ms()), 202, {**location, **RETRY_AFTER})
     existing = outcome.task.to_doc(now_ms()) if outcome.task else None
     message = "an identical task was submitted within the deduplication window"
-    body = {
-        "type": "/problems/duplicate", "title": "Duplicate task", "detail": message,
-        "task_id": outcome.task_id, "status": TaskStatus.DUPLICATE, "duplicate": True, "message": message,
-        "existing": existing,
-    }  # fmt: skip
-    return json_response(body, 409, {**location, "X-Task-Deduplicated": "true"}, content_type=PROBLEM_JSON)
+    raise Duplicate(message, headers={**location, "X-Task-Deduplicated": "true"}, task_id=outcome.task_id,
+                    status=TaskStatus.DUPLICATE, duplicate=True, message=message, existing=existing)
 
 
 def _json_body() -> dict[str, Any]:
@@ -208,15 +215,15 @@ def history() -> Response:
     try:
         query = _history_schema.load(request.args.to_dict())
         if query["cursor"]:
-            decode_cursor(query["cursor"])
+            check_cursor(query["cursor"])
     except ValidationError as exc:
         errors = processors.flatten_errors(exc.messages)
         if "cursor" in errors:
-            errors["cursor"] = ["Not a cursor from a previous page."]
+            errors["cursor"] = [NOT_A_CURSOR]
         raise ValidationFailed(errors) from None
-    except ValueError:
-        raise ValidationFailed({"cursor": ["Not a cursor from a previous page."]}) from None
+    except BadCursor:
+        raise ValidationFailed({"cursor": [NOT_A_CURSOR]}) from None
     now = now_ms()
-    page = rt.service.store.history(member, limit=query["limit"], cursor=query["cursor"], status=query["status"],
-                                    type_=query["type"], now=now)
+    page = rt.service.history(member, limit=query["limit"], cursor=query["cursor"], status=query["status"],
+                              type_=query["type"], now=now)
     return json_response({"tasks": [t.to_doc(now) for t in page.tasks], "next_cursor": page.next_cursor})

@@ -113,7 +113,7 @@ def test_a_history_page_costs_o_limit_commands(redis_conn: redis.Redis, tmp_path
     for _ in range(1500):
         new = NewTask(task_id=str(uuid.uuid4()), member="public", type="demo.sleep", payload={},
                       dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=1)
-        store.create(new, lambda pipe: None)
+        store.create(new)
     figures = []
     for limit, status in ((1, "FAILED"), (1, None), (50, "FAILED"), (50, None), (200, "FAILED")):
         before = commands(redis_conn)

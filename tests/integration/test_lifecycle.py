@@ -206,7 +206,7 @@ def test_expiry_pass_touches_only_the_expired_among_100k_live(redis_conn: Any, t
     for _ in range(1000):
         new = NewTask(task_id=str(uuid.uuid4()), member="public", type="demo.sleep", payload={},
                       dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=1)
-        store.create(new, lambda pipe: None)
+        store.create(new)
         store.start(new.task_id, "run")
         store.complete(new.task_id, "run", {}, items=None, failures=[], error_code=None)
         pipe.zadd(keys.EXPIRY, {new.task_id: 1})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import fakeredis
 import pytest
@@ -19,11 +18,12 @@ import redis
 from rq.job import Job
 
 from app import keys
+from app.clock import now_ms
 from app.config import Config
 from app.jobs import JobQueue, attempt_job_id
 from app.states import CLAIM_TAKEN, TaskStatus
-from app.store import NewTask, ResultNotStorable, Started, TaskStore
-from app.task import Task, now_ms
+from app.store import Created, NewTask, ResultNotStorable, TaskStore
+from app.task import Task
 from tests.integration.harness import RedisServer, redis_proper, wait_until
 
 S = TaskStatus
@@ -69,12 +69,8 @@ def new_task(member: str = "public", digest: str | None = None, type_: str = "de
                    dedup_digest=digest or task_id, priority="default", max_attempts=2)
 
 
-def no_job(pipe: Any) -> None:
-    pass
-
-
-def create(store: TaskStore, new: NewTask) -> tuple[bool, str, Any]:
-    return store.create(new, no_job)
+def create(store: TaskStore, new: NewTask) -> Created:
+    return store.create(new)
 
 
 def read(store: TaskStore, task_id: str) -> Task:
@@ -86,7 +82,7 @@ def read(store: TaskStore, task_id: str) -> Task:
 def running(store: TaskStore, new: NewTask) -> str:
     create(store, new)
     run_id = uuid.uuid4().hex
-    assert isinstance(store.start(new.task_id, run_id), Started)
+    assert store.start(new.task_id, run_id).started is not None
     return run_id
 
 
@@ -112,7 +108,7 @@ class TestTaskStoreContract:
                                                               config: Config) -> None:
         jobs = JobQueue(conn, config)
         new = new_task()
-        created, _, _ = store.create(new, lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
+        created, _, _ = store.create(new, jobs.job_commands(new.task_id, "default", 60))
         assert created
         job = Job.fetch(new.task_id, connection=conn)
         assert job.args == (new.task_id,) and job.timeout == 60
@@ -123,7 +119,7 @@ class TestTaskStoreContract:
     def test_a_duplicate_names_the_holder_and_writes_nothing(self, store: TaskStore, conn: redis.Redis) -> None:
         first, second = new_task(digest="same"), new_task(digest="same")
         create(store, first)
-        assert create(store, second) == (False, first.task_id, None)
+        assert create(store, second) == (False, first.task_id, read(store, first.task_id))  # the holder, as read
         assert not conn.exists(keys.task(second.task_id), keys.payload(second.task_id))
         assert conn.zscore(keys.history("public"), second.task_id) is None
         assert conn.zscore(keys.EXPIRY, second.task_id) is None
@@ -140,16 +136,16 @@ class TestTaskStoreContract:
     def test_start_is_a_compare_and_set(self, store: TaskStore, conn: redis.Redis) -> None:
         new = new_task()
         create(store, new)
-        first = store.start(new.task_id, "run-1")
-        assert isinstance(first, Started)
+        first = store.start(new.task_id, "run-1").started
+        assert first is not None
         assert first.payload == {"seconds": 0, "label": "é"}
         assert (first.task.status, first.task.attempts, first.task.run_id, first.task.seq) == (
             S.PROCESSING, 1, "run-1", 1)
         assert first.task.started_at and first.task.started_at == first.task.updated_at
         assert conn.zscore(keys.RUNNING, new.task_id) is not None
-        assert store.start(new.task_id, "run-2") == S.PROCESSING
+        assert store.start(new.task_id, "run-2").status == S.PROCESSING
         assert read(store, new.task_id).run_id == "run-1"
-        assert store.start(str(uuid.uuid4()), "run-3") == ""
+        assert store.start(str(uuid.uuid4()), "run-3").status == ""
 
     def test_progress_is_monotonic_throttle_free_and_only_from_the_owning_run(self, store: TaskStore) -> None:
         new = new_task()
@@ -213,7 +209,7 @@ class TestTaskStoreContract:
         run_id = running(store, running_)
         for task_id in (queued.task_id, running_.task_id):
             conn.hset(keys.task(task_id), "expires_at", now_ms() - 1)  # readers see EXPIRED from now on
-        assert store.start(queued.task_id, "late-run") == S.EXPIRED
+        assert store.start(queued.task_id, "late-run").status == S.EXPIRED
         assert store.report(running_.task_id, run_id, 50, "late") == S.EXPIRED
         assert not store.complete(running_.task_id, run_id, {"late": 1}, items=None, failures=[], error_code=None)
         assert not store.fail(running_.task_id, run_id, 10001, "late")
@@ -256,8 +252,8 @@ class TestTaskStoreContract:
         assert store.retry(new.task_id, run_id, "again")
         assert read(store, new.task_id).status == S.PENDING
         assert conn.exists(keys.payload(new.task_id))  # a retry keeps the payload for the next run
-        again = store.start(new.task_id, "run-2")
-        assert isinstance(again, Started) and again.task.attempts == 2
+        again = store.start(new.task_id, "run-2").started
+        assert again is not None and again.task.attempts == 2
         assert store.fail(new.task_id, "run-2", 10001, "bill unpaid")
         doc = read(store, new.task_id).to_doc(now_ms())
         assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
@@ -268,7 +264,7 @@ class TestTaskStoreContract:
         new = new_task()
         create(store, new)
         conn.script_flush()  # what a restarted Redis looks like to a long-lived process
-        assert isinstance(store.start(new.task_id, "run"), Started)
+        assert store.start(new.task_id, "run").started is not None
         conn.script_flush()
         assert create(store, new_task())[0]
 
@@ -278,15 +274,15 @@ class TestTaskStoreContract:
         new = new_task()
         running(store, new)
         task = read(store, new.task_id)
-        assert store.recover(task, now_ms() - 60_000, lambda pipe: None) is None  # beat is newer: left alone
+        assert store.recover(task, now_ms() - 60_000) is None  # beat is newer: left alone
         conn.zadd(keys.RUNNING, {new.task_id: 1})
         job = attempt_job_id(new.task_id, task.attempts)
-        requeue = lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe, job_id=job)  # noqa: E731
+        requeue = jobs.job_commands(new.task_id, "default", 60, job_id=job)
         assert store.recover(task, now_ms(), requeue, job_id=job) == S.PENDING
         assert read(store, new.task_id).status == S.PENDING
         assert jobs.queues["default"].job_ids == [job] and store.job_id(new.task_id) == job != new.task_id
-        again = store.start(new.task_id, "run-2")
-        assert isinstance(again, Started) and again.task.attempts == 2
+        again = store.start(new.task_id, "run-2").started
+        assert again is not None and again.task.attempts == 2
         conn.zadd(keys.RUNNING, {new.task_id: 1})
         assert store.recover(again.task, now_ms(), requeue) == S.FAILED  # no attempt left: -3
         assert read(store, new.task_id).error_code == -3

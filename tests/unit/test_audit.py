@@ -12,9 +12,9 @@ import pytest
 
 from app import audit, create_app, keys, scripts
 from app.cli import main
+from app.clock import now_ms
 from app.config import Config
-from app.store import NewTask, Started, TaskStore
-from app.task import now_ms
+from app.store import NewTask, TaskStore
 
 CREDS = ("admin", "s3cret")
 
@@ -26,9 +26,9 @@ def new_task(member: str = "public", payload: dict | None = None) -> NewTask:
 
 
 def lifecycle(store: TaskStore, new: NewTask, end: str = "complete") -> None:
-    store.create(new, lambda pipe: None)
-    started = store.start(new.task_id, "run-1")
-    assert isinstance(started, Started)
+    store.create(new)
+    started = store.start(new.task_id, "run-1").started
+    assert started is not None
     if end == "complete":
         store.complete(new.task_id, "run-1", {"ok": True}, items=None, failures=[], error_code=None)
     elif end == "fail":
@@ -62,7 +62,7 @@ def test_failures_retries_and_cancels_are_recorded_with_their_code(store, conn):
     failed, retried, cancelled = new_task(), new_task(), new_task()
     lifecycle(store, failed, "fail")
     lifecycle(store, retried, "retry")
-    store.create(cancelled, lambda pipe: None)
+    store.create(cancelled)
     store.cancel(cancelled.task_id)
     assert [(e["to"], e["error_code"]) for e in entries(conn, failed.task_id)][-1] == ("FAILED", 10001)
     assert [e["to"] for e in entries(conn, retried.task_id)] == ["PENDING", "PROCESSING", "PENDING"]
@@ -71,9 +71,9 @@ def test_failures_retries_and_cancels_are_recorded_with_their_code(store, conn):
 
 def test_a_duplicate_submit_and_progress_write_nothing(store, conn):
     new = new_task()
-    store.create(new, lambda pipe: None)
+    store.create(new)
     dup = NewTask(**{**new.__dict__, "task_id": str(uuid.uuid4())})
-    assert store.create(dup, lambda pipe: None)[0] is False
+    assert store.create(dup)[0] is False
     store.start(new.task_id, "run-1")
     store.report(new.task_id, "run-1", 50, "half")
     assert conn.xlen(keys.AUDIT) == 2
@@ -83,7 +83,7 @@ def test_the_entry_count_is_capped(conn, config):
     store = TaskStore(conn, Config.from_env({}, redis_url="redis://fake", data_dir=config.data_dir,
                                             audit_retention="150"))
     for _ in range(400):
-        store.create(new_task(), lambda pipe: None)
+        store.create(new_task())
     assert 150 <= conn.xlen(keys.AUDIT) < 400  # MAXLEN ~ trims whole stream nodes: at least 150 stay
 
 
@@ -92,7 +92,7 @@ def test_entries_older_than_the_age_limit_are_trimmed(conn, config):
         conn.xadd(keys.AUDIT, {"task": "old"}, id=f"{i + 1}-0")
     store = TaskStore(conn, Config.from_env({}, redis_url="redis://fake", data_dir=config.data_dir,
                                             audit_retention="1h"))
-    store.create(new_task(), lambda pipe: None)
+    store.create(new_task())
     assert [e["task_id"] for e in entries(conn)][-1] != "old" and conn.xlen(keys.AUDIT) < 300
 
 

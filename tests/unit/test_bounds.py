@@ -16,8 +16,8 @@ import pytest
 import redis
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
+from app.clock import now_ms
 from app.store import HISTORY_SCAN, NewTask, TaskStore
-from app.task import now_ms
 
 PROBLEM = "application/problem+json"
 
@@ -125,7 +125,7 @@ def make_tasks(store: TaskStore, n: int, type_: str = "demo.sleep") -> list[str]
     for _ in range(n):
         new = NewTask(task_id=str(uuid.uuid4()), member="public", type=type_, payload={},
                       dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=1)
-        store.create(new, lambda pipe: None)
+        store.create(new)
         made.append(new.task_id)
     return made
 

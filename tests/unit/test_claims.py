@@ -18,12 +18,12 @@ import pytest
 from rq import SimpleWorker
 from rq.job import Job
 
+from app.clock import now_ms
 from app.config import Config
 from app.jobs import JobQueue
 from app.service import TaskService
 from app.states import CLAIM_TAKEN, QUEUES, TaskStatus
 from app.store import NewTask, TaskStore
-from app.task import now_ms
 from tests.integration.harness import wait_until
 from tests.userprocs.claims import who
 from workers import runner as runner_module
@@ -51,7 +51,7 @@ def submit(conn, config: Config, gate: Path, explode: bool = False) -> str:
     payload = {"gate": str(gate), "explode": explode}
     new = NewTask(task_id=str(uuid.uuid4()), member="public", type="test.gated", payload=payload,
                   dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=2)
-    store.create(new, lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
+    store.create(new, jobs.job_commands(new.task_id, "default", 60))
     return new.task_id
 
 
@@ -140,7 +140,7 @@ def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(conn, tmp_path, p
     store, jobs = TaskStore(conn, config), JobQueue(conn, config)
     new = NewTask(task_id=str(uuid.uuid4()), member="public", type="test.unstorable", payload=payload,
                   dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=3)
-    store.create(new, lambda pipe: jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
+    store.create(new, jobs.job_commands(new.task_id, "default", 60))
     assert runner.run(new.task_id) is None  # no retry: the same output would come back
     task = store.get(new.task_id)
     assert task is not None and (task.status, task.error_code, task.attempts) == (S.FAILED, -1, 1)

@@ -19,11 +19,11 @@ import pytest
 
 from app import create_app, keys, streams, webworker
 from app.api.events import TaskStream, format_event
+from app.clock import now_ms
 from app.config import Config
 from app.runtime import EXTENSION
 from app.store import TaskStore
 from app.streams import EventHub, Reading, StreamSlots
-from app.task import now_ms
 from app.webworker import allow_open_files, direct_socket
 
 LONG = 30.0
@@ -313,7 +313,7 @@ def test_a_slot_whose_lease_ran_out_no_longer_counts(config, conn, task_id):
 
 
 def test_open_slots_have_their_lease_renewed(conn):
-    slots = StreamSlots(conn, cap=5)
+    slots = StreamSlots(TaskStore(conn, Config()), cap=5)
     slot = slots.acquire("public")
     conn.zadd(keys.streams("public"), {slot: 1})  # as if the lease were about to run out
     slots.renew()
@@ -398,7 +398,7 @@ class ScriptedPubSub:
 
 def test_the_hub_keeps_collecting_announcements_for_its_coalescing_window(app, conn):
     found = app.extensions[streams.EXTENSION]
-    hub = EventHub(conn, app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.25)
+    hub = EventHub(app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.25)
     pubsub = ScriptedPubSub("a", "b", "a")
     assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
     first, *then = pubsub.timeouts
@@ -409,7 +409,7 @@ def test_the_hub_keeps_collecting_announcements_for_its_coalescing_window(app, c
 
 def test_without_a_coalescing_window_the_hub_takes_only_what_is_queued(app, conn):
     found = app.extensions[streams.EXTENSION]
-    hub = EventHub(conn, app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.0)
+    hub = EventHub(app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.0)
     pubsub = ScriptedPubSub("a", "b")
     assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
     assert pubsub.timeouts == [LONG, 0.0, 0.0]

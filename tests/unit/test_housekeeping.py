@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from app import keys, processors
+from app.clock import now_ms
 from app.states import CLAIM_TAKEN, TaskStatus
-from app.store import NewTask, Started
-from app.task import now_ms
+from app.store import NewTask
 from workers.housekeeping import Housekeeper, PassReport
 
 S = TaskStatus
@@ -26,13 +26,13 @@ def hk(conn, config):
 def make(hk, max_attempts=1):
     new = NewTask(task_id=str(uuid.uuid4()), member="public", type="demo.sleep", payload={},
                   dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=max_attempts)
-    hk.store.create(new, lambda pipe: hk.jobs.enqueue(new.task_id, "default", 60, pipeline=pipe))
+    hk.store.create(new, hk.jobs.job_commands(new.task_id, "default", 60))
     return new.task_id
 
 
 def run(hk, task_id):
-    started = hk.store.start(task_id, "run-1")
-    assert isinstance(started, Started)
+    started = hk.store.start(task_id, "run-1").started
+    assert started is not None
     return "run-1"
 
 
@@ -107,8 +107,8 @@ def test_stalled_task_is_requeued_while_attempts_remain(hk, conn, config):
     assert conn.lrange("rq:queue:default", 0, -1) == [f"{task_id}_1".encode()]
     assert hk.store.job_id(task_id) == f"{task_id}_1"
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # the lost run's late heartbeat loses
-    again = hk.store.start(task_id, "run-2")
-    assert isinstance(again, Started) and again.task.attempts == 2
+    again = hk.store.start(task_id, "run-2").started
+    assert again is not None and again.task.attempts == 2
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # never the new run's PROCESSING
     assert hk.store.stats()["recovered"] == 1
 

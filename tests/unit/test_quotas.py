@@ -9,8 +9,9 @@ import pytest
 
 from app import create_app
 from app.config import KEYED_MAX_ACTIVE_TASKS, Config, ConfigError
+from app.scripts import Command
 from app.states import ErrorCode, TaskStatus
-from app.store import ActiveCapReached, NewTask, Started, TaskStore
+from app.store import ActiveCapReached, NewTask, TaskStore
 
 S = TaskStatus
 TASKS = "/api/v1/tasks"
@@ -47,33 +48,33 @@ def test_the_cap_refuses_writing_nothing_and_every_way_out_frees_a_slot(conn, tm
     store = capped_store(conn, tmp_path, 3)
     a, b, c = new_task(), new_task(), new_task()
     for t in (a, b, c):
-        assert store.create(t, lambda pipe: None)[0]
+        assert store.create(t)[0]
     keys_before = set(conn.keys())
     refused = new_task()
     with pytest.raises(ActiveCapReached) as caught:
-        store.create(refused, lambda pipe: pipe.set("tp:job-marker", 1))
+        store.create(refused, [Command("SET", "tp:job-marker", (1,))])
     assert (caught.value.cap, caught.value.active) == (3, 3)
     assert set(conn.keys()) == keys_before  # no task, no dedup key, no job command
-    assert store.create(new_task("bob"), lambda pipe: None)[0]  # another member's count is its own
+    assert store.create(new_task("bob"))[0]  # another member's count is its own
 
     # cancel (PENDING), complete, fail, expire: each frees exactly one slot, once
     assert store.cancel(a.task_id)[0]
     assert not store.cancel(a.task_id)[0]
     assert store.active("alice") == 2
     run = uuid.uuid4().hex
-    assert isinstance(store.start(b.task_id, run), Started)
+    assert store.start(b.task_id, run).started is not None
     assert store.active("alice") == 2  # PENDING -> PROCESSING is still unfinished
     assert store.retry(b.task_id, run, "again")  # and back to PENDING too
     assert store.active("alice") == 2
-    assert isinstance(store.start(b.task_id, run), Started)
+    assert store.start(b.task_id, run).started is not None
     assert store.complete(b.task_id, run, {"ok": 1}, items=None, failures=[], error_code=None)
     assert store.active("alice") == 1
     d = new_task()
-    assert store.create(d, lambda pipe: None)[0]
+    assert store.create(d)[0]
     assert store.expire_batch([c.task_id, a.task_id, b.task_id], now=10**15)  # terminal -> EXPIRED: no change
     assert store.active("alice") == 1
     run = uuid.uuid4().hex
-    assert isinstance(store.start(d.task_id, run), Started)
+    assert store.start(d.task_id, run).started is not None
     assert store.fail(d.task_id, run, ErrorCode.WORKER_LOST, "lost")
     assert store.active("alice") == 0
     assert conn.hget("tp:active", "alice") is None  # a member with none is no field at all
@@ -82,16 +83,18 @@ def test_the_cap_refuses_writing_nothing_and_every_way_out_frees_a_slot(conn, tm
 def test_a_duplicate_at_the_cap_is_still_answered_as_a_duplicate(conn, tmp_path) -> None:
     store = capped_store(conn, tmp_path, 1)
     first = new_task()
-    assert store.create(first, lambda pipe: None)[0]
+    assert store.create(first)[0]
     same = NewTask(**{**first.__dict__, "task_id": str(uuid.uuid4())})
-    assert store.create(same, lambda pipe: None) == (False, first.task_id, None)
+    answer = store.create(same)
+    assert (answer.created, answer.task_id) == (False, first.task_id)
+    assert answer.task is not None and answer.task.id == first.task_id  # the holder's record, same round trip
 
 
 def test_unfinished_tasks_expiring_free_their_slots(conn, tmp_path) -> None:
     store = capped_store(conn, tmp_path, 2)
     pending, running = new_task(), new_task()
     for t in (pending, running):
-        store.create(t, lambda pipe: None)
+        store.create(t)
     store.start(running.task_id, "r1")
     left = store.expire_batch([pending.task_id, running.task_id], now=10**15)
     assert {status for _, status, _ in left} == {S.PENDING, S.PROCESSING}

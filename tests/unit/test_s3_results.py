@@ -13,12 +13,12 @@ import pytest
 from rq import SimpleWorker
 
 from app import create_app, keys, processors
+from app.clock import now_ms
 from app.config import Config
 from app.jobs import JobQueue
 from app.results import SPILLED_REF
 from app.s3store import S3ResultStore
 from app.states import QUEUES, ErrorCode
-from app.task import now_ms
 from tests.s3server import S3Server, dead_endpoint, use_s3
 from workers import orphans, runner
 from workers.housekeeping import Housekeeper, PassReport
@@ -129,7 +129,7 @@ def test_the_orphan_sweep_removes_files_of_tasks_without_a_result(
     for task_id in (gone, failed, pending):  # what a delete during an outage or a killed worker leaves
         with hk.results.writer(task_id, "left-over.csv") as fh:
             fh.write(b"x")
-    assert orphans.sweep(hk.store, hk.results, conn, batch=2) + orphans.sweep(hk.store, hk.results, conn, batch=2) == 2
+    assert orphans.sweep(hk.store, hk.results, batch=2) + orphans.sweep(hk.store, hk.results, batch=2) == 2
     assert sorted(k.split("/")[1] for k in s3_server.keys(bucket)) == sorted([kept, pending])
     report = PassReport("expire")
     hk.expire(report)
@@ -142,5 +142,5 @@ def test_the_orphan_sweep_waits_out_an_outage(
     use_s3(monkeypatch, s3_server, dead_endpoint())
     hk = Housekeeper(conn, config)
     processors.load(config.processor_modules)
-    assert orphans.sweep(hk.store, hk.results, conn) == 0
+    assert orphans.sweep(hk.store, hk.results) == 0
     assert "orphan sweep skipped" in caplog.text

@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from app import keys, scripts
+from app.clock import now_ms
 from app.states import CLAIM_TAKEN, TRANSITIONS, TaskStatus
-from app.store import NewTask, Started, decode_cursor, encode_cursor
-from app.task import now_ms
+from app.store import NewTask, decode_cursor, encode_cursor
 
 S = TaskStatus
 
@@ -25,12 +25,12 @@ def new_task(member: str = "public", digest: str | None = None, type_: str = "de
 
 
 def create(store, new: NewTask):
-    return store.create(new, lambda pipe: None)
+    return store.create(new)
 
 
 def started(store, new: NewTask) -> str:
     run_id = uuid.uuid4().hex
-    assert isinstance(store.start(new.task_id, run_id), Started)
+    assert store.start(new.task_id, run_id).started is not None
     return run_id
 
 
@@ -127,3 +127,23 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
     assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
                               "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD",
                               "TIME", "XADD", "XTRIM", "MAXLEN", "MINID"}
+
+
+def test_the_script_sources_spell_no_status_field_or_stat_by_hand():
+    """Statuses, hash fields and stats counters reach the Lua as markers rendered from their one home."""
+    hand_written = set(re.findall(r"'([A-Za-z_]{2,})'", " ".join([scripts.SUBMIT, scripts.START, scripts.PROGRESS,
+                                                                    scripts.TRANSITION])))
+    homes = set(scripts.STATUS_WORDS.values()) | set(scripts.FIELD_WORDS) | set(scripts.STAT_WORDS)
+    assert not hand_written & homes
+    audit_words = set(re.findall(r"'([A-Za-z_]{2,})'", scripts.AUDIT))  # its stream entry names are its own
+    assert not audit_words & set(scripts.STATUS_WORDS.values())
+    rendered = " ".join(scripts.SOURCES.values())
+    assert "'PENDING'" in rendered and "'status'" in rendered and "'submitted'" in rendered
+    assert not re.search(r"[$@&][A-Za-z_]", rendered)  # every marker rendered
+
+
+def test_a_marker_outside_its_home_fails_at_render():
+    with pytest.raises(KeyError):
+        scripts.render("return $DONE")
+    with pytest.raises(KeyError):
+        scripts.render("redis.call('HGET', KEYS[1], @colour)")

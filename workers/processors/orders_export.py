@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.processors import processor
+from app.urls import task_path
 from workers.context import TaskContext
 
 MAX_ROWS = 1_000_000
@@ -88,7 +89,7 @@ def export(payload: dict, ctx: TaskContext) -> dict:
         "name": info.name,
         "size": info.size,
         "content_type": info.content_type,
-        "url": f"/api/v1/tasks/{ctx.task_id}/result/file",
+        "url": task_path(ctx.task_id, "/result/file"),
     }
     return {"rows": rows, "file": file}
 

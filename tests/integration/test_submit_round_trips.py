@@ -1,0 +1,74 @@
+"""Submit's cost on a real server: one round trip for a new task and for a duplicate, counted on the wire."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.connection import Connection, UnixDomainSocketConnection
+
+from app import processors
+from app.config import Config
+from app.service import TaskService
+from tests.integration.harness import RedisServer
+
+_sent = [0]
+_lock = threading.Lock()
+
+
+class _Counting:
+    """Counts every request a connection sends: one command, one script call or one whole pipeline."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        with _lock:
+            _sent[0] += 1
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+class _CountingUnix(_Counting, UnixDomainSocketConnection):
+    pass
+
+
+class _CountingTcp(_Counting, Connection):
+    pass
+
+
+def round_trips(run: Any) -> int:
+    with _lock:
+        _sent[0] = 0
+    run()
+    with _lock:
+        return _sent[0]
+
+
+@pytest.fixture
+def service(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Iterator[TaskService]:
+    config = Config.from_env({}, redis_url=redis_server.url, data_dir=tmp_path)
+    processors.load(config.processor_modules)
+    conn = redis.Redis.from_url(redis_server.url, socket_timeout=5)
+    pool = conn.connection_pool
+    pool.connection_class = _CountingUnix if issubclass(pool.connection_class, UnixDomainSocketConnection) \
+        else _CountingTcp
+    service = TaskService(conn, config)
+    service.submit("public", "demo.sleep", {"seconds": 0, "label": "warm-up"}, None, None)  # loads the script
+    yield service
+    conn.close()
+
+
+def test_a_new_task_and_a_duplicate_each_cost_one_round_trip(service: TaskService, redis_conn: redis.Redis) -> None:
+    payload = {"seconds": 0, "label": "counted"}
+    before = redis_conn.info("commandstats")
+    outcome: list[Any] = []
+    assert round_trips(lambda: outcome.append(service.submit("public", "demo.sleep", payload, None, None))) == 1
+    assert round_trips(lambda: outcome.append(service.submit("public", "demo.sleep", payload, None, None))) == 1
+    created, duplicate = outcome
+    assert created.created and not duplicate.created and duplicate.task_id == created.task_id
+    assert duplicate.task is not None and duplicate.task.id == created.task_id  # read inside the one script call
+    after = redis_conn.info("commandstats")
+    calls = {name: after[name]["calls"] - before.get(name, {}).get("calls", 0) for name in after}
+    assert calls["cmdstat_evalsha"] == 2  # the two submits, and no other command sent by the client
+    assert calls.get("cmdstat_get", 0) == 2 and calls["cmdstat_hgetall"] == 1  # the dedup reads; the holder's hash
