@@ -26,6 +26,7 @@ from app.store import TaskStore
 from app.task import now_ms
 from bench.counting import CountingConnection, command_delta, commandstats, counting_client, per_op
 from bench.fill import MEMBER, TASK_TYPE, create_tasks, enqueue_noops, noop_payload
+from bench.measure_http import listening_worker
 from bench.stack import Stack
 from workers import processors
 from workers import runner as runner_module
@@ -70,7 +71,7 @@ def round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
 
     warm = [submit(50_000_000 + i) for i in range(5)]  # connection made, scripts loaded
     client.get(f"/api/v1/tasks/{warm[0]}")
-    with Counted(plain, n) as submits:
+    with listening_worker(plain), Counted(plain, n) as submits:  # a submit's usual path (see listening_worker)
         ids = [submit(60_000_000 + i) for i in range(n)]
     with Counted(plain, n) as reads:
         for task_id in ids:
