@@ -13,18 +13,17 @@ if TYPE_CHECKING:  # the worker and scheduler import this package too: they need
 
 def create_app(config: Config | None = None, conn: redis.Redis | None = None) -> Flask:
     """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
-    from flask import Flask
-
     from app import auth, dashboard, errors, limits, metrics, processors
     from app.api import audit, docs, events, health, page, tasks
     from app.api import metrics as metrics_api
     from app.logs import setup_logging
     from app.runtime import Runtime
+    from app.webapp import TaskportFlask
 
     config = config or Config.from_env()
     setup_logging(config, "web")
     processors.load(config.processor_modules)
-    app = Flask(__name__)
+    app = TaskportFlask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body
     app.json.sort_keys = False  # type: ignore[attr-defined]
     rt = Runtime.build(config, conn)

@@ -11,6 +11,7 @@ from app.config import Config
 from app.errors import AppError, BadRequest, Unauthorized
 
 OPEN_MEMBER = "public"
+PASSED_HOSTS_KEPT = 64  # distinct allowed Host headers remembered per app (see init_app)
 log = logging.getLogger(__name__)
 
 
@@ -62,11 +63,20 @@ def init_app(app: Flask, config: Config) -> None:
     if config.members:
         return
     allowed = config.open_hosts
+    # Host headers already let through (the answer depends on the header alone): a set lookup per
+    # request instead of werkzeug's host parsing; bounded, since a client chooses the header
+    passed: set[str] = set()
 
     @app.before_request
     def _check_host() -> None:
+        raw = request.environ.get("HTTP_HOST")
+        if raw in passed:
+            return
         name = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
-        if name.lower() not in allowed:
-            raise BadRequest(
-                "this Host is not one the service answers in open mode; add it to TASKPORT_ALLOWED_HOSTS",
-                errors={"Host": [f"Not one of: {', '.join(sorted(allowed))}."]})
+        if name.lower() in allowed:
+            if raw is not None and len(passed) < PASSED_HOSTS_KEPT:
+                passed.add(raw)
+            return
+        raise BadRequest(
+            "this Host is not one the service answers in open mode; add it to TASKPORT_ALLOWED_HOSTS",
+            errors={"Host": [f"Not one of: {', '.join(sorted(allowed))}."]})

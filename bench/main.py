@@ -68,6 +68,26 @@ def workers_phase(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     return found
 
 
+def peers_phase(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    out["celery"] = phase("Celery + Flower: submit, status, end to end", lambda: measure_peers.celery_phase(
+        stack, args.conns, args.warmup, args.duration, args.rounds, args.e2e_tasks), timings)
+    ours = [phase("taskport end to end", lambda: measure_peers.taskport_e2e(stack, args.conns, args.e2e_tasks),
+                  timings)]
+    theirs = [out["celery"]["e2e"]]
+    for _ in range(args.rounds - 1):  # alternating rounds, the best of each side counts (as the HTTP pairs)
+        theirs.append(phase("Celery + Flower end to end, again", lambda: measure_peers.celery_e2e(
+            stack, args.conns, args.e2e_tasks), timings))
+        ours.append(phase("taskport end to end, again", lambda: measure_peers.taskport_e2e(
+            stack, args.conns, args.e2e_tasks), timings))
+    out["e2e"] = measure_peers.best_e2e(ours)
+    out["celery"]["e2e"] = measure_peers.best_e2e(theirs)
+    if args.e2e_workers:
+        out["e2e_by_workers"] = phase("taskport end to end per worker count", lambda: measure_peers.e2e_by_workers(
+            stack, args.conns, args.e2e_tasks, args.e2e_workers, args.rounds), timings)
+    return out
+
+
 def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     only = set(args.only)
@@ -79,10 +99,7 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
         out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
             stack, args.conns, args.warmup, args.duration, args.rounds), timings)
     if "peers" in only:
-        out["celery"] = phase("Celery + Flower: submit, status, end to end", lambda: measure_peers.celery_phase(
-            stack, args.conns, args.warmup, args.duration, args.rounds, args.e2e_tasks), timings)
-        out["e2e"] = phase("taskport end to end", lambda: measure_peers.taskport_e2e(
-            stack, args.conns, args.e2e_tasks), timings)
+        out.update(peers_phase(stack, args, timings))
     if "watchers" in only:
         out["watchers"] = phase("live watchers beside status polls (gthread, gevent)", lambda: measure_watchers.
                                 watchers_phase(stack, args.conns, args.warmup, args.duration,
@@ -110,6 +127,8 @@ def table(out: dict[str, Any]) -> list[report.Row]:
         rows += report.http_rows(out["http"], out["loadgen_ceiling"])
     if "e2e" in out:
         rows += report.peer_rows(out.get("http"), out["celery"], out["e2e"])
+    if "e2e_by_workers" in out:
+        rows += report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])
     if "watchers" in out:
         rows += report.watcher_rows(out["watchers"])
     if "workers" in out:
@@ -148,6 +167,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--watchers", type=int, nargs="+", default=list(measure_watchers.COUNTS),
                         help="live SSE watcher counts of the watchers rows (gevent); the first is the baseline")
     parser.add_argument("--e2e-tasks", type=int, default=2000, help="tasks of the end-to-end runs")
+    parser.add_argument("--e2e-workers", type=int, nargs="*", default=[],
+                        help="with peers: also run taskport's end to end with each of these worker counts "
+                             "(alternating, --rounds rounds, the best counts), to choose TASKPORT_WORKERS")
     parser.add_argument("--memory-tasks", type=int, default=10_000)
     parser.add_argument("--live-tasks", type=int, default=100_000)
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -80,6 +81,28 @@ def celery_phase(stack: Stack, conns: int, warmup: float, duration: float, round
     return out
 
 
+def celery_e2e(stack: Stack, conns: int, tasks: int) -> dict[str, Any]:
+    """One more end-to-end run of Celery + Flower (fresh processes, Redis flushed before and after)."""
+    conn = stack.client()
+    conn.flushall()
+    flower, port = stack.start_flower()
+    try:
+        worker = stack.start_celery_worker()
+        try:
+            return e2e(stack, port, "celery", tasks, conns)
+        finally:
+            stack.stop(worker)
+    finally:
+        stack.stop(flower)
+        conn.flushall()
+        conn.close()
+
+
+def best_e2e(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest of alternating end-to-end rounds (see "Rounds" in bench/README.md), with every round's figure."""
+    return {**max(runs, key=lambda r: float(r["tasks_per_s"])), "rounds": [r["tasks_per_s"] for r in runs]}
+
+
 def taskport_e2e(stack: Stack, conns: int, tasks: int) -> dict[str, Any]:
     conn = stack.client()
     conn.flushall()
@@ -94,3 +117,17 @@ def taskport_e2e(stack: Stack, conns: int, tasks: int) -> dict[str, Any]:
         conn.flushall()
         conn.close()
     return result
+
+
+def e2e_by_workers(stack: Stack, conns: int, tasks: int, counts: list[int], rounds: int) -> dict[str, Any]:
+    """taskport's end to end with each worker count, alternating over ``rounds`` rounds (the best counts)."""
+    base = stack.config
+    runs: dict[str, list[dict[str, Any]]] = {str(n): [] for n in counts}
+    try:
+        for _ in range(rounds):
+            for n in counts:
+                stack.config = replace(base, workers=n)
+                runs[str(n)].append(taskport_e2e(stack, conns, tasks))
+    finally:
+        stack.config = base
+    return {n: best_e2e(found) for n, found in runs.items()}

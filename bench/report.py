@@ -73,12 +73,26 @@ def peer_rows(http: dict[str, Any] | None, peer: dict[str, Any], e2e: dict[str, 
     ok = ratio >= 1.5 and not e2e["timed_out"] and e2e["done"] == e2e["tasks"]
 
     def detail(r: dict[str, Any]) -> str:
+        rounds = r.get("rounds", [])
+        best = f"; best of {', '.join(f'{x:,.0f}' for x in rounds)}" if len(rounds) > 1 else ""
         return (f"{r['tasks_per_s']:,.0f} tasks/s ({r['done']:,} of {r['tasks']:,} in {r['seconds']:.1f} s"
-                f"{', TIMED OUT' if r['timed_out'] else ''})")
+                f"{', TIMED OUT' if r['timed_out'] else ''}{best})")
 
     rows.append(Row(f"end to end: {e2e['tasks']:,} no-op tasks over HTTP from 16 clients, polled until done, "
                     f"taskport ({e2e['workers']} {e2e['worker_class']} workers) vs Celery + Flower",
                     detail(e2e), detail(fe2e), f"{ratio:.2f}×", "≥ 1.5×", _check(ok)))
+    return rows
+
+
+def e2e_worker_rows(by_workers: dict[str, Any], celery: dict[str, Any]) -> list[Row]:
+    """``--e2e-workers``: taskport's end to end per worker count beside the Celery run (for the record)."""
+    rows = []
+    for n, r in by_workers.items():
+        rounds = ", ".join(f"{x:,.0f}" for x in r["rounds"])
+        rows.append(Row(f"end to end, taskport with {n} {r['worker_class']} workers vs Celery + Flower "
+                        f"(for the record; rounds: {rounds})", f"{r['tasks_per_s']:,.0f} tasks/s",
+                        f"{celery['tasks_per_s']:,.0f} tasks/s",
+                        f"{_ratio(r['tasks_per_s'], celery['tasks_per_s']):.2f}×"))
     return rows
 
 

@@ -14,14 +14,17 @@ import logging
 import time
 from typing import Any
 
-from rq import Queue, SimpleWorker
-from rq.job import Job
-from rq.worker import BaseWorker
+from rq import Queue, Retry, SimpleWorker
+from rq.executions import Execution
+from rq.job import Job, JobStatus
+from rq.results import Result
+from rq.utils import now
+from rq.worker import BaseWorker, WorkerStatus
 
 from app import jobs
 from app.config import Config
 from app.connection import connect, ride_out_outages, wait_for_redis
-from app.jobs import record_stopped_as_canceled, register_queues
+from app.jobs import RUN_TASK, record_stopped_as_canceled, register_queues
 from app.logs import setup_logging
 from app.process import forked_children_die_with_me
 from app.states import QUEUES
@@ -40,11 +43,22 @@ class StoppableSimpleWorker(SimpleWorker):
     the expiry further (before a long dequeue after a job with a short timeout, say) always goes out.
     The expiry in Redis therefore falls short of what RQ asked for by under ``HEARTBEAT_EVERY``
     (against a TTL of minutes), and ``last_heartbeat`` is at most that much older.
+
+    And it folds RQ's other per-job bookkeeping into fewer round trips (bench/README.md, "Worker
+    default"): the two pipelines that start a job (the execution record, then the job's started
+    state) go as one; the worker's state is written only when it changes; ``rq suspend`` is checked
+    at most once per ``SUSPENSION_EVERY`` seconds instead of before every job; and a taskport job that
+    succeeded (see :meth:`_disposable`) is finished in one MULTI that deletes it, where RQ's
+    ``result_ttl=0`` path first WATCHes its dependents and reads its status and executions back
+    (8 round trips) only to delete what this worker already knows it wrote.
     """
 
     HEARTBEAT_EVERY = 1.0
+    SUSPENSION_EVERY = 1.0
     _hb_sent = 0.0  # monotonic time of the last heartbeat
     _hb_until = 0.0  # monotonic time at which the last heartbeat's expiry runs out
+    _suspension_checked = -SUSPENSION_EVERY  # monotonic time of the last `rq suspend` check
+    _prepared: str | None = None  # id of the job execute_job already prepared (see prepare_job_execution)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         ttl = timeout or self.worker_ttl + 60
@@ -54,6 +68,78 @@ class StoppableSimpleWorker(SimpleWorker):
             return
         super().heartbeat(timeout, pipeline)
         self._hb_sent, self._hb_until = now, now + ttl
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        if pipeline is None and state == self.get_state():
+            return  # RQ writes IDLE after each job and again before each dequeue
+        super().set_state(state, pipeline)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        if time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY:
+            return
+        super().check_for_suspension(burst)
+        self._suspension_checked = time.monotonic()
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline."""
+        with self.connection.pipeline() as pipe:
+            ttl = self.get_heartbeat_ttl(job)
+            execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
+            self.executions[execution.id] = execution
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            self._start_job(job, pipe)
+            pipe.execute()
+        self._prepared = job.id
+        self.perform_job(job, queue, execution)
+        self.set_state(WorkerStatus.IDLE)
+
+    def _start_job(self, job: Job, pipe: Any) -> None:
+        """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""
+        ttl = self.get_heartbeat_ttl(job)
+        self.heartbeat(ttl, pipeline=pipe)
+        job.heartbeat(now(), ttl, pipeline=pipe)
+        job.prepare_for_execution(self.name, pipeline=pipe)
+        pipe.persist(job.key)
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        if self._prepared == job.id and not remove_from_intermediate_queue:
+            self._prepared = None
+            self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
+            return
+        super().prepare_job_execution(job, remove_from_intermediate_queue)
+
+    def _disposable(self, job: Job) -> bool:
+        """Whether a successful job can be finished by :meth:`_finish_disposable`: one of taskport's
+        (no dependents, repeats, group, rate limit, callback or webhook: app.jobs.JobQueue.enqueue
+        sets none of them), whose result RQ would delete at once (``result_ttl=0``), not stopped."""
+        return (job.func_name == RUN_TASK and job.get_result_ttl(self.default_result_ttl) == 0
+                and not job.repeats_left and not job.group_id and not job.has_rate_limit
+                and not job._success_callback_name and not job.webhooks
+                and job.id != getattr(self, "_stopped_job_id", None))
+
+    def _finalize_success(self, job: Job, queue: Queue, execution: Execution, return_value: Any) -> None:
+        if isinstance(return_value, Retry) or not self._disposable(job):
+            super()._finalize_success(job, queue, execution, return_value)
+            return
+        job.ended_at = now()
+        job._result = return_value
+        job._status = JobStatus.FINISHED
+        self._finish_disposable(job, execution)
+        self.log.info("Worker %s: %s: Job OK (%s)", self.name, job.origin, job.id)
+
+    def _finish_disposable(self, job: Job, execution: Execution) -> None:
+        """RQ's handle_job_success for a ``result_ttl=0`` job, as one MULTI: the worker's counters, the
+        execution's removal (started registry, execution registry, the worker's executions), the job's
+        keys deleted, and the worker back to idle."""
+        assert job.started_at is not None and job.ended_at is not None
+        with self.connection.pipeline() as pipe:
+            self.increment_successful_job_count(pipeline=pipe)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            self.cleanup_execution(job, pipeline=pipe, execution=execution)
+            pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job.id),
+                        job.execution_registry.key)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+            pipe.execute()
 
     def kill_horse(self, sig: Any = None) -> None:
         from workers import runner

@@ -1,0 +1,92 @@
+"""The simple worker's shortened RQ bookkeeping (workers.worker.StoppableSimpleWorker), against a real
+redis-server, the worker in this process: a taskport job that succeeded is finished in one MULTI that
+leaves nothing of RQ's behind and still counts in the worker's statistics; any other job takes RQ's own
+path (its result kept); ``rq suspend`` still stops the worker from taking jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from flask.testing import FlaskClient
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.suspension import resume, suspend
+
+from app import create_app
+from app.config import Config
+from app.states import QUEUES
+from tests.integration.harness import RedisServer
+from workers import runner
+from workers.worker import StoppableSimpleWorker
+
+
+@pytest.fixture
+def config(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Config:
+    return Config.from_env({}, redis_url=redis_server.url, data_dir=tmp_path, api_keys="")
+
+
+@pytest.fixture
+def client(config: Config, redis_conn: redis.Redis) -> Iterator[FlaskClient]:
+    runner.use(runner.Runner(config, redis_conn))
+    yield create_app(config, conn=redis_conn).test_client()
+    runner.use(None)
+
+
+def submit(client: FlaskClient, n: int) -> list[str]:
+    ids = []
+    for i in range(n):
+        r = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {"seconds": 0, "steps": 1},
+                                               "dedup_key": f"bookkeeping-{i}"})
+        assert r.status_code == 202, r.get_json()
+        ids.append(r.get_json()["task_id"])
+    return ids
+
+
+def status(client: FlaskClient, task_id: str) -> str:
+    return str(client.get(f"/api/v1/tasks/{task_id}").get_json()["status"])
+
+
+def burst(conn: redis.Redis) -> StoppableSimpleWorker:
+    worker = StoppableSimpleWorker(list(QUEUES), connection=conn)
+    worker.work(burst=True, logging_level="WARNING")
+    return worker
+
+
+def test_succeeded_tasks_leave_no_rq_keys_and_count_in_the_worker_stats(client: FlaskClient,
+                                                                       redis_conn: redis.Redis) -> None:
+    ids = submit(client, 5)
+    worker = burst(redis_conn)
+    assert [status(client, i) for i in ids] == ["COMPLETED"] * 5
+    for pattern in ("rq:job:*", "rq:execution:*", "rq:executions:*", "rq:results:*"):
+        assert list(redis_conn.scan_iter(pattern)) == [], pattern
+    for name in QUEUES:
+        queue = Queue(name, connection=redis_conn)
+        assert queue.started_job_registry.get_job_ids() == []
+        assert queue.finished_job_registry.get_job_ids() == []
+        assert queue.failed_job_registry.get_job_ids() == []
+    stats = redis_conn.hmget(worker.key, "successful_job_count", "total_working_time")
+    assert int(stats[0] or 0) == 5
+    assert float(stats[1] or 0) > 0
+    assert redis_conn.scard(f"rq:worker:{worker.name}:executions") == 0
+
+
+def test_another_job_takes_rqs_own_path_and_keeps_its_result(client: FlaskClient, redis_conn: redis.Redis) -> None:
+    job = Queue("default", connection=redis_conn).enqueue("builtins.len", "abcd")
+    burst(redis_conn)
+    job = Job.fetch(job.id, connection=redis_conn)
+    assert job.get_status() == JobStatus.FINISHED
+    assert job.return_value() == 4
+    assert job.id in Queue("default", connection=redis_conn).finished_job_registry.get_job_ids()
+
+
+def test_a_suspended_worker_takes_no_job(client: FlaskClient, redis_conn: redis.Redis) -> None:
+    [task_id] = submit(client, 1)
+    suspend(redis_conn)
+    burst(redis_conn)  # a suspended burst worker quits at its first check
+    assert status(client, task_id) == "PENDING"
+    resume(redis_conn)
+    burst(redis_conn)
+    assert status(client, task_id) == "COMPLETED"
