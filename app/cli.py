@@ -62,6 +62,8 @@ EXIT_INTERRUPTED = 130
 # runs, so no module of app imports workers (the packages depend one way: workers -> app).
 ROLE_MAINS = {"worker": "workers.worker:main", "scheduler": "workers.scheduler:main"}
 
+DESCRIPTION = "every process of the Procfile (web, worker, scheduler), `up` for development, and the client commands"
+
 
 def web_command(config: Config) -> list[str]:
     """The gunicorn command line that ``taskport web`` execs."""
@@ -136,7 +138,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="taskport", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="taskport", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("web", help="serve the HTTP API with gunicorn on $PORT").set_defaults(run=cmd_web)
     for role, what in (("worker", "one RQ worker"), ("scheduler", "rq-scheduler")):
