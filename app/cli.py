@@ -92,7 +92,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
     config = Config.from_env()  # fail here, readably, on a bad environment
     connect(config)  # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
+    host = config.local_host
     # gunicorn would retry, then its workers die with tracebacks. A web restarted after its master was
     # killed finds the old workers still serving their last requests: give them the grace they get.
     deadline = time.monotonic() + GUNICORN_GRACEFUL_TIMEOUT + 2

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # binds that listen on every interface
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
                       "rate_limit", "max_active_tasks"})
@@ -244,11 +245,21 @@ class Config:
         return self.rate_limit.strip() or (KEYED_RATE_LIMIT if self.members else "")
 
     @property
+    def binds_everywhere(self) -> bool:
+        """The web binds every interface (a wildcard address), not one name."""
+        return self.host in WILDCARD_HOSTS
+
+    @property
+    def local_host(self) -> str:
+        """The address this machine reaches the web on: loopback for a wildcard bind, else the bound one."""
+        return LOOPBACK if self.binds_everywhere else self.host
+
+    @property
     def open_hosts(self) -> frozenset[str]:
         """Host names (without port) the web answers in open mode: loopback, the bind address, and
         TASKPORT_ALLOWED_HOSTS. Anything else is a DNS-rebinding attempt from a browser."""
         extra = {h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()}
-        bound = {self.host.lower()} if self.host not in ("0.0.0.0", "::") else set()
+        bound = set() if self.binds_everywhere else {self.host.lower()}
         return frozenset({"localhost", "127.0.0.1", "[::1]", *bound, *extra})
 
     @property

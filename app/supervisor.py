@@ -273,7 +273,7 @@ def _append_to_stdout() -> None:
 
 def announce_when_ready(config: Config, done: threading.Event) -> None:
     """Print the URL once the web answers /healthz (so the line is true when it appears)."""
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "", "::") else config.host
+    host = config.local_host
     url = f"http://{host}:{config.port}/"
     deadline = time.monotonic() + READY_TIMEOUT
     while not done.wait(0.2):
