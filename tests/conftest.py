@@ -6,6 +6,7 @@ loopback for the whole run; each test makes its own bucket."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -28,3 +29,15 @@ def _web_retry_policy() -> Iterator[None]:
 
     yield
     connection._ride_out = False
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A fresh uuid4 as a parameter gets a stable test id ("uuid", "UUID" in capitals), so that every
+    pytest-xdist worker collects the same tests; other values keep pytest's own ids."""
+    if not isinstance(val, str):
+        return None
+    try:
+        uuid.UUID(val)
+    except ValueError:
+        return None
+    return "uuid" if val == val.lower() else "UUID"

@@ -6,6 +6,10 @@
 - ``redis_factory``: ``redis_factory(fsync="always")`` starts a private server in a new dir
   (``executable=redis_proper()``: Redis itself instead of the embedded valkey-server).
 - ``stack``: a Stack against ``redis_server`` (emptied first); every process stops at teardown.
+- ``api``: an Api on ``stack``'s web, started with the module's ``stack_settings`` (Config fields; none
+  unless a module overrides that fixture).
+- ``up_factory``: ``up_factory(**env)`` starts a ``taskport up`` run in the test's tmp dir; every run is
+  killed after the test, whatever happened.
 On a failing test the tail of every stack process's log is added to the report.
 """
 
@@ -13,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from tests.integration.harness import RedisServer, Stack, reap_all
+from tests.integration.harness import Api, RedisServer, Stack, Up, reap_all
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +62,34 @@ def stack(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) ->
     s = Stack(redis_server.url, tmp_path / "stack")
     yield s
     s.teardown()
+
+
+@pytest.fixture
+def stack_settings() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+def api(stack: Stack, stack_settings: dict[str, Any]) -> Iterator[Api]:
+    stack.configure(**stack_settings)
+    stack.start_web()
+    with Api(stack.base_url) as client:
+        yield client
+
+
+@pytest.fixture
+def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
+    runs: list[Up] = []
+
+    def start(**env: str) -> Up:
+        workdir = tmp_path / f"up-{len(runs) + 1}"
+        workdir.mkdir()
+        runs.append(Up(workdir, **env))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.kill_everything()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,6 @@ import pytest
 from tests.integration.harness import TASKS, Api, Stack, wait_until
 
 FREED_WITHIN = 2.5  # seconds from DELETE until the same single worker has completed a new task
-
-
-@pytest.fixture
-def api(stack: Stack) -> Iterator[Api]:
-    stack.start_web()
-    with Api(stack.base_url) as client:
-        yield client
 
 
 def quick(api: Api) -> str:

@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,9 @@ import redis
 
 from app.cli import web_command
 from app.config import Config
-from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, kill_session, session_members
+from app.embedded import EmbeddedRedis, EmbeddedRedisError, alive, free_port, kill_session, session_members
 from app.logs import make_handler, task_logger
-from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, WaitTimeout, wait_until
-from tests.integration.up import Up, task_workers, up_runs
+from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, Up, WaitTimeout, task_workers, wait_until
 
 # -- wait_until ---------------------------------------------------------------------------------------
 
@@ -209,11 +208,6 @@ def test_stack_processes_start_ready_and_leave_nothing_behind(stack: Stack, redi
 # -- taskport up -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    yield from up_runs(tmp_path)
-
-
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
 def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[..., Up], busy: bool) -> None:
     up = up_factory()
@@ -269,17 +263,11 @@ def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_fa
     assert not [pid for pid in up.child_pids().values() if alive(pid)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # -- what every process shares: the gunicorn command line, the log format, exit codes ---------------
 
 
 def test_the_gunicorn_command_line_is_valid_for_the_installed_gunicorn(tmp_path: Path) -> None:
-    config = Config.from_env({}, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path, port=_free_port())
+    config = Config.from_env({}, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path, port=free_port())
     command = [*web_command(config), "--check-config"]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
                           env={**os.environ, **config.child_environ()})

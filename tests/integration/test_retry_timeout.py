@@ -6,8 +6,8 @@ a one-second timeout)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,11 +17,8 @@ USER_PROCESSORS = "tests.userprocs.tasks"
 
 
 @pytest.fixture
-def api(stack: Stack) -> Iterator[Api]:
-    stack.configure(processors=USER_PROCESSORS)
-    stack.start_web()
-    with Api(stack.base_url) as client:
-        yield client
+def stack_settings() -> dict[str, Any]:
+    return {"processors": USER_PROCESSORS}
 
 
 def calls(marker: Path) -> int:

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
 from app.embedded import alive
-from tests.integration.harness import TASKS, Api, wait_until
-from tests.integration.up import Up, children, started, task_workers, up_runs
+from tests.integration.harness import TASKS, Api, Up, children, started, task_workers, wait_until
 
 ENV = {
     "TASKPORT_PROCESSORS": "tests.userprocs.tasks",
@@ -32,11 +31,6 @@ ENV = {
     "TASKPORT_SCHEDULER_INTERVAL": "0.5",
 }
 STOPPED_WITHIN = 2.0  # seconds from the DELETE until the process running the task is gone
-
-
-@pytest.fixture
-def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    yield from up_runs(tmp_path)
 
 
 def start(up_factory: Callable[..., Up], **env: str) -> Up:
