@@ -38,6 +38,7 @@ def test_a_cancelled_pending_task_never_starts(stack: Stack, api: Api) -> None:
     assert cancelled not in worker.log(), "the cancelled task's job was still delivered to the worker"
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 @pytest.mark.parametrize("worker_class", ["fork", "simple"])
 def test_cancelling_a_running_task_frees_its_worker_and_keeps_nothing_later(
     stack: Stack, api: Api, worker_class: str

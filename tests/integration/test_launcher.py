@@ -208,6 +208,7 @@ def test_stack_processes_start_ready_and_leave_nothing_behind(stack: Stack, redi
 # -- taskport up -------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
 def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[..., Up], busy: bool) -> None:
     up = up_factory()

@@ -62,6 +62,7 @@ def test_retries_exhausted_fail_with_minus_one_and_the_traceback_stays_in_the_lo
     assert result.status_code == 409 and result.json()["error"]["code"] == -1
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 def test_a_job_past_its_timeout_fails_with_minus_two(stack: Stack, api: Api) -> None:
     stack.start_worker()
     submitted = time.monotonic()

@@ -41,6 +41,7 @@ def quick(api: Api) -> str:
     return api.create("demo.sleep", {"steps": 1}, dedup_key=uuid.uuid4().hex)
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 @pytest.mark.parametrize("worker_class", ["simple", "fork"])
 def test_a_task_that_never_checkpoints_is_stopped_within_2s_of_its_cancel(
         up_factory: Callable[..., Up], worker_class: str) -> None:
