@@ -249,6 +249,9 @@ def test_up_cleans_up_after_a_killed_supervisord(up_factory: Callable[..., Up]) 
     assert "stopping redis-server pid" in up.output()  # cleanly (SIGTERM), so its AOF is complete
 
 
+# supervisor gives up only on starts that fail within its startsecs: a start-up slowed by contention counts as
+# started, so the test needs the CPU to itself
+@pytest.mark.serial
 @pytest.mark.timeout(120)  # 4 failed starts (each a Python start-up) and 6 s of backoff: ~12 s idle, ~35 s loaded
 def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_factory: Callable[..., Up]) -> None:
     up = up_factory(TASKPORT_PROCESSORS="tests.integration.no_such_processor_module")
