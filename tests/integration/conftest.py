@@ -10,19 +10,18 @@
   unless a module overrides that fixture).
 - ``up_factory``: ``up_factory(**env)`` starts a ``taskport up`` run in the test's tmp dir; every run is
   killed after the test, whatever happened.
-On a failing test the tail of every stack process's log is added to the report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from tests.integration.harness import Api, RedisServer, Stack, Up, reap_all
+from tests.integration.harness import Api, RedisServer, Stack, Up
 
 
 @pytest.fixture(scope="module")
@@ -87,23 +86,7 @@ def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
         runs.append(Up(workdir, **env))
         return runs[-1]
 
+    start.runs = runs  # type: ignore[attr-defined]  # for the failure report (tests/conftest.py)
     yield start
     for run in runs:
         run.kill_everything()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_orphans() -> Iterator[None]:
-    yield
-    reap_all()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    stack = getattr(item, "funcargs", {}).get("stack")
-    if report.when == "call" and report.failed and isinstance(stack, Stack):
-        report.sections.append(("stack process logs", stack.log_tails()))
-    return report

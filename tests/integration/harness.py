@@ -397,6 +397,9 @@ class Up:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
     def wait_for(self, text: str, timeout: float = 30) -> str:
         def seen() -> str | None:
             out = self.output()
