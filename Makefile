@@ -1,6 +1,7 @@
 # taskport developer commands. Everything runs from .venv, built here with the system python3 (>= 3.11).
 #   make up      run the whole service locally (embedded Redis unless REDIS_URL is set)
-#   make test    lint, type checks and the whole test suite (Python alone; what CI runs first)
+#   make test    lint, type checks and the whole test suite (Python alone; what CI runs first); on
+#                TEST_WORKERS (default 3) parallel workers, then the timing-sensitive tests alone
 #   make test-browser  the page and its JS client in headless Chromium (needs the chromium and
 #                chromium-driver system packages; CI runs it after make test)
 #   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;
@@ -22,8 +23,12 @@ LINT_PATHS := app workers taskport tests $(wildcard bench)
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
 
+# The suite on TEST_WORKERS pytest-xdist workers (a test file stays on one worker, so a module's shared stack
+# starts once), then the tests marked serial alone: they assert durations that contention would stretch.
+TEST_WORKERS ?= 3
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 # Screenshots land in build/browser/ (docs/page.png is a copy of build/browser/page.png).
 test-browser: $(DEV_STAMP)

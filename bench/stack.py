@@ -4,34 +4,34 @@ gunicorn runs with exactly the argv ``taskport web`` execs (``app.cli.web_comman
 swapped for ``bench.apps:create_bench_app()``; taskport workers are ``python -m app.cli worker``; the
 bare-RQ baseline is RQ's own ``rq worker`` CLI with the same worker class and queues. Every child leads
 its own session, and stopping one kills whatever is left in that session (an RQ work horse included).
+Starting, awaiting and stopping a process are the test harness's (tests/integration/harness.py:
+``launch``, ``wait_ready``, ``stop_procs``), so the bench and the tests share one set of guarantees.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
+import requests
 from rq import Worker
 
 from app.cli import web_command
 from app.config import Config, without_settings
 from app.embedded import EmbeddedRedis
-from app.process import free_port, kill_session
+from app.process import free_port
 from app.states import QUEUES
+from tests.integration.harness import REPO_ROOT, Proc, launch, stop_procs, wait_ready
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 APP_SPEC = "app:create_app()"
 BENCH_APP_SPEC = "bench.apps:create_bench_app()"
 RQ_CLASSES = {"fork": "rq.worker.Worker", "simple": "rq.worker.SimpleWorker", "spawn": "rq.worker.SpawnWorker"}
@@ -53,51 +53,9 @@ def bench_web_command(config: Config, spec: str = BENCH_APP_SPEC) -> list[str]:
     return [spec if a == APP_SPEC else a for a in argv]
 
 
-class Child:
-    """A process the stack started (own session, output to a log file)."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name = name
-        self.log = log
-        with open(log, "ab") as out:
-            self.popen = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the session (warm shutdown), then SIGKILL whatever is left in it."""
-        if self.alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout)
-        kill_session(self.popen.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(5)
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-def wait_http(child: Child, url: str, timeout: float) -> None:
-    """Return once ``url`` answers 200; raise with the child's log if it exits or the time is up."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not child.alive:
-            raise RuntimeError(f"{child.name} exited at start:\n{child.tail()}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{child.name} did not answer within {timeout} s:\n{child.tail()}")
-        time.sleep(0.1)
+def wait_http(child: Proc, url: str, timeout: float) -> None:
+    """Return once ``url`` answers 200; fail with the child's log if it exits first or the time is up."""
+    wait_ready([child], lambda: requests.get(url, timeout=1).status_code == 200, timeout, f"{url} to answer 200")
 
 
 class Stack:
@@ -108,8 +66,8 @@ class Stack:
         base = Config.from_env(env, data_dir=self.dir, host="127.0.0.1", port=free_port(), api_keys="")
         self.redis_server = EmbeddedRedis(base)
         self.config = base
-        self.children: list[Child] = []
-        self.web: Child | None = None
+        self.children: list[Proc] = []
+        self.web: Proc | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Stack:
@@ -119,7 +77,7 @@ class Stack:
 
     def close(self) -> None:
         for child in list(self.children):
-            child.stop(timeout=5)
+            stop_procs(child, timeout=5)
         self.redis_server.close()
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -138,14 +96,14 @@ class Stack:
         path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         return {**inherited, **(config or self.config).child_environ(), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
-    def spawn(self, name: str, argv: list[str], config: Config | None = None) -> Child:
-        child = Child(name, argv, self.environ(config), self.dir / f"{name}.log")
+    def spawn(self, name: str, argv: list[str], config: Config | None = None) -> Proc:
+        child = launch(name, argv, self.environ(config), self.dir / f"{name}.log")
         self.children.append(child)
         return child
 
-    def stop(self, *children: Child) -> None:
+    def stop(self, *children: Proc) -> None:
         for child in children:
-            child.stop()
+            stop_procs(child, timeout=10)
             if child in self.children:
                 self.children.remove(child)
             if child is self.web:
@@ -156,7 +114,7 @@ class Stack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.config.port}"
 
-    def start_web(self, config: Config | None = None, timeout: float = 60.0) -> Child:
+    def start_web(self, config: Config | None = None, timeout: float = 60.0) -> Proc:
         """gunicorn with ``config`` (default: the stack's), once it answers; a web already running is stopped."""
         if self.web is not None:
             self.stop(self.web)
@@ -165,7 +123,7 @@ class Stack:
         wait_http(self.web, f"http://127.0.0.1:{config.port}/bench/hello", timeout)
         return self.web
 
-    def start_bare_web(self, timeout: float = 60.0) -> tuple[Child, int]:
+    def start_bare_web(self, timeout: float = 60.0) -> tuple[Proc, int]:
         """The bare Flask app (``bench.apps.create_bare_app``) on the same gunicorn argv, on a port of its own."""
         config = replace(self.config, port=free_port())
         child = self.spawn("bare-web", bench_web_command(config, BARE_APP_SPEC), config)
@@ -185,33 +143,30 @@ class Stack:
     def celery_environ(self) -> dict[str, str]:
         return {**self.environ(), "BENCH_CELERY_REDIS": self.celery_url, "FLOWER_UNAUTHENTICATED_API": "true"}
 
-    def start_flower(self, timeout: float = 60.0) -> tuple[Child, int]:
+    def start_flower(self, timeout: float = 60.0) -> tuple[Proc, int]:
         """Flower 2 (its REST API open, as the bench needs no auth) on a free port, once it answers."""
         port = free_port()
         argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app", "flower", f"--port={port}",
                 "--address=127.0.0.1", "--unix_socket="]
-        child = Child("flower", argv, self.celery_environ(), self.dir / "flower.log")
+        child = launch("flower", argv, self.celery_environ(), self.dir / "flower.log")
         self.children.append(child)
         wait_http(child, f"http://127.0.0.1:{port}/api/workers?refresh=false", timeout)
         return child, port
 
-    def start_celery_worker(self, timeout: float = 60.0) -> Child:
+    def start_celery_worker(self, timeout: float = 60.0) -> Proc:
         """A Celery worker with Celery's defaults (prefork, one child per CPU), once it answers a ping."""
         argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "--loglevel=WARNING",
                 "-E", "--without-gossip", "--without-mingle"]
-        child = Child("celery-worker", argv, self.celery_environ(), self.dir / "celery-worker.log")
+        child = launch("celery-worker", argv, self.celery_environ(), self.dir / "celery-worker.log")
         self.children.append(child)
         from bench.celery_app import app as celery_app
 
         celery_app.conf.broker_url = celery_app.conf.result_backend = self.celery_url
-        deadline = time.monotonic() + timeout
-        while not celery_app.control.ping(timeout=0.5):
-            if not child.alive or time.monotonic() > deadline:
-                raise RuntimeError(f"the Celery worker did not answer a ping:\n{child.tail()}")
+        wait_ready([child], lambda: celery_app.control.ping(timeout=0.5), timeout, "the Celery worker to answer a ping")
         return child
 
     # -- workers --------------------------------------------------------------------------------
-    def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0) -> list[Child]:
+    def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0) -> list[Proc]:
         """``count`` taskport workers (``python -m app.cli worker``) or, with ``bare``, plain ``rq worker``s
         of the same class on the same queues; returns once all of them are registered in Redis."""
         config = replace(self.config, worker_class=worker_class)
@@ -227,13 +182,9 @@ class Stack:
             else:
                 argv = [sys.executable, "-m", "app.cli", "worker", "--name", name]
             started.append(self.spawn(f"worker-{name}", argv, config))
-        deadline = time.monotonic() + timeout
-        while len({w.name for w in Worker.all(connection=conn)} - before) < count:
-            dead = [c for c in started if not c.alive]
-            if dead:
-                raise RuntimeError(f"a worker exited at start:\n{dead[0].tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"workers did not register within {timeout} s:\n{started[0].tail()}")
-            time.sleep(0.05)
-        conn.close()
+        try:
+            wait_ready(started, lambda: len({w.name for w in Worker.all(connection=conn)} - before) >= count,
+                       timeout, f"{count} workers to register")
+        finally:
+            conn.close()
         return started

@@ -7,6 +7,8 @@ multipart uploads, presigned URLs, connection errors). Buckets are created empty
 
 from __future__ import annotations
 
+import atexit
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,9 +70,18 @@ def running_s3() -> Iterator[S3Server]:
         server.stop()
 
 
+_held: list[socket.socket] = []
+
+
 def dead_endpoint() -> str:
-    """An endpoint on loopback where nothing listens: every call is refused at once."""
-    return f"http://127.0.0.1:{free_port()}"
+    """An endpoint on loopback where nothing listens: every call is refused at once. Its port stays bound
+    (never listening) until the run ends, so no other process (another xdist worker's server) takes it."""
+    if not _held:
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        atexit.register(held.close)
+        _held.append(held)
+    return f"http://127.0.0.1:{_held[0].getsockname()[1]}"
 
 
 def use_s3(monkeypatch: pytest.MonkeyPatch, server: S3Server, endpoint: str | None = None) -> None:

@@ -17,7 +17,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from tests.integration.harness import REPO_ROOT, Stack, reap_all, started_stack
+from tests.integration.harness import REPO_ROOT, Stack, started_stack
 
 CHROMIUM = os.environ.get("TASKPORT_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("TASKPORT_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -56,12 +56,6 @@ def browser() -> Iterator[webdriver.Chrome]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_orphans() -> Iterator[None]:
-    yield
-    reap_all()
 
 
 @pytest.fixture(scope="module")

@@ -6,18 +6,22 @@
 - ``redis_factory``: ``redis_factory(fsync="always")`` starts a private server in a new dir
   (``executable=redis_proper()``: Redis itself instead of the embedded valkey-server).
 - ``stack``: a Stack against ``redis_server`` (emptied first); every process stops at teardown.
-On a failing test the tail of every stack process's log is added to the report.
+- ``api``: an Api on ``stack``'s web, started with the module's ``stack_settings`` (Config fields; none
+  unless a module overrides that fixture).
+- ``up_factory``: ``up_factory(**env)`` starts a ``taskport up`` run in the test's tmp dir; every run is
+  killed after the test, whatever happened.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from tests.integration.harness import RedisServer, Stack, reap_all
+from tests.integration.harness import Api, RedisServer, Stack, Up
 
 
 @pytest.fixture(scope="module")
@@ -59,18 +63,30 @@ def stack(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) ->
     s.teardown()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_orphans() -> Iterator[None]:
-    yield
-    reap_all()
+@pytest.fixture
+def stack_settings() -> dict[str, Any]:
+    return {}
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    stack = getattr(item, "funcargs", {}).get("stack")
-    if report.when == "call" and report.failed and isinstance(stack, Stack):
-        report.sections.append(("stack process logs", stack.log_tails()))
-    return report
+@pytest.fixture
+def api(stack: Stack, stack_settings: dict[str, Any]) -> Iterator[Api]:
+    stack.configure(**stack_settings)
+    stack.start_web()
+    with Api(stack.base_url) as client:
+        yield client
+
+
+@pytest.fixture
+def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
+    runs: list[Up] = []
+
+    def start(**env: str) -> Up:
+        workdir = tmp_path / f"up-{len(runs) + 1}"
+        workdir.mkdir()
+        runs.append(Up(workdir, **env))
+        return runs[-1]
+
+    start.runs = runs  # type: ignore[attr-defined]  # for the failure report (tests/conftest.py)
+    yield start
+    for run in runs:
+        run.kill_everything()

@@ -1,10 +1,13 @@
-"""Real processes for integration tests: a real redis-server, and web/worker/scheduler started the way
-production starts them (``python -m app.cli web|worker|scheduler``) with the environment a Config gives.
+"""The one process harness, for the tests (integration, browser, fuzz) and the bench (bench/stack.py):
+a real redis-server, web/worker/scheduler started the way production starts them (``python -m app.cli
+web|worker|scheduler``) with the environment a Config gives, and ``taskport up`` as a user runs it.
 
-Readiness is always polled (GET /healthz, the RQ worker registry, the scheduler's key), never slept
-for. Every process leads its own session; stopping or killing one takes its whole session down, so
-an RQ work horse (which moves to its own process group) never outlives its worker and no test leaves
-an orphan behind.
+What every start goes through (``launch``): a free port and a tmp dir given by the caller, output to a
+log file whose tail a failure shows, a session of its own. Readiness is polled (``wait_ready``: GET
+/healthz, the RQ worker registry, the scheduler's key), never slept for. Stopping (``stop_procs``) is
+SIGTERM to the session, a grace, then SIGKILL of whatever is left in that session, so an RQ work horse
+(which moves to its own process group) never outlives its worker, and nothing but what was launched
+here is ever signalled. ``reap_all`` is the session-end sweep over every process launched.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +34,7 @@ from rq_scheduler import Scheduler
 from app.config import Config, without_settings
 from app.connection import connect
 from app.embedded import EmbeddedRedis
-from app.process import free_port, kill_session
+from app.process import alive, free_port, kill_session, read_pid
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
@@ -41,7 +45,7 @@ TEARDOWN_TIMEOUT = 1.5
 
 T = TypeVar("T")
 
-# Every process any Stack ever started, so a session-end sweep can make sure none survives.
+# Every process ever launched here, so a session-end sweep can make sure none survives.
 SPAWNED: list[Proc] = []
 
 
@@ -139,9 +143,12 @@ class RedisServer:
         self.embedded.close()
 
 
+# -- processes ---------------------------------------------------------------------------------------
+
+
 @dataclass
 class Proc:
-    """One process started by a Stack; its stdout and stderr go to ``log_path``."""
+    """One launched process (see ``launch``); its stdout and stderr go to ``log_path``."""
 
     role: str
     name: str
@@ -170,9 +177,75 @@ class Proc:
         state = "running" if self.alive else f"exited {self.popen.returncode}"
         return f"----- {self.name} (pid {self.pid}, {state}) {self.log_path}\n{self.tail()}"
 
+    def reap(self) -> None:
+        """SIGKILL what is left of the process's session and collect its exit code (once: after that
+        the pid may belong to someone else)."""
+        if self.returncode is not None:
+            return
+        kill_session(self.pid)
+        self.popen.wait()
+        self.returncode = self.popen.returncode
+
 
 def as_procs(procs: Proc | Iterable[Proc]) -> list[Proc]:
     return [procs] if isinstance(procs, Proc) else list(procs)
+
+
+def launch(name: str, argv: Sequence[str], env: dict[str, str], log_path: Path, *, role: str = "",
+           truncate: bool = False) -> Proc:
+    """Start ``argv`` in the repository root in a session of its own, stdin closed, stdout and stderr
+    appended to ``log_path`` (``truncate``: emptied first, as ``cmd > log`` would); does not wait."""
+    with open(log_path, "wb" if truncate else "ab") as out:
+        popen = subprocess.Popen(list(argv), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    proc = Proc(role or name, name, popen, log_path)
+    SPAWNED.append(proc)
+    return proc
+
+
+def wait_ready(procs: Sequence[Proc], ready: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.05) -> None:
+    """Poll ``ready`` until it is truthy. Fails at once (with the log tails) when a process exits first,
+    and after ``timeout`` s; connection errors count as "not yet"."""
+
+    def check() -> Any:
+        for proc in procs:
+            if not proc.alive:
+                raise AssertionError(f"{proc.name} exited ({proc.popen.returncode}) before it was ready:\n"
+                                     f"{proc.describe()}")
+        return ready()
+
+    wait_until(check, timeout=timeout, interval=interval, ignore=(requests.RequestException, redis.RedisError),
+               message=lambda: f"{what}\n" + "\n".join(p.describe() for p in procs))
+
+
+def stop_procs(procs: Proc | Iterable[Proc], timeout: float = STOP_TIMEOUT) -> list[int | None]:
+    """SIGTERM to each process group (gunicorn's graceful stop, RQ's warm shutdown), wait up to ``timeout``
+    s, then SIGKILL whatever is left of their sessions. Returns the exit codes."""
+    requested = as_procs(procs)
+    targets = [proc for proc in requested if proc.returncode is None]
+    for proc in targets:
+        if proc.alive:
+            _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in targets:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(max(0.0, deadline - time.monotonic()))
+        proc.reap()
+    return [proc.returncode for proc in requested]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reap_all() -> None:
+    """Last resort at the end of the test session: kill every session ever launched here."""
+    for proc in SPAWNED:
+        proc.reap()
 
 
 class Stack:
@@ -219,20 +292,15 @@ class Stack:
     def spawn(self, role: str, *args: str, name: str | None = None) -> Proc:
         """Start ``python -m app.cli <role> <args>`` in its own session; does not wait for readiness."""
         name = name or f"{role}-{next(self._seq)}"
-        log_path = self.logdir / f"{name}.log"
-        with open(log_path, "ab") as out:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", role, *args], cwd=REPO_ROOT, env=self.environ(role),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        proc = Proc(role, name, popen, log_path)
+        proc = launch(name, [sys.executable, "-m", "app.cli", role, *args], self.environ(role),
+                      self.logdir / f"{name}.log", role=role)
         self.procs.append(proc)
-        SPAWNED.append(proc)
         return proc
 
     def start_web(self, timeout: float = START_TIMEOUT) -> Proc:
         """gunicorn on ``base_url``; returns once GET /healthz answers 200."""
         proc = self.spawn("web")
-        self._wait_ready([proc], lambda: requests.get(self.url("/healthz"), timeout=1).status_code == 200,
+        wait_ready([proc], lambda: requests.get(self.url("/healthz"), timeout=1).status_code == 200,
                          timeout, "the web to answer /healthz")
         return proc
 
@@ -246,7 +314,7 @@ class Stack:
         procs = [self.spawn("worker", "--name", rq_name, name=f"worker-{rq_name}") for rq_name in names]
         conn = self.redis()
         try:
-            self._wait_ready(procs, lambda: set(names) <= {w.name for w in Worker.all(connection=conn)},
+            wait_ready(procs, lambda: set(names) <= {w.name for w in Worker.all(connection=conn)},
                              timeout, f"workers {names} to register")
         finally:
             conn.close()
@@ -259,44 +327,20 @@ class Stack:
         conn = self.redis()
         try:
             key = Scheduler.redis_scheduler_namespace_prefix + sched_name
-            self._wait_ready([proc], lambda: conn.exists(key), timeout, f"scheduler {sched_name} to register")
+            wait_ready([proc], lambda: conn.exists(key), timeout, f"scheduler {sched_name} to register")
         finally:
             conn.close()
         return proc
 
-    def _wait_ready(self, procs: Sequence[Proc], ready: Callable[[], Any], timeout: float, what: str) -> None:
-        def check() -> Any:
-            for proc in procs:
-                if not proc.alive:
-                    raise AssertionError(f"{proc.name} exited ({proc.popen.returncode}) before it was ready:\n"
-                                         f"{proc.describe()}")
-            return ready()
-
-        wait_until(check, timeout=timeout, interval=0.05, ignore=(requests.RequestException, redis.RedisError),
-                   message=lambda: f"{what}\n" + "\n".join(p.describe() for p in procs))
-
     # -- stopping ---------------------------------------------------------------------------------
     def stop(self, procs: Proc | Iterable[Proc], timeout: float = STOP_TIMEOUT) -> list[int | None]:
-        """SIGTERM to each process group (gunicorn's graceful stop, RQ's warm shutdown), wait up to
-        ``timeout`` s, then SIGKILL whatever is left of their sessions. Returns the exit codes."""
-        requested = as_procs(procs)
-        targets = [proc for proc in requested if proc.returncode is None]
-        for proc in targets:
-            if proc.alive:
-                _signal_group(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in targets:
-            try:
-                proc.popen.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            self._reap(proc)
-        return [proc.returncode for proc in requested]
+        """SIGTERM, up to ``timeout`` s, then SIGKILL of what is left (``stop_procs``). Returns the exit codes."""
+        return stop_procs(procs, timeout)
 
     def kill9(self, procs: Proc | Iterable[Proc]) -> None:
         """Crash: SIGKILL every process of each session at once (a worker and its work horse alike)."""
         for proc in as_procs(procs):
-            self._reap(proc)
+            proc.reap()
 
     def stop_all(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every process this stack started; nothing survives it."""
@@ -308,16 +352,6 @@ class Stack:
 
     def log_tails(self, lines: int = 40) -> str:
         return "\n".join(p.describe() for p in self.procs)
-
-    @staticmethod
-    def _reap(proc: Proc) -> None:
-        """SIGKILL what is left of the process's session and collect its exit code (once: after that
-        the pid may belong to someone else)."""
-        if proc.returncode is not None:
-            return
-        kill_session(proc.pid)
-        proc.popen.wait()
-        proc.returncode = proc.popen.returncode
 
 
 @contextlib.contextmanager
@@ -336,17 +370,118 @@ def started_stack(workdir: Path, *, worker: bool = True, **overrides: Any) -> It
         server.close()
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+# -- taskport up ------------------------------------------------------------------------------------
 
 
-def reap_all() -> None:
-    """Last resort at the end of the test session: kill every session any Stack ever started."""
-    for proc in SPAWNED:
-        Stack._reap(proc)
+class Up:
+    """One run of ``taskport up``; its output (supervisord's log and every process's) in ``up.log``."""
+
+    def __init__(self, workdir: Path, **env: str) -> None:
+        self.workdir = workdir
+        self.log_path = workdir / "up.log"
+        self.data_dir = workdir / "var"
+        self.port = free_port()
+        settings = {
+            "PORT": str(self.port), "TASKPORT_DATA_DIR": str(self.data_dir),
+            "TASKPORT_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "TASKPORT_WORKERS": "2", **env}
+        self.workers = int(settings["TASKPORT_WORKERS"])
+        inherited = without_settings(os.environ)
+        # truncating, as `taskport up > up.log` would: `up` makes it O_APPEND, as supervisord's own writes are
+        self.proc = launch("up", [sys.executable, "-m", "app.cli", "up"],
+                           {**inherited, **settings, "PYTHONUNBUFFERED": "1"}, self.log_path, truncate=True)
+        self.popen = self.proc.popen
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        def seen() -> str | None:
+            out = self.output()
+            if text in out:
+                return out
+            if self.popen.poll() is not None:
+                raise AssertionError(f"`taskport up` exited {self.popen.returncode}:\n{out}")
+            return None
+
+        return wait_until(seen, timeout=timeout, message=lambda: f"{text!r} in:\n{self.output()}")
+
+    def redis_pid(self) -> int:
+        """The redis-server running now (its pidfile: supervisor restarts it under a new pid)."""
+        pid = read_pid(self.data_dir / "redis" / "redis.pid")
+        assert pid is not None, self.output()
+        return pid
+
+    def redis_url(self) -> str:
+        return str(self._find(r"embedded Redis \(pid \d+\) on (\S+),")[0])
+
+    def pid(self, name: str) -> int:
+        """The pid supervisor last started ``name`` (web, worker.1, scheduler, redis...) under."""
+        return int(self._find(rf"spawned: '{re.escape(name)}' with pid (\d+)")[-1])
+
+    def child_pids(self) -> dict[str, int]:
+        """Every supervised process's current pid, by name."""
+        found = re.findall(r"spawned: '([^']+)' with pid (\d+)", self.output())
+        return {name: int(pid) for name, pid in found}  # the last spawn of each name wins
+
+    def exits(self, name: str) -> list[str]:
+        """supervisor's one line per exit of ``name``: the status it ended with."""
+        return re.findall(rf"exited: {re.escape(name)} \(([^)]*)\)", self.output())
+
+    def supervisord_pid(self) -> int:
+        pid = read_pid(self.data_dir / "supervisor" / "supervisord.pid")
+        assert pid is not None, self.output()
+        return pid
+
+    def _find(self, pattern: str) -> list[str]:
+        found = re.findall(pattern, self.output())
+        assert found, f"{pattern!r} not in:\n{self.output()}"
+        return found
+
+    def kill_everything(self) -> None:
+        """Test cleanup whatever happened: no process of this run may survive the test."""
+        pids = re.findall(r"(?:spawned: '[^']+' with pid |embedded Redis \(pid )(\d+)", self.output())
+        supervisord = read_pid(self.data_dir / "supervisor" / "supervisord.pid")
+        for pid in [self.popen.pid, *([supervisord] if supervisord else []), *map(int, pids)]:
+            kill_session(pid)
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+
+
+def started(up_factory: Callable[..., Up], env: dict[str, str]) -> Up:
+    """An ``up`` run with ``env``, returned once it says it is up and its task workers have registered."""
+    up = up_factory(**env)
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    conn = redis.Redis.from_url(up.redis_url())
+    wait_until(lambda: len(task_workers(conn)) == up.workers, message="the workers to register")
+    conn.close()
+    return up
+
+
+def task_workers(conn: redis.Redis) -> list[Worker]:
+    """The RQ workers serving task queues (not the scheduler's housekeeper, which serves only its own)."""
+    return [w for w in Worker.all(connection=conn) if "default" in w.queue_names()]
+
+
+def children(pid: int) -> list[int]:
+    """Live child pids of ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
 
 
 # -- HTTP --------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,6 @@ import pytest
 from tests.integration.harness import TASKS, Api, Stack, wait_until
 
 FREED_WITHIN = 2.5  # seconds from DELETE until the same single worker has completed a new task
-
-
-@pytest.fixture
-def api(stack: Stack) -> Iterator[Api]:
-    stack.start_web()
-    with Api(stack.base_url) as client:
-        yield client
 
 
 def quick(api: Api) -> str:
@@ -46,6 +38,7 @@ def test_a_cancelled_pending_task_never_starts(stack: Stack, api: Api) -> None:
     assert cancelled not in worker.log(), "the cancelled task's job was still delivered to the worker"
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 @pytest.mark.parametrize("worker_class", ["fork", "simple"])
 def test_cancelling_a_running_task_frees_its_worker_and_keeps_nothing_later(
     stack: Stack, api: Api, worker_class: str

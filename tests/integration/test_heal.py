@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,7 @@ from app import keys
 from app.config import Config
 from app.connection import connect
 from app.process import alive, session_members
-from tests.integration.harness import TASKS, Api, RedisServer, wait_until
-from tests.integration.up import Up, children, started, task_workers, up_runs
+from tests.integration.harness import TASKS, Api, RedisServer, Up, children, started, task_workers, wait_until
 
 HEAL_ENV = {
     "TASKPORT_PROCESSORS": "tests.userprocs.tasks",  # test.nap: a cooperative sleep with one retry
@@ -43,11 +42,6 @@ HEAL_ENV = {
 }
 SERVE_AGAIN_WITHIN = 10.0  # seconds, the requirement: submit + poll answer again after a kill
 REDIS_BACK_WITHIN = 5.0  # seconds, the requirement: the embedded redis-server runs again
-
-
-@pytest.fixture
-def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    yield from up_runs(tmp_path)
 
 
 def start_healing(up_factory: Callable[..., Up], **env: str) -> Up:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.harness import TASKS, Api, RedisServer, Stack
+from tests.integration.harness import TASKS, Api, Stack, started_stack
 
 KEYS = "ka:alice,kb:bob"
 CALLERS = {"owner": "ka", "other": "kb", "no key": None, "wrong key": "kz"}
@@ -28,16 +28,8 @@ OWNER_STATUS = {"status": 200, "result": 200, "result file": 200, "events": 200,
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("isolation")
-    server = RedisServer(workdir / "redis").start()
-    s = Stack(server.url, workdir / "stack", api_keys=KEYS)
-    try:
-        s.start_web()
-        s.start_worker()
+    with started_stack(tmp_path_factory.mktemp("isolation"), api_keys=KEYS) as s:
         yield s
-    finally:
-        s.teardown()
-        server.close()
 
 
 @pytest.fixture(scope="module")

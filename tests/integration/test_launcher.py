@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,9 +22,8 @@ from app.cli import web_command
 from app.config import Config
 from app.embedded import EmbeddedRedis, EmbeddedRedisError
 from app.logs import make_handler, task_logger
-from app.process import alive, kill_session, session_members
-from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, WaitTimeout, wait_until
-from tests.integration.up import Up, task_workers, up_runs
+from app.process import alive, free_port, kill_session, session_members
+from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, Up, WaitTimeout, task_workers, wait_until
 
 # -- wait_until ---------------------------------------------------------------------------------------
 
@@ -210,11 +209,7 @@ def test_stack_processes_start_ready_and_leave_nothing_behind(stack: Stack, redi
 # -- taskport up -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    yield from up_runs(tmp_path)
-
-
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
 def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[..., Up], busy: bool) -> None:
     up = up_factory()
@@ -255,6 +250,9 @@ def test_up_cleans_up_after_a_killed_supervisord(up_factory: Callable[..., Up]) 
     assert "stopping redis-server pid" in up.output()  # cleanly (SIGTERM), so its AOF is complete
 
 
+# supervisor gives up only on starts that fail within its startsecs: a start-up slowed by contention counts as
+# started, so the test needs the CPU to itself
+@pytest.mark.serial
 @pytest.mark.timeout(120)  # 4 failed starts (each a Python start-up) and 6 s of backoff: ~12 s idle, ~35 s loaded
 def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_factory: Callable[..., Up]) -> None:
     up = up_factory(TASKPORT_PROCESSORS="tests.integration.no_such_processor_module")
@@ -270,17 +268,11 @@ def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_fa
     assert not [pid for pid in up.child_pids().values() if alive(pid)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # -- what every process shares: the gunicorn command line, the log format, exit codes ---------------
 
 
 def test_the_gunicorn_command_line_is_valid_for_the_installed_gunicorn(tmp_path: Path) -> None:
-    config = Config.from_env({}, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path, port=_free_port())
+    config = Config.from_env({}, redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path, port=free_port())
     command = [*web_command(config), "--check-config"]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
                           env={**os.environ, **config.child_environ()})

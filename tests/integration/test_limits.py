@@ -19,6 +19,8 @@ from tests.integration.harness import TASKS, Api, RedisServer, Stack, wait_until
 BURST, BURSTERS, BUDGET = 2000, 8, 200
 CAP = 50
 
+pytestmark = pytest.mark.serial  # poll latencies under a burst: run alone (tests/README.md, "Speed")
+
 
 @pytest.fixture
 def server(tmp_path) -> Iterator[RedisServer]:

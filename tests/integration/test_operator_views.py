@@ -10,9 +10,9 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -29,11 +29,8 @@ INTERVAL = 2  # seconds between housekeeping passes in these tests
 
 
 @pytest.fixture
-def api(stack: Stack) -> Iterator[Api]:
-    stack.configure(dashboard_password=PASSWORD, housekeeping_interval=INTERVAL, scheduler_interval=0.5)
-    stack.start_web()
-    with Api(stack.base_url) as client:
-        yield client
+def stack_settings() -> dict[str, Any]:
+    return {"dashboard_password": PASSWORD, "housekeeping_interval": INTERVAL, "scheduler_interval": 0.5}
 
 
 def dashboard(stack: Stack, path: str) -> dict:

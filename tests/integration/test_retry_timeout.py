@@ -6,8 +6,8 @@ a one-second timeout)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,11 +17,8 @@ USER_PROCESSORS = "tests.userprocs.tasks"
 
 
 @pytest.fixture
-def api(stack: Stack) -> Iterator[Api]:
-    stack.configure(processors=USER_PROCESSORS)
-    stack.start_web()
-    with Api(stack.base_url) as client:
-        yield client
+def stack_settings() -> dict[str, Any]:
+    return {"processors": USER_PROCESSORS}
 
 
 def calls(marker: Path) -> int:
@@ -65,6 +62,7 @@ def test_retries_exhausted_fail_with_minus_one_and_the_traceback_stays_in_the_lo
     assert result.status_code == 409 and result.json()["error"]["code"] == -1
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 def test_a_job_past_its_timeout_fails_with_minus_two(stack: Stack, api: Api) -> None:
     stack.start_worker()
     submitted = time.monotonic()

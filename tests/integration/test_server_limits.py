@@ -9,20 +9,13 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from tests.integration.harness import RedisServer, Stack
+from tests.integration.harness import Stack, started_stack
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("server-limits")
-    server = RedisServer(tmp / "redis").start()
-    s = Stack(server.url, tmp / "stack")
-    try:
-        s.start_web()
+    with started_stack(tmp_path_factory.mktemp("server-limits"), worker=False) as s:
         yield s
-    finally:
-        s.teardown()
-        server.close()
 
 
 def raw_request(stack: Stack, head: str) -> tuple[int, dict[str, str], bytes]:

@@ -325,6 +325,7 @@ def bytes_until_closed(s: socket.socket, timeout: float) -> int:
     return total
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 def test_slow_header_and_slow_read_clients_leave_polls_answering(stack: Stack, api: Api) -> None:
     io_timeout = 2.0
     stack.configure(web_io_timeout=io_timeout)

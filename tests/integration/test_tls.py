@@ -71,6 +71,8 @@ class TlsProxy:
 
     def close(self) -> None:
         self.stopping.set()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(), which close() alone would not
         self.listener.close()
         for thread in self.threads:
             thread.join(5)

@@ -3,7 +3,6 @@ web and the worker processes from the working directory), used over HTTP like a 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,12 +11,15 @@ from tests.integration.harness import TASKS, Api, Stack
 
 
 @pytest.fixture
-def api(stack: Stack) -> Iterator[Api]:
-    stack.configure(processors="tests.userprocs.tasks")
-    stack.start_web()
+def stack_settings() -> dict[str, Any]:
+    return {"processors": "tests.userprocs.tasks"}
+
+
+@pytest.fixture
+def api(api: Api, stack: Stack) -> Api:
+    """The conftest's ``api``, with a worker started."""
     stack.start_worker()
-    with Api(stack.base_url) as client:
-        yield client
+    return api
 
 
 def test_a_user_processor_runs_over_http(api: Api) -> None:

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
 from app.process import alive
-from tests.integration.harness import TASKS, Api, wait_until
-from tests.integration.up import Up, children, started, task_workers, up_runs
+from tests.integration.harness import TASKS, Api, Up, children, started, task_workers, wait_until
 
 ENV = {
     "TASKPORT_PROCESSORS": "tests.userprocs.tasks",
@@ -34,11 +33,6 @@ ENV = {
 STOPPED_WITHIN = 2.0  # seconds from the DELETE until the process running the task is gone
 
 
-@pytest.fixture
-def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
-    yield from up_runs(tmp_path)
-
-
 def start(up_factory: Callable[..., Up], **env: str) -> Up:
     return started(up_factory, {**ENV, **env})
 
@@ -47,6 +41,7 @@ def quick(api: Api) -> str:
     return api.create("demo.sleep", {"steps": 1}, dedup_key=uuid.uuid4().hex)
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 @pytest.mark.parametrize("worker_class", ["simple", "fork"])
 def test_a_task_that_never_checkpoints_is_stopped_within_2s_of_its_cancel(
         up_factory: Callable[..., Up], worker_class: str) -> None:

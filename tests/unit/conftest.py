@@ -1,4 +1,6 @@
-"""Unit fixtures: fakeredis with Lua, a Config with short windows, the store and a Flask test client."""
+"""Unit fixtures: fakeredis with Lua, a Config with short windows, the store, a Flask test client (of the
+module's ``config``, so a module overriding ``config`` gets its app), and ``report``: a Recorder for a
+TaskContext."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from app import create_app
 from app.config import Config
 from app.store import TaskStore
+from tests.unit.recorder import Recorder
 
 
 @pytest.fixture
@@ -38,3 +41,8 @@ def app(config, conn):
 @pytest.fixture
 def client(app):
     return app.test_client()
+
+
+@pytest.fixture
+def report() -> Recorder:
+    return Recorder()

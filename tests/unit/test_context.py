@@ -13,28 +13,10 @@ import pytest
 from rq.timeouts import JobTimeoutException
 
 from app.results import LocalResultStore
+from tests.unit.recorder import Recorder
 from workers import context as context_module
 from workers.context import MAX_FAILURES, SLEEP_SLICE, TaskContext
 from workers.exceptions import ItemError, TaskCancelled, TaskError
-
-
-class Recorder:
-    """Stands in for the runner's report(): records every write and answers a settable status."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[int | None, str, dict | None]] = []
-        self.status = "PROCESSING"
-        self.error: Exception | None = None
-
-    def __call__(self, progress: int | None, message: str, items: dict | None) -> str:
-        if self.error is not None:
-            raise self.error
-        self.calls.append((progress, message, items))
-        return self.status
-
-    @property
-    def last(self) -> tuple[int | None, str, dict | None]:
-        return self.calls[-1]
 
 
 class Clock:
@@ -43,11 +25,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def report() -> Recorder:
-    return Recorder()
 
 
 @pytest.fixture

@@ -40,11 +40,6 @@ def app(config, conn):
 
 
 @pytest.fixture
-def client(app):
-    return app.test_client()
-
-
-@pytest.fixture
 def store(app) -> TaskStore:
     return app.extensions[EXTENSION].service.store
 

@@ -13,11 +13,6 @@ import pytest
 from app import create_app, processors
 
 
-@pytest.fixture
-def client(config, conn):
-    return create_app(config, conn=conn).test_client()
-
-
 def test_the_page_is_html_with_the_client_its_script_and_a_strict_csp(client):
     r = client.get("/")
     assert r.status_code == 200

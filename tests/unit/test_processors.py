@@ -16,29 +16,12 @@ from marshmallow import ValidationError
 
 import app.processors as registry
 from app.results import LocalResultStore
+from tests.unit.recorder import Recorder
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError
 from workers.processors import orders_export
 
 registry.load()
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[int | None, str, dict | None]] = []
-
-    def __call__(self, progress: int | None, message: str, items: dict | None) -> str:
-        self.calls.append((progress, message, items))
-        return "PROCESSING"
-
-    @property
-    def messages(self) -> list[str]:
-        return [call[1] for call in self.calls]
-
-
-@pytest.fixture
-def report() -> Recorder:
-    return Recorder()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import SimpleWorker
 from rq.job import Job
@@ -27,11 +26,6 @@ def passes_ran(conn, seconds_ago: float) -> None:
     ended = datetime.now(UTC) - timedelta(seconds=seconds_ago)
     for name in PASSES:
         conn.hset(Job.key_for(job_id(name)), "ended_at", utcformat(ended))
-
-
-@pytest.fixture
-def client(config, conn):
-    return create_app(config, conn=conn).test_client()
 
 
 def test_workers_are_counted_per_queue_and_only_while_registered(conn):

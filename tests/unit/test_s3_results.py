@@ -37,11 +37,6 @@ def config(tmp_path: Path, bucket: str) -> Config:
                            result_store_timeout=1)
 
 
-@pytest.fixture
-def client(config: Config, conn: Any) -> Any:
-    return create_app(config, conn=conn).test_client()
-
-
 def run_queued(conn: Any, config: Config) -> None:
     runner.use(runner.Runner(config, conn))
     queues = JobQueue(conn, config).queues

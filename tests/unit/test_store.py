@@ -5,15 +5,20 @@ tests/integration/test_store_contract.py, run against fakeredis and the real red
 from __future__ import annotations
 
 import base64
+import dataclasses
+import inspect
 import re
 import uuid
+from collections.abc import Callable
 
+import fakeredis
 import pytest
 
 from app import keys, scripts
 from app.clock import now_ms
-from app.states import CLAIM_TAKEN, TRANSITIONS, TaskStatus
-from app.store import NewTask, decode_cursor, encode_cursor
+from app.config import Config
+from app.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
+from app.store import NewTask, TaskStore, decode_cursor, encode_cursor
 
 S = TaskStatus
 
@@ -34,16 +39,6 @@ def started(store, new: NewTask) -> str:
     return run_id
 
 
-
-
-
-
-
-
-
-
-
-
 def test_heartbeat_moves_running_score(store, conn):
     new = new_task()
     create(store, new)
@@ -51,8 +46,6 @@ def test_heartbeat_moves_running_score(store, conn):
     conn.zadd(keys.RUNNING, {new.task_id: 1})
     assert store.report(new.task_id, run_id, None) == S.PROCESSING
     assert conn.zscore(keys.RUNNING, new.task_id) > 1
-
-
 
 
 def test_a_large_result_gets_a_key_of_its_own_with_the_result_lifetime(store, conn, config):
@@ -66,8 +59,6 @@ def test_a_large_result_gets_a_key_of_its_own_with_the_result_lifetime(store, co
     assert 0 < conn.ttl(keys.result(new.task_id)) <= config.result_ttl
 
 
-
-
 def test_fail_records_the_error(store):
     new = new_task()
     create(store, new)
@@ -77,17 +68,11 @@ def test_fail_records_the_error(store):
     assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
 
 
-
-
 def test_read_past_expires_at_is_expired_before_housekeeping(store):
     new = new_task()
     _, _, task = create(store, new)
     doc = task.to_doc(253_402_300_799_000)
     assert doc["status"] == S.EXPIRED and doc["error"]["code"] == -4
-
-
-
-
 
 
 def test_cursor_round_trip_and_rejects_garbage():
@@ -104,19 +89,83 @@ def test_cursor_round_trip_and_rejects_garbage():
             decode_cursor(bad)
 
 
-def test_every_transition_the_store_performs_is_in_the_table():
-    performed = {
-        (S.PENDING, S.PROCESSING), (S.PROCESSING, S.COMPLETED), (S.PROCESSING, S.FAILED),
-        (S.PROCESSING, S.PENDING), (S.PENDING, S.CANCELLED), (S.PROCESSING, S.CANCELLED),
-    }
-    assert performed <= TRANSITIONS
+# Every way the store changes a status. Each is applied below to a task in every stored status, and what
+# it did is read back from the audit stream: a store method that changes a status belongs here.
+STORE_MOVES: dict[str, Callable[[TaskStore, str, str], object]] = {
+    "start": lambda store, task_id, run: store.start(task_id, uuid.uuid4().hex),
+    "complete": lambda store, task_id, run: store.complete(task_id, run, {}, items=None, failures=[], error_code=None),
+    "fail": lambda store, task_id, run: store.fail(task_id, run, 10001, "bill unpaid"),
+    "retry": lambda store, task_id, run: store.retry(task_id, run, "again"),
+    "cancel": lambda store, task_id, run: store.cancel(task_id),
+    "expire": lambda store, task_id, run: store.expire_batch([task_id], now_ms()),
+    "recover": lambda store, task_id, run: store.recover(store.get(task_id), now_ms() + 60_000),
+    "recover the last attempt": lambda store, task_id, run: store.recover(
+        dataclasses.replace(store.get(task_id), max_attempts=1), now_ms() + 60_000),
+}
+REACHED_BY = {S.COMPLETED: "complete", S.FAILED: "fail", S.CANCELLED: "cancel", S.EXPIRED: "expire"}
 
 
-def test_every_key_has_the_prefix():
-    built = [keys.task("x"), keys.payload("x"), keys.result("x"), keys.events("x"), keys.dedup("m", "d"),
-             keys.history("m"), keys.housekeeping_lock("j"), *keys.all_static()]
-    assert all(k.startswith(keys.PREFIX) for k in built)
-    assert all("{x}" in k for k in built[:4])
+def task_in(store: TaskStore, status: str) -> tuple[str, str]:
+    """A new task brought to ``status`` by the store's own moves; returns its id and its run id."""
+    new, run = new_task(), ""
+    create(store, new)
+    if status in (S.PROCESSING, S.COMPLETED, S.FAILED):
+        run = started(store, new)
+    if status in REACHED_BY:
+        STORE_MOVES[REACHED_BY[status]](store, new.task_id, run)
+    task = store.get(new.task_id)
+    assert task is not None and task.status == status
+    return new.task_id, run
+
+
+@pytest.fixture(scope="module")
+def performed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], str]:
+    """Every (from, to) the store performs, with the first move seen doing it: each move on a task in
+    each stored status, read back from the audit stream (one entry per transition)."""
+    conn = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    store = TaskStore(conn, Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path_factory.mktemp("moves")))
+    seen: dict[tuple[str, str], str] = {}
+    for status in sorted(STORED):
+        for name, move in STORE_MOVES.items():
+            task_id, run = task_in(store, status)
+            conn.delete(keys.AUDIT)
+            move(store, task_id, run)
+            for _, entry in conn.xrange(keys.AUDIT):
+                assert entry[b"task"].decode() == task_id
+                seen.setdefault((entry[b"from"].decode(), entry[b"to"].decode()), f"{name} on {status}")
+    conn.close()
+    return seen
+
+
+def test_every_transition_the_store_performs_is_in_the_table(performed):
+    assert {pair: move for pair, move in performed.items() if pair not in TRANSITIONS} == {}
+
+
+@pytest.mark.parametrize("transition", sorted(TRANSITIONS), ids="{0[0]}->{0[1]}".format)
+def test_every_transition_in_the_table_is_performed_by_the_store(performed, transition):
+    assert transition in performed, f"no store move performs {transition}: drop it from app.states.TRANSITIONS"
+
+
+# every function of app.keys builds a key, except all_static and the STATS field names (*_stat)
+KEY_BUILDERS = {name: fn for name, fn in vars(keys).items()
+                if inspect.isfunction(fn) and fn.__module__ == keys.__name__ and name != "all_static"
+                and not name.endswith("_stat")}
+STATIC_KEYS = {name: value for name, value in vars(keys).items()
+               if name.isupper() and isinstance(value, str) and value.startswith(keys.PREFIX) and value != keys.PREFIX}
+
+
+@pytest.mark.parametrize("name", sorted(KEY_BUILDERS))
+def test_every_key_builder_gives_a_prefixed_key_and_a_task_s_keys_share_its_hash_tag(name):
+    builder = KEY_BUILDERS[name]
+    params = list(inspect.signature(builder).parameters)
+    key = builder(*(f"<{param}>" for param in params))
+    assert key.startswith(keys.PREFIX)
+    if params == ["task_id"]:
+        assert "{<task_id>}" in key
+
+
+def test_all_static_lists_every_fixed_key_once():
+    assert sorted(keys.all_static()) == sorted(STATIC_KEYS.values())
 
 
 def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():

@@ -1,0 +1,26 @@
+"""A stand-in for the runner's ``report()``, which a TaskContext calls on every progress write."""
+
+from __future__ import annotations
+
+
+class Recorder:
+    """Records every write and answers a settable ``status`` (``error``: raised instead of answering)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int | None, str, dict | None]] = []
+        self.status = "PROCESSING"
+        self.error: Exception | None = None
+
+    def __call__(self, progress: int | None, message: str, items: dict | None) -> str:
+        if self.error is not None:
+            raise self.error
+        self.calls.append((progress, message, items))
+        return self.status
+
+    @property
+    def last(self) -> tuple[int | None, str, dict | None]:
+        return self.calls[-1]
+
+    @property
+    def messages(self) -> list[str]:
+        return [call[1] for call in self.calls]
