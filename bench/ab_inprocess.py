@@ -8,7 +8,9 @@ One redis-server (the venv's) on a free port; for each tree a child process, its
 ``sys.path``, gevent's monkey-patching on (as in the web process) and one RQ worker registered on every queue
 (a production submit has a worker listening). Each child calls the WSGI callable ``--requests`` times per
 path per round and reports CPU µs per request (``time.process_time``); rounds alternate between the trees
-and the best round of each is printed. Paths: a hello view the child mounts on the app (``/_ab/hello``), submit of ``demo.sleep``, status of the submitted task.
+and the best round of each is printed. Paths: a hello view the child mounts on the app (``/_ab/hello``),
+submit of ``demo.sleep``, status of the submitted task. ``AB_LOG=file`` keeps the apps' log lines
+(written as in production).
 """
 
 from __future__ import annotations
@@ -81,13 +83,14 @@ def main() -> None:
         redis_proc = subprocess.Popen([str(server), "--port", str(port), "--save", "", "--appendonly", "no",
                                        "--dir", tmp], stdout=subprocess.DEVNULL)
         children = []
-        log = open(os.environ.get("AB_LOG", os.devnull), "w")  # the apps' log lines (written, as in production, not shown)
+        log = open(os.environ.get("AB_LOG", os.devnull), "w")  # noqa: SIM115 (closed below)
         try:
             url = f"redis://127.0.0.1:{port}/0"
             env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKPORT_", "REDIS_"))}
             for i, tree in enumerate(args.trees):
                 children.append(subprocess.Popen(
-                    [sys.executable, "-c", CHILD, str(tree.resolve()), url, str(args.requests), str(args.rounds), str(i)],
+                    [sys.executable, "-c", CHILD, str(tree.resolve()), url, str(args.requests), str(args.rounds),
+                     str(i)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=tmp))
             best: list[dict[str, float]] = [{} for _ in args.trees]
             for _ in range(args.rounds):
