@@ -14,6 +14,7 @@ in a queue would be skipped silently).
 from __future__ import annotations
 
 import logging
+import zlib
 from typing import Any, cast
 
 import redis
@@ -23,7 +24,7 @@ from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import CanceledJobRegistry
-from rq.utils import as_text, current_timestamp, now
+from rq.utils import as_text, current_timestamp, now, utcformat
 from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.config import Config
@@ -48,11 +49,58 @@ def attempt_job_id(task_id: str, attempt: int) -> str:
     return f"{task_id}_{attempt}"
 
 
+TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
+
+
+class JobTemplate:
+    """RQ's enqueue of a first job (id = task id) for one (queue, timeout), recorded once with the placeholder
+    ``TEMPLATE_ID`` and filled per task where RQ's values depend on the task: the job hash's key, the queue
+    entry, ``description``, ``data`` (RQ's serializer over ``(RUN_TASK, None, (task_id,), {})``, compressed
+    as RQ's ``Job.to_dict`` does) and ``created_at`` / ``enqueued_at`` (RQ's ``utcformat(now())``, in that
+    order). A recording that holds the placeholder anywhere else is refused, so an RQ that changes its
+    layout fails loudly (and tests/unit/test_job_template.py fails), never silently."""
+
+    FILLED = frozenset({"created_at", "enqueued_at", "data", "description"})
+
+    def __init__(self, recorded: list[Command], serializer: Any) -> None:
+        self.serializer = serializer
+        job_key = Job.key_for(TEMPLATE_ID)
+        # per command: its name, its key (None: the job hash's), its args, and which args to fill in
+        self.commands: list[tuple[str, str | None, tuple[Any, ...], dict[int, str]]] = []
+        for name, key, args in recorded:
+            slots: dict[int, str] = {}
+            if name == "HSET" and key == job_key:
+                slots = {i + 1: args[i] for i in range(0, len(args) - 1, 2) if args[i] in self.FILLED}
+            elif name == "RPUSH" and args == (TEMPLATE_ID,):
+                slots = {0: "id"}
+            rest = [a for i, a in enumerate(args) if i not in slots]
+            if (key != job_key and TEMPLATE_ID in key) or any(TEMPLATE_ID in str(a) for a in rest):
+                raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name} {key}")
+            self.commands.append((name, None if key == job_key else key, args, slots))
+
+    def fill(self, task_id: str) -> list[Command]:
+        """RQ's commands for the job of ``task_id``, as its own enqueue would record them now."""
+        values = {"id": task_id, "description": f"task {task_id}", "created_at": utcformat(now()),
+                  "data": zlib.compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))}
+        values["enqueued_at"] = utcformat(now())
+        job_key = Job.key_for(task_id)
+        commands = []
+        for name, key, args, slots in self.commands:
+            if slots:
+                filled = list(args)
+                for i, field in slots.items():
+                    filled[i] = values[field]
+                args = tuple(filled)
+            commands.append(Command(name, job_key if key is None else key, args))
+        return commands
+
+
 class JobQueue:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
         self.redis = conn
         self.config = config
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
+        self._templates: dict[tuple[str, int], JobTemplate] = {}
 
     def enqueue(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> None:
         """Queue the task's job (id ``job_id``, default the task id) now, in one round trip."""
@@ -66,8 +114,21 @@ class JobQueue:
 
         They are RQ's own: RQ writes a job only onto a redis-py pipeline, so its enqueue is recorded on
         one that is never sent. Each of its commands acts on one key (a job hash, a queue list, RQ's set
-        of queues), which is what a script that declares its keys needs.
+        of queues), which is what a script that declares its keys needs. A first job (id = task id, every
+        submit) is RQ's recording for its (queue, timeout), made once with a placeholder id, then filled in
+        (:class:`JobTemplate`; tests/unit/test_job_template.py compares the two with RQ's own).
         """
+        if job_id is None or job_id == task_id:
+            template = self._templates.get((priority, timeout))
+            if template is None:
+                recorded = self._recorded(TEMPLATE_ID, priority, timeout, None)
+                template = JobTemplate(recorded, self.queues[priority].serializer)
+                self._templates[(priority, timeout)] = template
+            return template.fill(task_id)
+        return self._recorded(task_id, priority, timeout, job_id)
+
+    def _recorded(self, task_id: str, priority: str, timeout: int, job_id: str | None) -> list[Command]:
+        """RQ's own enqueue of the task's job, recorded (see :meth:`job_commands`)."""
         recorder = self.redis.pipeline(transaction=True)
         recorder.multi()  # as RQ expects of a caller's pipeline
         self._enqueue(recorder, task_id, priority, timeout, job_id)

@@ -9,13 +9,14 @@ from app.store import CURSOR_PATTERN
 from app.urls import task_path
 
 MAX_DEDUP_KEY = 128
+SUBMIT_TYPE_MAX = 200
 
 
 class SubmitSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    type = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    type = fields.String(required=True, validate=validate.Length(min=1, max=SUBMIT_TYPE_MAX))
     payload = fields.Dict(keys=fields.String(), load_default=dict)
     dedup_key = fields.String(validate=validate.Length(min=1, max=MAX_DEDUP_KEY), load_default=None)
     priority = fields.String(validate=validate.OneOf(QUEUES), load_default=None)

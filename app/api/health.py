@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 
 import redis
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, current_app
 from flask.blueprints import BlueprintSetupState
 
 from app.api import json_response
-from app.api import tasks as tasks_api
 from app.errors import Unavailable
 from app.logs import task_logger
 from app.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch
@@ -19,7 +18,6 @@ from app.runtime import runtime
 bp = Blueprint("health", __name__)
 log = logging.getLogger(__name__)
 WATCH = "taskport.worker_watch"
-SUBMIT = f"{tasks_api.bp.name}.{tasks_api.submit.__name__}"
 RETRY_AFTER = "30"  # seconds: what it takes to start a worker or a scheduler
 
 
@@ -48,23 +46,17 @@ def readyz() -> Response:
     return json_response(readiness.document(), 503, {"Retry-After": RETRY_AFTER})
 
 
-@bp.after_app_request
-def _warn_if_unserved(response: Response) -> Response:
-    """A task accepted while no worker listens on its queue: say so (it stays PENDING until one starts)."""
-    if request.endpoint != SUBMIT or response.status_code != 202:
-        return response
+def warn_if_unserved(response: Response, priority: str, task_id: str) -> Response:
+    """A task accepted (``response``, its 202) while no worker listens on its queue: say so (it stays PENDING
+    until one starts). Called by the submit view, which knows the task's queue."""
     watch: WorkerWatch = current_app.extensions[WATCH]
     try:
         unserved = watch.unserved()
-        if not unserved:
-            return response
-        task_id = response.headers["Location"].rsplit("/", 1)[-1]
-        task = runtime().service.snapshot(task_id)
-        if task is None or task.priority not in unserved:
+        if not unserved or priority not in unserved:
             return response
         runtime().service.store.count(STAT_UNSERVED)
     except redis.RedisError:
         return response  # the task was accepted; the warning is a courtesy
-    response.headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"
-    task_logger(log, task_id).warning("submitted while no worker listens on queue %s", task.priority)
+    response.headers[WARNING_HEADER] = f"no-worker; queue={priority}"
+    task_logger(log, task_id).warning("submitted while no worker listens on queue %s", priority)
     return response

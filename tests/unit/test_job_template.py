@@ -1,0 +1,74 @@
+"""A submit's RQ job commands from the per-(queue, timeout) template equal RQ's own recording, byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import rq.job
+import rq.queue
+
+import app.jobs
+from app.jobs import TEMPLATE_ID, JobQueue, JobTemplate
+from app.scripts import Command
+from app.states import QUEUES
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """RQ's ``now`` (and taskport's use of it) ticking 1 µs per call from one shared counter, so both sides
+    see the same sequence of timestamps when reset."""
+    start = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    state = {"ticks": itertools.count()}
+
+    def now() -> datetime:
+        return start + timedelta(microseconds=next(state["ticks"]))
+
+    for module in (rq.job, rq.queue, app.jobs):
+        monkeypatch.setattr(module, "now", now)
+    return lambda: state.update(ticks=itertools.count())
+
+
+@pytest.mark.parametrize("priority", QUEUES)
+@pytest.mark.parametrize("timeout", [1, 60, 3660])
+def test_template_equals_rqs_own_enqueue(conn, config, clock, priority, timeout):
+    jobs = JobQueue(conn, config)
+    jobs.job_commands(str(uuid.uuid4()), priority, timeout)  # the template is made at the first call, then reused
+    for _ in range(3):
+        task_id = str(uuid.uuid4())
+        clock()
+        ours = jobs.job_commands(task_id, priority, timeout)
+        clock()
+        theirs = jobs._recorded(task_id, priority, timeout, None)
+        assert ours == theirs
+        assert [repr(a) for c in ours for a in c.args] == [repr(a) for c in theirs for a in c.args]  # same types
+
+
+def test_a_recovery_job_id_is_rqs_own_recording(conn, config, clock):
+    jobs = JobQueue(conn, config)
+    task_id = str(uuid.uuid4())
+    clock()
+    ours = jobs.job_commands(task_id, "default", 60, job_id=f"{task_id}_1")
+    clock()
+    assert ours == jobs._recorded(task_id, "default", 60, f"{task_id}_1")
+    assert any(c.key.endswith(f"{task_id}_1") for c in ours)
+
+
+def test_the_queued_job_runs_as_rqs_would(conn, config):
+    """What the template writes is a job RQ reads back: its call, queue, timeout and description."""
+    jobs = JobQueue(conn, config)
+    task_id = str(uuid.uuid4())
+    for name, key, args in jobs.job_commands(task_id, "low", 42):
+        conn.execute_command(name, key, *args)
+    job = rq.job.Job.fetch(task_id, connection=conn)
+    assert (job.func_name, job.args, job.origin, job.timeout, job.description) == (
+        app.jobs.RUN_TASK, (task_id,), "low", 42, f"task {task_id}")
+    assert conn.lrange("rq:queue:low", 0, -1) == [task_id.encode()]
+
+
+def test_a_layout_holding_the_id_elsewhere_is_refused():
+    recorded = [Command("HSET", f"rq:job:{TEMPLATE_ID}", ("origin", "default", "other", f"x{TEMPLATE_ID}"))]
+    with pytest.raises(RuntimeError, match="does not fill it in"):
+        JobTemplate(recorded, None)
