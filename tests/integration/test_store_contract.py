@@ -26,8 +26,6 @@ from app.store import Created, NewTask, ResultNotStorable, TaskStore
 from app.task import Task
 from tests.integration.harness import RedisServer, redis_proper, wait_until
 
-S = TaskStatus
-
 
 @pytest.fixture(scope="module")
 def redis_proper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
@@ -93,7 +91,8 @@ class TestTaskStoreContract:
         created, holder, task = create(store, new)
         assert created and holder == new.task_id
         assert task == read(store, new.task_id)
-        assert (task.status, task.attempts, task.max_attempts, task.progress, task.seq) == (S.PENDING, 0, 2, 0, 0)
+        assert (task.status, task.attempts, task.max_attempts, task.progress, task.seq) == (
+            TaskStatus.PENDING, 0, 2, 0, 0)
         assert conn.get(keys.payload(new.task_id)) == '{"seconds":0,"label":"é"}'.encode()
         assert conn.zscore(keys.history("public"), new.task_id) is not None
         assert conn.zscore(keys.EXPIRY, new.task_id) == pytest.approx(now_ms() + config.task_ttl * 1000, abs=5000)
@@ -129,7 +128,7 @@ class TestTaskStoreContract:
         first = new_task(member="a", digest="d")
         run_id = running(store, first)
         assert create(store, new_task(member="b", digest="d"))[0]
-        assert store.cancel(first.task_id) == (True, S.PROCESSING)
+        assert store.cancel(first.task_id) == (True, TaskStatus.PROCESSING)
         assert store.complete(first.task_id, run_id, {}, items=None, failures=[], error_code=None) is False
         assert create(store, new_task(member="a", digest="d"))[:2] == (False, first.task_id)
 
@@ -140,10 +139,10 @@ class TestTaskStoreContract:
         assert first is not None
         assert first.payload == {"seconds": 0, "label": "é"}
         assert (first.task.status, first.task.attempts, first.task.run_id, first.task.seq) == (
-            S.PROCESSING, 1, "run-1", 1)
+            TaskStatus.PROCESSING, 1, "run-1", 1)
         assert first.task.started_at and first.task.started_at == first.task.updated_at
         assert conn.zscore(keys.RUNNING, new.task_id) is not None
-        assert store.start(new.task_id, "run-2").status == S.PROCESSING
+        assert store.start(new.task_id, "run-2").status == TaskStatus.PROCESSING
         assert read(store, new.task_id).run_id == "run-1"
         assert store.start(str(uuid.uuid4()), "run-3").status == ""
 
@@ -151,10 +150,10 @@ class TestTaskStoreContract:
         new = new_task()
         run_id = running(store, new)
         counts = {"total": 10, "succeeded": 3, "failed": 1}
-        assert store.report(new.task_id, run_id, 40, "item 4 of 10", counts) == S.PROCESSING
-        assert store.report(new.task_id, run_id, 20, "going back") == S.PROCESSING
+        assert store.report(new.task_id, run_id, 40, "item 4 of 10", counts) == TaskStatus.PROCESSING
+        assert store.report(new.task_id, run_id, 20, "going back") == TaskStatus.PROCESSING
         assert store.report(new.task_id, "intruder", 90, "not mine") == CLAIM_TAKEN  # never another run's PROCESSING
-        assert store.report(new.task_id, run_id, None) == S.PROCESSING  # a bare heartbeat
+        assert store.report(new.task_id, run_id, None) == TaskStatus.PROCESSING  # a bare heartbeat
         task = read(store, new.task_id)
         assert (task.progress, task.message, task.items) == (40, "going back", counts)
         assert task.seq == 3  # start + two progress writes; the intruder and the heartbeat wrote nothing
@@ -192,7 +191,7 @@ class TestTaskStoreContract:
         assert store.complete(new.task_id, run_id, {"ok": 1}, items=items, failures=failures, error_code=10002)
         task, stored = store.get_with_result(new.task_id)
         assert task is not None
-        assert (task.status, task.progress, task.items, task.error_code) == (S.COMPLETED, 100, items, None)
+        assert (task.status, task.progress, task.items, task.error_code) == (TaskStatus.COMPLETED, 100, items, None)
         assert stored == {"result": {"ok": 1}, "failures": failures, "error_code": 10002}
         assert not conn.exists(keys.payload(new.task_id))
         assert conn.zscore(keys.RUNNING, new.task_id) is None
@@ -209,17 +208,18 @@ class TestTaskStoreContract:
         run_id = running(store, running_)
         for task_id in (queued.task_id, running_.task_id):
             conn.hset(keys.task(task_id), "expires_at", now_ms() - 1)  # readers see EXPIRED from now on
-        assert store.start(queued.task_id, "late-run").status == S.EXPIRED
-        assert store.report(running_.task_id, run_id, 50, "late") == S.EXPIRED
+        assert store.start(queued.task_id, "late-run").status == TaskStatus.EXPIRED
+        assert store.report(running_.task_id, run_id, 50, "late") == TaskStatus.EXPIRED
         assert not store.complete(running_.task_id, run_id, {"late": 1}, items=None, failures=[], error_code=None)
         assert not store.fail(running_.task_id, run_id, 10001, "late")
         assert not store.retry(running_.task_id, run_id, "late")
-        assert store.cancel(queued.task_id) == (False, S.EXPIRED)
-        assert read(store, queued.task_id).status == S.PENDING and read(store, running_.task_id).progress == 0
+        assert store.cancel(queued.task_id) == (False, TaskStatus.EXPIRED)
+        assert read(store, queued.task_id).status == TaskStatus.PENDING and read(store, running_.task_id).progress == 0
         later = now_ms() + 1000
         assert sorted(store.expire_batch([queued.task_id, running_.task_id], later)) == sorted(
-            [(queued.task_id, S.PENDING, queued.task_id), (running_.task_id, S.PROCESSING, running_.task_id)])
-        assert read(store, running_.task_id).status == S.EXPIRED
+            [(queued.task_id, TaskStatus.PENDING, queued.task_id),
+             (running_.task_id, TaskStatus.PROCESSING, running_.task_id)])
+        assert read(store, running_.task_id).status == TaskStatus.EXPIRED
 
     def test_an_output_that_cannot_be_stored_writes_nothing(self, conn: redis.Redis, config: Config) -> None:
         store = TaskStore(conn, Config.from_env({}, redis_url="redis://unused", data_dir=config.data_dir,
@@ -229,34 +229,34 @@ class TestTaskStoreContract:
         for output in ({"when": object()}, {"big": "x" * 1000}, {1: "non-str key"}):
             with pytest.raises(ResultNotStorable):
                 store.complete(new.task_id, run_id, output, items=None, failures=[], error_code=None)
-        assert read(store, new.task_id).status == S.PROCESSING  # the runner then fails it with -1
+        assert read(store, new.task_id).status == TaskStatus.PROCESSING  # the runner then fails it with -1
         assert store.complete(new.task_id, run_id, {"small": 1}, items=None, failures=[], error_code=None)
 
     def test_cancel_wins_over_a_late_finish(self, store: TaskStore, conn: redis.Redis) -> None:
         new = new_task()
         run_id = running(store, new)
-        assert store.cancel(new.task_id) == (True, S.PROCESSING)
+        assert store.cancel(new.task_id) == (True, TaskStatus.PROCESSING)
         assert not store.complete(new.task_id, run_id, {"late": True}, items=None, failures=[], error_code=None)
         assert not store.fail(new.task_id, run_id, 10001, "late")
         assert not store.retry(new.task_id, run_id, "late")
-        assert store.report(new.task_id, run_id, 99, "late") == S.CANCELLED
+        assert store.report(new.task_id, run_id, 99, "late") == TaskStatus.CANCELLED
         task = read(store, new.task_id)
-        assert (task.status, task.progress, task.message) == (S.CANCELLED, 0, "cancelled")
+        assert (task.status, task.progress, task.message) == (TaskStatus.CANCELLED, 0, "cancelled")
         assert not conn.exists(keys.result(new.task_id), keys.payload(new.task_id))
-        assert store.cancel(new.task_id) == (False, S.CANCELLED)
+        assert store.cancel(new.task_id) == (False, TaskStatus.CANCELLED)
         assert store.cancel(str(uuid.uuid4())) == (False, "")
 
     def test_fail_then_retry_then_a_new_run_counts_an_attempt(self, store: TaskStore, conn: redis.Redis) -> None:
         new = new_task()
         run_id = running(store, new)
         assert store.retry(new.task_id, run_id, "again")
-        assert read(store, new.task_id).status == S.PENDING
+        assert read(store, new.task_id).status == TaskStatus.PENDING
         assert conn.exists(keys.payload(new.task_id))  # a retry keeps the payload for the next run
         again = store.start(new.task_id, "run-2").started
         assert again is not None and again.task.attempts == 2
         assert store.fail(new.task_id, "run-2", 10001, "bill unpaid")
         doc = read(store, new.task_id).to_doc(now_ms())
-        assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
+        assert doc["status"] == TaskStatus.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
         assert conn.zscore(keys.FAILURES, new.task_id) is not None
         assert store.stats()["retried"] == 1 and store.stats()["failed"] == 1
 
@@ -278,13 +278,13 @@ class TestTaskStoreContract:
         conn.zadd(keys.RUNNING, {new.task_id: 1})
         job = attempt_job_id(new.task_id, task.attempts)
         requeue = jobs.job_commands(new.task_id, "default", 60, job_id=job)
-        assert store.recover(task, now_ms(), requeue, job_id=job) == S.PENDING
-        assert read(store, new.task_id).status == S.PENDING
+        assert store.recover(task, now_ms(), requeue, job_id=job) == TaskStatus.PENDING
+        assert read(store, new.task_id).status == TaskStatus.PENDING
         assert jobs.queues["default"].job_ids == [job] and store.job_id(new.task_id) == job != new.task_id
         again = store.start(new.task_id, "run-2").started
         assert again is not None and again.task.attempts == 2
         conn.zadd(keys.RUNNING, {new.task_id: 1})
-        assert store.recover(again.task, now_ms(), requeue) == S.FAILED  # no attempt left: -3
+        assert store.recover(again.task, now_ms(), requeue) == TaskStatus.FAILED  # no attempt left: -3
         assert read(store, new.task_id).error_code == -3
 
     def test_expiry_tombstones_finished_tasks_and_fails_unfinished_ones(self, store: TaskStore, conn: redis.Redis,
@@ -296,9 +296,10 @@ class TestTaskStoreContract:
         later = now_ms() + 10 * config.task_ttl * 1000
         assert sorted(store.due(keys.EXPIRY, later, 10)) == sorted([done.task_id, pending.task_id])
         assert sorted(store.expire_batch([done.task_id, pending.task_id], later)) == sorted(
-            [(done.task_id, S.COMPLETED, done.task_id), (pending.task_id, S.PENDING, pending.task_id)])
+            [(done.task_id, TaskStatus.COMPLETED, done.task_id),
+             (pending.task_id, TaskStatus.PENDING, pending.task_id)])
         tomb, failed = read(store, done.task_id), read(store, pending.task_id)
-        assert tomb.status == failed.status == S.EXPIRED
+        assert tomb.status == failed.status == TaskStatus.EXPIRED
         assert failed.error_code == -4 and tomb.error_code is None
         assert not conn.exists(keys.result(done.task_id), keys.payload(pending.task_id))
         assert config.tombstone_ttl - 5 <= conn.ttl(keys.task(done.task_id)) <= config.tombstone_ttl
@@ -319,7 +320,7 @@ class TestTaskStoreContract:
         assert [t.id for t in rest.tasks] == made[::-1][3:] and rest.next_cursor is None
         only = store.history("public", limit=10, type_="orders.split", now=now)
         assert [t.id for t in only.tasks] == made[::-2]
-        assert store.history("public", limit=10, status=S.COMPLETED, now=now).tasks == []
+        assert store.history("public", limit=10, status=TaskStatus.COMPLETED, now=now).tasks == []
         assert store.history("someone-else", limit=10, now=now).tasks == []
 
     def test_history_cursor_is_stable_within_one_millisecond(self, store: TaskStore,

@@ -30,7 +30,6 @@ from workers import runner as runner_module
 from workers.housekeeping import Housekeeper, PassReport
 from workers.runner import Runner
 
-S = TaskStatus
 MODULE = "tests.userprocs.claims"
 
 
@@ -93,14 +92,14 @@ def test_old_run_wakes_after_the_new_run_completed(conn, config, runner, tmp_pat
     release(gate, new_who)
     new.join(10)
     task, stored = runner.store.get_with_result(task_id)
-    assert task is not None and task.status == S.COMPLETED and stored is not None
+    assert task is not None and task.status == TaskStatus.COMPLETED and stored is not None
     assert stored["result"]["who"] == new_who
 
     release(gate, old_who)  # the old run wakes up: its next checkpoint is told the claim is taken
     old.join(10)
     assert not old.is_alive()
     task, stored = runner.store.get_with_result(task_id)
-    assert task is not None and task.status == S.COMPLETED and stored["result"]["who"] == new_who
+    assert task is not None and task.status == TaskStatus.COMPLETED and stored["result"]["who"] == new_who
     # the new run's file is intact and served; the old run removed only its own folder
     with runner.results.for_run(stored["run"]).open(task_id, "out.txt") as fh:
         assert fh.read() == new_who.encode()
@@ -117,7 +116,7 @@ def test_old_run_ends_before_the_new_run_starts(conn, config, runner, tmp_path):
     release(gate, old_who)
     old.join(10)
     assert not old.is_alive()
-    assert runner.store.get(task_id).status == S.PENDING  # the old run wrote nothing
+    assert runner.store.get(task_id).status == TaskStatus.PENDING  # the old run wrote nothing
     assert run_folders(config, task_id) == []  # and removed its own half-written file
 
     # what RQ does when the old delivery ends (result_ttl 0): delete its job. The re-queued one survives.
@@ -128,7 +127,7 @@ def test_old_run_ends_before_the_new_run_starts(conn, config, runner, tmp_path):
     release(gate, new_who)
     SimpleWorker([JobQueue(conn, config).queues[q] for q in QUEUES], connection=conn).work(burst=True)
     task, stored = runner.store.get_with_result(task_id)
-    assert task is not None and task.status == S.COMPLETED and task.attempts == 2
+    assert task is not None and task.status == TaskStatus.COMPLETED and task.attempts == 2
     with runner.results.for_run(stored["run"]).open(task_id, "out.txt") as fh:
         assert fh.read() == new_who.encode()
 
@@ -143,7 +142,7 @@ def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(conn, tmp_path, p
     store.create(new, jobs.job_commands(new.task_id, "default", 60))
     assert runner.run(new.task_id) is None  # no retry: the same output would come back
     task = store.get(new.task_id)
-    assert task is not None and (task.status, task.error_code, task.attempts) == (S.FAILED, -1, 1)
+    assert task is not None and (task.status, task.error_code, task.attempts) == (TaskStatus.FAILED, -1, 1)
     assert task.error_message == "processing error, please retry later"
     logged = [r for r in caplog.records if "cannot be stored" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is None  # a known condition: one line, no traceback
@@ -181,6 +180,6 @@ def test_an_exception_in_a_run_that_lost_its_claim_is_a_quiet_stop(conn, config,
     old.join(10)
     assert not old.is_alive()
     task = runner.store.get(task_id)
-    assert task is not None and (task.status, task.attempts) == (S.PENDING, 1)  # the recovery's retry stands
+    assert task is not None and (task.status, task.attempts) == (TaskStatus.PENDING, 1)  # the recovery's retry stands
     assert not any("processor raised" in r.getMessage() or r.exc_info for r in caplog.records)
     assert any("taken over by another run" in r.getMessage() for r in caplog.records)

@@ -13,7 +13,6 @@ from app.states import CLAIM_TAKEN, TaskStatus
 from app.store import NewTask
 from workers.housekeeping import Housekeeper, PassReport
 
-S = TaskStatus
 HOUR = 3600 * 1000
 
 
@@ -50,7 +49,7 @@ def test_expiry_tombstones_terminal_tasks_and_deletes_results(hk, conn, config):
     report = pass_(hk, "expire", now_ms() + config.result_ttl * 1000 + 1000)
     assert report.counts["expired_completed"] == 1
     task = hk.store.get(task_id)
-    assert task.status == S.EXPIRED and task.error_code is None
+    assert task.status == TaskStatus.EXPIRED and task.error_code is None
     assert not conn.exists(keys.result(task_id)) and conn.hget(keys.task(task_id), "result") is None
     with pytest.raises(FileNotFoundError):
         hk.results.open(task_id, "out.csv")
@@ -64,7 +63,7 @@ def test_expiry_of_unfinished_tasks_is_minus_4_and_removes_the_job(hk, conn, con
     report = pass_(hk, "expire", now_ms() + config.task_ttl * 1000 + 1000)
     assert report.counts["expired_pending"] == 1
     task = hk.store.get(task_id)
-    assert task.status == S.EXPIRED and task.error_code == -4
+    assert task.status == TaskStatus.EXPIRED and task.error_code == -4
     assert not conn.exists(f"rq:job:{task_id}", keys.payload(task_id))
 
 
@@ -78,7 +77,7 @@ def test_expiry_trims_rqs_finished_registries(hk, conn):
 def test_expiry_leaves_tasks_that_are_not_due(hk, config):
     task_id = make(hk)
     assert pass_(hk, "expire", now_ms()).counts.get("due") is None
-    assert hk.store.get(task_id).status == S.PENDING
+    assert hk.store.get(task_id).status == TaskStatus.PENDING
 
 
 def test_tombstone_past_its_time_leaves_the_index(hk, conn, config):
@@ -102,7 +101,7 @@ def test_stalled_task_is_requeued_while_attempts_remain(hk, conn, config):
     hk.jobs.remove(task_id)  # a worker took the job; it died with it
     report = pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
     assert report.counts == {"recovered_to_pending": 1}
-    assert hk.store.get(task_id).status == S.PENDING
+    assert hk.store.get(task_id).status == TaskStatus.PENDING
     # re-queued under a job id of its own, recorded in the task (cancel and expiry act on that job)
     assert conn.lrange("rq:queue:default", 0, -1) == [f"{task_id}_1".encode()]
     assert hk.store.job_id(task_id) == f"{task_id}_1"
@@ -118,14 +117,14 @@ def test_stalled_task_without_attempts_left_fails_minus_3(hk, config):
     run(hk, task_id)
     pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
     task = hk.store.get(task_id)
-    assert task.status == S.FAILED and task.error_code == -3
+    assert task.status == TaskStatus.FAILED and task.error_code == -3
 
 
 def test_a_live_heartbeat_is_never_recovered(hk, config):
     task_id = make(hk, max_attempts=2)
     run(hk, task_id)
     assert pass_(hk, "recover", now_ms()).counts == {}
-    assert hk.store.get(task_id).status == S.PROCESSING
+    assert hk.store.get(task_id).status == TaskStatus.PROCESSING
 
 
 def test_slow_tasks_are_logged_once(hk, config, caplog):

@@ -13,7 +13,6 @@ from app.scripts import Command
 from app.states import ErrorCode, TaskStatus
 from app.store import ActiveCapReached, NewTask, TaskStore
 
-S = TaskStatus
 TASKS = "/api/v1/tasks"
 ALICE, BOB = {"Authorization": "Bearer ka"}, {"Authorization": "Bearer kb"}
 
@@ -97,7 +96,7 @@ def test_unfinished_tasks_expiring_free_their_slots(conn, tmp_path) -> None:
         store.create(t)
     store.start(running.task_id, "r1")
     left = store.expire_batch([pending.task_id, running.task_id], now=10**15)
-    assert {status for _, status, _ in left} == {S.PENDING, S.PROCESSING}
+    assert {status for _, status, _ in left} == {TaskStatus.PENDING, TaskStatus.PROCESSING}
     assert store.active("alice") == 0
 
 

@@ -20,8 +20,6 @@ from app.config import Config
 from app.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
 from app.store import NewTask, TaskStore, decode_cursor, encode_cursor
 
-S = TaskStatus
-
 
 def new_task(member: str = "public", digest: str | None = None, type_: str = "demo.sleep") -> NewTask:
     task_id = str(uuid.uuid4())
@@ -44,7 +42,7 @@ def test_heartbeat_moves_running_score(store, conn):
     create(store, new)
     run_id = started(store, new)
     conn.zadd(keys.RUNNING, {new.task_id: 1})
-    assert store.report(new.task_id, run_id, None) == S.PROCESSING
+    assert store.report(new.task_id, run_id, None) == TaskStatus.PROCESSING
     assert conn.zscore(keys.RUNNING, new.task_id) > 1
 
 
@@ -65,14 +63,14 @@ def test_fail_records_the_error(store):
     run_id = started(store, new)
     assert store.fail(new.task_id, run_id, 10001, "bill unpaid")
     doc = store.get(new.task_id).to_doc(now_ms())
-    assert doc["status"] == S.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
+    assert doc["status"] == TaskStatus.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
 
 
 def test_read_past_expires_at_is_expired_before_housekeeping(store):
     new = new_task()
     _, _, task = create(store, new)
     doc = task.to_doc(253_402_300_799_000)
-    assert doc["status"] == S.EXPIRED and doc["error"]["code"] == -4
+    assert doc["status"] == TaskStatus.EXPIRED and doc["error"]["code"] == -4
 
 
 def test_cursor_round_trip_and_rejects_garbage():
@@ -102,14 +100,15 @@ STORE_MOVES: dict[str, Callable[[TaskStore, str, str], object]] = {
     "recover the last attempt": lambda store, task_id, run: store.recover(
         dataclasses.replace(store.get(task_id), max_attempts=1), now_ms() + 60_000),
 }
-REACHED_BY = {S.COMPLETED: "complete", S.FAILED: "fail", S.CANCELLED: "cancel", S.EXPIRED: "expire"}
+REACHED_BY = {TaskStatus.COMPLETED: "complete", TaskStatus.FAILED: "fail", TaskStatus.CANCELLED: "cancel",
+              TaskStatus.EXPIRED: "expire"}
 
 
 def task_in(store: TaskStore, status: str) -> tuple[str, str]:
     """A new task brought to ``status`` by the store's own moves; returns its id and its run id."""
     new, run = new_task(), ""
     create(store, new)
-    if status in (S.PROCESSING, S.COMPLETED, S.FAILED):
+    if status in (TaskStatus.PROCESSING, TaskStatus.COMPLETED, TaskStatus.FAILED):
         run = started(store, new)
     if status in REACHED_BY:
         STORE_MOVES[REACHED_BY[status]](store, new.task_id, run)
@@ -171,8 +170,8 @@ def test_all_static_lists_every_fixed_key_once():
 def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
     """The scripts spell statuses as Lua literals: a misspelt one would be a status no reader knows."""
     words = set(re.findall(r"'([A-Z_]{2,})'", " ".join(scripts.ALL.values())))
-    not_statuses = words - {s.value for s in S} - {CLAIM_TAKEN}
-    assert CLAIM_TAKEN in words and S.EXPIRED in words
+    not_statuses = words - {s.value for s in TaskStatus} - {CLAIM_TAKEN}
+    assert CLAIM_TAKEN in words and TaskStatus.EXPIRED in words
     assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
                               "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD",
                               "TIME", "XADD", "XTRIM", "MAXLEN", "MINID"}
