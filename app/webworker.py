@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import socket
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +73,14 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
         allow_open_files(config.web_connections + FILES_BESIDES_CONNECTIONS)
         gunicorn_util.write_error = write_problem  # this process's own gunicorn: its errors as the app's
         super().init_process()
+
+    def patch(self) -> None:
+        # gunicorn patches in each worker, after the master imported ssl (redis and the config need it).
+        # gevent warns about modules that bound ssl's names directly: the one it finds is redis.asyncio,
+        # which taskport never uses (redis' sync client reads ssl's attributes, which are patched).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=monkey.MonkeyPatchWarning)
+            super().patch()
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
         # The head was read already (under gunicorn's keep-alive deadline); the timeout covers reading the
