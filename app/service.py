@@ -5,10 +5,7 @@ Views call this; it calls the store and the job queue; nothing here knows about 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
-import uuid
 from typing import Any
 
 import orjson
@@ -19,7 +16,7 @@ from app.audit import AuditPage
 from app.clock import now_ms
 from app.config import Config
 from app.errors import Conflict, TooManyRequests, task_not_found
-from app.ids import is_task_id
+from app.ids import digest, is_task_id, new_task_id
 from app.jobs import JobQueue
 from app.logs import task_logger
 from app.states import ACTIVE, TaskStatus
@@ -36,8 +33,7 @@ def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) 
         material = b"key\n" + explicit.encode()
     else:
         material = b"payload\n" + task_type.encode() + b"\n" + orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-    # base64url of the whole digest: 43 characters instead of 64 hex, in a key held for every submit
-    return base64.urlsafe_b64encode(hashlib.sha256(material).digest()).decode().rstrip("=")
+    return digest(material)
 
 
 class BadCursor(ValueError):
@@ -61,7 +57,7 @@ class TaskService:
         assert proc is not None, "validated before"
         digest = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
         new = NewTask(
-            task_id=str(uuid.uuid4()), member=member, type=task_type, payload=payload, dedup_digest=digest,
+            task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=digest,
             priority=priority or proc.priority, max_attempts=proc.retries + 1,
         )
         job = self.jobs.job_commands(new.task_id, new.priority, proc.timeout)

@@ -6,8 +6,6 @@ round trip (HGETALL, or a pipeline when the result is needed too).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ import redis
 from app import audit, keys, scripts
 from app.clock import now_ms
 from app.config import Config
+from app.ids import digest
 from app.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED
 from app.keys import TaskField as F
 from app.scripts import Command
@@ -155,7 +154,7 @@ class TaskStore:
             F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
             F.PROGRESS, 0, F.ATTEMPTS, 0, F.MAX_ATTEMPTS, new.max_attempts, F.PRIORITY, new.priority,
             F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, created + c.task_ttl * 1000, F.SEQ, 0,
-            F.PAYLOAD_SHA256, base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode(),
+            F.PAYLOAD_SHA256, digest(body),
         ]  # fmt: skip
         job_keys, job_args = scripts.replay(job)
         key_ttl = c.task_ttl + c.tombstone_ttl
