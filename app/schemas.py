@@ -9,14 +9,14 @@ from app.store import CURSOR_PATTERN
 from app.urls import task_path
 
 MAX_DEDUP_KEY = 128
-SUBMIT_TYPE_MAX = 200
+MAX_TYPE = 200  # characters of a task type name (submit, and the history filter)
 
 
 class SubmitSchema(Schema):
     class Meta:
         unknown = RAISE
 
-    type = fields.String(required=True, validate=validate.Length(min=1, max=SUBMIT_TYPE_MAX))
+    type = fields.String(required=True, validate=validate.Length(min=1, max=MAX_TYPE))
     payload = fields.Dict(keys=fields.String(), load_default=dict)
     dedup_key = fields.String(validate=validate.Length(min=1, max=MAX_DEDUP_KEY), load_default=None)
     priority = fields.String(validate=validate.OneOf(QUEUES), load_default=None)
@@ -27,7 +27,7 @@ class HistoryQuerySchema(Schema):
         unknown = RAISE
 
     status = fields.String(validate=validate.OneOf(sorted(STORED)), load_default=None)
-    type = fields.String(validate=validate.Length(min=1, max=200), load_default=None)
+    type = fields.String(validate=validate.Length(min=1, max=MAX_TYPE), load_default=None)
     limit = fields.Integer(validate=validate.Range(min=1, max=200), load_default=50)
     cursor = fields.String(validate=validate.Regexp(CURSOR_PATTERN), load_default=None,
                            metadata={"description": "opaque: the next_cursor of a previous page, unchanged"})

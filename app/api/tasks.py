@@ -28,7 +28,7 @@ from app.errors import (
 )
 from app.results import StoreUnavailable, streamed_body, unspill
 from app.runtime import runtime
-from app.schemas import MAX_DEDUP_KEY, SUBMIT_TYPE_MAX, HistoryQuerySchema, SubmitSchema
+from app.schemas import MAX_DEDUP_KEY, MAX_TYPE, HistoryQuerySchema, SubmitSchema
 from app.service import BadCursor, check_cursor
 from app.states import ACTIVE, QUEUES, TaskStatus
 from app.task import Task
@@ -72,7 +72,7 @@ def _envelope(body: dict[str, Any]) -> dict[str, Any]:
         type_, payload = body.get("type"), body.get("payload", {})
         dedup_key, priority = body.get("dedup_key"), body.get("priority")
         if (
-            type(type_) is str and 1 <= len(type_) <= SUBMIT_TYPE_MAX
+            type(type_) is str and 1 <= len(type_) <= MAX_TYPE
             and type(payload) is dict
             and (dedup_key is None or (type(dedup_key) is str and 1 <= len(dedup_key) <= MAX_DEDUP_KEY))
             and (priority is None or (type(priority) is str and priority in QUEUES))
