@@ -102,12 +102,6 @@ class JobQueue:
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
         self._templates: dict[tuple[str, int], JobTemplate] = {}
 
-    def enqueue(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> None:
-        """Queue the task's job (id ``job_id``, default the task id) now, in one round trip."""
-        pipe = self.redis.pipeline()
-        self._enqueue(pipe, task_id, priority, timeout, job_id)
-        pipe.execute()
-
     def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> list[Command]:
         """The commands that queue the task's job (id ``job_id``, default the task id), for a script or a
         transaction of the store to replay (:meth:`app.store.TaskStore.create`, ``recover``).
@@ -131,13 +125,6 @@ class JobQueue:
         """RQ's own enqueue of the task's job, recorded (see :meth:`job_commands`)."""
         recorder = self.redis.pipeline(transaction=True)
         recorder.multi()  # as RQ expects of a caller's pipeline
-        self._enqueue(recorder, task_id, priority, timeout, job_id)
-        commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
-        recorder.reset()
-        return commands
-
-    def _enqueue(self, pipe: redis.client.Pipeline, task_id: str, priority: str, timeout: int,
-                 job_id: str | None) -> None:
         queue = self.queues[priority]
         job = queue.create_job(
             RUN_TASK,
@@ -149,7 +136,10 @@ class JobQueue:
             description=f"task {task_id}",
             on_stopped=ON_STOPPED,
         )
-        queue.enqueue_job(job, pipeline=pipe)
+        queue.enqueue_job(job, pipeline=recorder)
+        commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
+        recorder.reset()
+        return commands
 
     def enqueue_call(self, queue: str, func: str, *args: Any, **options: Any) -> None:
         """A plain RQ job of ``func(*args)`` on ``queue`` (RQ's ``Queue.enqueue`` options), e.g. an alert."""

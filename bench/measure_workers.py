@@ -1,7 +1,7 @@
 """Worker throughput (taskport vs bare RQ, same worker class and process count) and submit -> COMPLETED latency.
 
 Throughput: the queue is filled first (taskport: tasks created and queued through the product's
-``TaskStore.create`` + ``JobQueue.enqueue``; bare RQ: ``enqueue_many`` of ``bench.noop.noop`` with RQ's
+``TaskStore.create`` with ``JobQueue.job_commands``; bare RQ: ``enqueue_many`` of ``bench.noop.noop`` with RQ's
 defaults), then the workers start. Completions are sampled every ``POLL`` seconds with one command
 (taskport: the ``completed`` counter that the COMPLETED transition bumps in the same script, so it
 counts tasks whose COMPLETED status is visible; bare RQ: the finished-job registry). The first

@@ -6,7 +6,7 @@
 Not part of ``make bench`` (100,000 tasks take several minutes). One worker (``python -m app.cli worker``)
 with ``TASKPORT_WORKER_MAX_JOBS=0`` (never recycled, so growth would show) on the bench's stack; tasks
 are created and queued in batches of 10,000 through the product's own ``TaskStore.create`` +
-``JobQueue.enqueue``; after each batch is done the worker's VmRSS (``/proc/<pid>/status``) is read.
+``JobQueue.job_commands``; after each batch is done the worker's VmRSS (``/proc/<pid>/status``) is read.
 For the fork class the figure is the worker's own (each work horse is a fresh fork that exits).
 Prints one JSON line per sample and a summary.
 """

@@ -15,9 +15,8 @@ from app.states import QUEUES
 
 
 @pytest.fixture
-def job(conn, config) -> Job:
-    jobs = JobQueue(conn, config)
-    jobs.enqueue("stopped-1", "default", 60)
+def job(conn, enqueue) -> Job:
+    enqueue("stopped-1", "default", 60)
     return Job.fetch("stopped-1", connection=conn)
 
 

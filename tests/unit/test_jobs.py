@@ -9,10 +9,10 @@ from rq.job import Job
 from app.jobs import JobQueue
 
 
-def test_remove_drops_queued_and_retry_scheduled_jobs_in_one_go(conn, config):
+def test_remove_drops_queued_and_retry_scheduled_jobs_in_one_go(conn, config, enqueue):
     jobs = JobQueue(conn, config)
-    jobs.enqueue("queued-1", "default", 60)
-    jobs.enqueue("queued-2", "high", 60)
+    enqueue("queued-1", "default", 60)
+    enqueue("queued-2", "high", 60)
     scheduled = jobs.queues["low"].create_job("workers.runner.run_task", args=("later",), job_id="later")
     jobs.queues["low"].schedule_job(scheduled, datetime.now(UTC) + timedelta(minutes=5))
     jobs.remove("queued-1", "queued-2", "later", "never-existed")
