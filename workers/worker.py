@@ -87,15 +87,14 @@ class StoppableSimpleWorker(SimpleWorker):
             execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            self._start_job(job, pipe)
+            self._start_job(job, ttl, pipe)
             pipe.execute()
         self._prepared = job.id
         self.perform_job(job, queue, execution)
         self.set_state(WorkerStatus.IDLE)
 
-    def _start_job(self, job: Job, pipe: Any) -> None:
+    def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""
-        ttl = self.get_heartbeat_ttl(job)
         self.heartbeat(ttl, pipeline=pipe)
         job.heartbeat(now(), ttl, pipeline=pipe)
         job.prepare_for_execution(self.name, pipeline=pipe)
@@ -110,7 +109,7 @@ class StoppableSimpleWorker(SimpleWorker):
 
     def _disposable(self, job: Job) -> bool:
         """Whether a successful job can be finished by :meth:`_finish_disposable`: one of taskport's
-        (no dependents, repeats, group, rate limit, callback or webhook: app.jobs.JobQueue.enqueue
+        (no dependents, repeats, group, rate limit, callback or webhook: app.jobs.JobQueue.job_commands
         sets none of them), whose result RQ would delete at once (``result_ttl=0``), not stopped."""
         return (job.func_name == RUN_TASK and job.get_result_ttl(self.default_result_ttl) == 0
                 and not job.repeats_left and not job.group_id and not job.has_rate_limit
