@@ -132,17 +132,18 @@ def web_profiles(stack: Stack, seconds: float) -> str:
     env = stack.environ()
     port = stack.config.port
     text = ""
-    measure_http.loadgen(port, "submit", conns=16, warmup=1, duration=1, env=env)  # warm, and tasks to read
     conn = stack.client()
-    ids = [reply_text(m) for m in conn.zrange(keys.history("public"), 0, 9999)]
-    ids_file = stack.dir / "ids.txt"
-    ids_file.write_text("\n".join(ids))
-    for kind in ("hello", "submit", "get", "status"):
-        files = record(workers, seconds, f"web-{kind}")
-        result = measure_http.loadgen(port, kind, conns=16, warmup=0.5, duration=seconds + 0.5,
-                                      ids_file=str(ids_file), base=10_000_000, env=env)
-        wait_recorders()
-        text += summarize(files, f"gunicorn workers under {kind} ({result['rps']:.0f} req/s while sampled)") + "\n"
+    with measure_http.listening_worker(conn):  # as in make bench: submits take their usual path
+        measure_http.loadgen(port, "submit", conns=16, warmup=1, duration=1, env=env)  # warm, and tasks to read
+        ids = [reply_text(m) for m in conn.zrange(keys.history("public"), 0, 9999)]
+        ids_file = stack.dir / "ids.txt"
+        ids_file.write_text("\n".join(ids))
+        for kind in ("hello", "submit", "get", "status"):
+            files = record(workers, seconds, f"web-{kind}")
+            result = measure_http.loadgen(port, kind, conns=16, warmup=0.5, duration=seconds + 0.5,
+                                          ids_file=str(ids_file), base=10_000_000, env=env)
+            wait_recorders()
+            text += summarize(files, f"gunicorn workers under {kind} ({result['rps']:.0f} req/s while sampled)") + "\n"
     stack.stop(stack.web)
     return text
 
