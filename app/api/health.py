@@ -5,25 +5,17 @@ from __future__ import annotations
 import logging
 
 import redis
-from flask import Blueprint, Response, current_app
-from flask.blueprints import BlueprintSetupState
+from flask import Blueprint, Response
 
 from app.api import json_response
 from app.errors import Unavailable
 from app.logs import task_logger
-from app.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch
-from app.runtime import EXTENSION as RUNTIME
+from app.readiness import STAT_UNSERVED, WARNING_HEADER
 from app.runtime import runtime
 
 bp = Blueprint("health", __name__)
 log = logging.getLogger(__name__)
-WATCH = "taskport.worker_watch"
 RETRY_AFTER = "30"  # seconds: what it takes to start a worker or a scheduler
-
-
-@bp.record_once
-def _watch_workers(state: BlueprintSetupState) -> None:
-    state.app.extensions[WATCH] = WorkerWatch(state.app.extensions[RUNTIME].redis)
 
 
 @bp.get("/healthz")
@@ -36,9 +28,8 @@ def healthz() -> Response:
 def readyz() -> Response:
     """200 when Redis answers, every queue has a worker and housekeeping ran within two intervals;
     503 with the same report (``status: degraded`` and its ``problems``) otherwise."""
-    rt = runtime()
     try:
-        readiness = Readiness.read(rt.redis, rt.config)
+        readiness = runtime().readiness()
     except redis.RedisError:
         raise Unavailable("the task store is unreachable") from None
     if readiness.ready:
@@ -49,12 +40,12 @@ def readyz() -> Response:
 def warn_if_unserved(response: Response, priority: str, task_id: str) -> Response:
     """A task accepted (``response``, its 202) while no worker listens on its queue: say so (it stays PENDING
     until one starts). Called by the submit view, which knows the task's queue."""
-    watch: WorkerWatch = current_app.extensions[WATCH]
+    rt = runtime()
     try:
-        unserved = watch.unserved()
+        unserved = rt.workers.unserved()
         if not unserved or priority not in unserved:
             return response
-        runtime().service.store.count(STAT_UNSERVED)
+        rt.service.store.count(STAT_UNSERVED)
     except redis.RedisError:
         return response  # the task was accepted; the warning is a courtesy
     response.headers[WARNING_HEADER] = f"no-worker; queue={priority}"
