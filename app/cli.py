@@ -39,6 +39,7 @@ from app.processors import ProcessorLoadError
 #   imported; redis-py (hiredis included), prometheus_client and rq-dashboard run unchanged on it.
 #   The worker class is app.webworker.GeventWorker: gunicorn's own, plus a socket timeout.
 # - gthread (TASKPORT_WEB_WORKER_CLASS=gthread, for comparison): a request holds a thread for its life.
+#   The worker class is app.webworker.ThreadWorker: gunicorn's own, answering its own errors as problem+json.
 # - --timeout is the worker's heartbeat from its main loop, not a request deadline (that loop keeps
 #   beating while streams run), so gunicorn's 30 s stays: it restarts only a truly stuck worker.
 # - --graceful-timeout 5: on SIGTERM in-flight requests get 5 s; an SSE stream never ends by itself,
@@ -52,6 +53,7 @@ GUNICORN_TIMEOUT = 30
 GUNICORN_GRACEFUL_TIMEOUT = 5
 GUNICORN_KEEPALIVE = 5
 GUNICORN_GEVENT_WORKER = "app.webworker.GeventWorker"
+GUNICORN_THREAD_WORKER = "app.webworker.ThreadWorker"
 # Exit codes of every command (docs/deploy.md): 0 stopped on request; 1 a runtime failure (Redis unreachable,
 # the embedded Redis or a process failed); 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
 EXIT_FAILURE = 1
@@ -84,7 +86,7 @@ def web_command(config: Config) -> list[str]:
 
 def _worker_flags(config: Config) -> list[str]:
     if config.web_worker_class == "gthread":
-        return ["--worker-class", "gthread", "--threads", str(config.web_threads)]
+        return ["--worker-class", GUNICORN_THREAD_WORKER, "--threads", str(config.web_threads)]
     return ["--worker-class", GUNICORN_GEVENT_WORKER, "--worker-connections", str(config.web_connections)]
 
 

@@ -27,6 +27,7 @@ from gevent import monkey
 from gevent.socket import wait_read
 from gunicorn import util as gunicorn_util
 from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
+from gunicorn.workers.gthread import ThreadWorker as _GunicornThreadWorker
 
 from app.config import Config
 from app.errors import PROBLEM_JSON, problem
@@ -96,6 +97,14 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
         finally:
             with contextlib.suppress(OSError):
                 sock.settimeout(None)
+
+
+class ThreadWorker(_GunicornThreadWorker):  # type: ignore[misc]
+    """gunicorn's ``gthread`` worker (``TASKPORT_WEB_WORKER_CLASS=gthread``), its own errors as problem+json."""
+
+    def init_process(self) -> None:
+        gunicorn_util.write_error = write_problem
+        super().init_process()
 
 
 def on_hang_up(environ: dict[str, Any], callback: Callable[[], None]) -> Callable[[], None] | None:

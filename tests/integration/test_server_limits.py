@@ -12,9 +12,9 @@ import pytest
 from tests.integration.harness import Stack, started_stack
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory) -> Iterator[Stack]:
-    with started_stack(tmp_path_factory.mktemp("server-limits"), worker=False) as s:
+@pytest.fixture(scope="module", params=["gevent", "gthread"])
+def stack(tmp_path_factory, request) -> Iterator[Stack]:
+    with started_stack(tmp_path_factory.mktemp("server-limits"), worker=False, web_worker_class=request.param) as s:
         yield s
 
 
