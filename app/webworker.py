@@ -1,4 +1,5 @@
-"""gunicorn's gevent worker with one addition: a socket timeout on every client connection.
+"""gunicorn's gevent worker with one addition: a socket timeout on every client connection (and, for both it and
+the gthread worker, gunicorn's own error answers as problem+json: :func:`write_problem`).
 
 ``--worker-class app.webworker.GeventWorker`` (see ``app.cli.web_command``). gunicorn's own gevent
 worker puts client sockets in blocking mode with no timeout, so a client that stops reading a
