@@ -161,16 +161,29 @@ class JobQueue:
                 pipe.delete(*(Job.key_for(i) for i in old))
                 pipe.execute()
 
-    def remove(self, *job_ids: str) -> None:
-        """Drop queued (or retry-scheduled) jobs so they never start: one pipelined round trip however
-        many. A job a worker took meanwhile runs, finds its task no longer PENDING and does nothing."""
+    def remove(self, *job_ids: str) -> list[str]:
+        """Drop queued (or retry-scheduled) jobs so they never start (two round trips at most, however many);
+        return the ids found in no queue or schedule: taken by a worker meanwhile (left to it), or gone.
+
+        A job's hash is deleted only once its id is out of every queue and schedule, by this call: a worker
+        that popped the id meanwhile still reads and writes the job (RQ's spawned work horse fetches it
+        again), runs it, finds its task no longer PENDING and does nothing, and RQ deletes the job as it
+        deletes every finished one (``RESULT_TTL``). Deleting it under the worker made RQ raise
+        ``NoSuchJobError`` with a traceback and left the delivery in the started registry.
+        """
+        if not job_ids:
+            return []
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             for queue in self.queues.values():
-                queue.remove(job_id, pipeline=pipe)
-                queue.scheduled_job_registry.remove(job_id, pipeline=pipe)
-            pipe.delete(Job.key_for(job_id))
-        pipe.execute()
+                queue.remove(job_id, pipeline=pipe)  # LREM: 1 if the id was queued there
+                queue.scheduled_job_registry.remove(job_id, pipeline=pipe)  # ZREM: 1 if it waited for a retry
+        removed = pipe.execute()
+        per_job = 2 * len(self.queues)
+        dropped = [job_id for i, job_id in enumerate(job_ids) if any(removed[i * per_job:(i + 1) * per_job])]
+        if dropped:
+            self.redis.delete(*(Job.key_for(i) for i in dropped))
+        return [job_id for job_id in job_ids if job_id not in dropped]
 
     def stop(self, job_id: str) -> None:
         """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""

@@ -109,11 +109,12 @@ class TaskService:
             raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",
                            task_status=previous)
         job = self.store.job_id(task_id)
-        if previous == TaskStatus.PENDING:
-            self.jobs.remove(job)
-        else:
+        in_flight = ""
+        if previous != TaskStatus.PENDING:
             self.jobs.stop(job)
-        task_logger(log, task_id).info("cancelled (was %s)", previous)
+        elif self.jobs.remove(job):
+            in_flight = "; a worker had just taken its job and will drop it"
+        task_logger(log, task_id).info("cancelled (was %s%s)", previous, in_flight)
 
 
 def check_cursor(cursor: str) -> None:
