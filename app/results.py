@@ -81,7 +81,8 @@ class ResultStore(Protocol):
         ...
 
     def task_ids(self, after: str, limit: int) -> list[str]:
-        """Up to ``limit`` ids of tasks that have files, in id order, each greater than ``after``."""
+        """Up to ``limit`` ids of tasks that have files (or, in an object store, unfinished uploads), in id
+        order, each greater than ``after``. Anything else in the store's place is no task's and not listed."""
         ...
 
     def has_files(self, task_id: str) -> bool:

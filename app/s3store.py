@@ -35,11 +35,13 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from app.ids import is_task_id
 from app.results import FileInfo, StoreUnavailable, check_name, check_run_id, check_task_id
 
 log = logging.getLogger(__name__)
 PART_SIZE = 8 * 1024 * 1024  # bytes per multipart part (S3's minimum is 5 MiB): the writer's memory
 ATTEMPTS = 3  # botocore's own tries per call (standard retry mode: backoff with jitter)
+MAX_RUNS = 1000  # run folders of one task that a prune lists (runs follow one another, a few per task)
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _TRANSIENT = {"SlowDown", "ServiceUnavailable", "RequestTimeout", "InternalError", "503", "500"}
 T = TypeVar("T")
@@ -110,9 +112,8 @@ class S3ResultStore:
         if self.run_id is None:
             raise ValueError("prune is for a run's view of the store (for_run)")
         task, own = self._task_folder(task_id), self._folder(task_id)
-        page = translated(lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=f"{task}run-",
-                                                              Delimiter="/"))
-        for folder in (p["Prefix"] for p in page.get("CommonPrefixes", [])):
+        runs = translated(lambda: self._folders(task, "", MAX_RUNS, lambda name: name.startswith("run-")))
+        for folder in (f"{task}{name}/" for name in runs):
             if folder != own:
                 translated(functools.partial(self._delete, folder))
 
@@ -172,17 +173,46 @@ class S3ResultStore:
             objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if objects:
                 c.delete_objects(Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True})
-        for upload in c.list_multipart_uploads(Bucket=self.bucket, Prefix=folder).get("Uploads", []):
-            c.abort_multipart_upload(Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        for page in c.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=folder):
+            for upload in page.get("Uploads", []):
+                c.abort_multipart_upload(Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
 
     def task_ids(self, after: str, limit: int) -> list[str]:
-        """See :meth:`app.results.ResultStore.task_ids` (one LIST call with a delimiter)."""
-        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "Delimiter": "/", "MaxKeys": limit}
-        if after:
-            args["StartAfter"] = f"{self.prefix}{after}/~"  # "~" sorts after every character a name may hold
-        page = translated(lambda: self.client.list_objects_v2(**args))
-        folders = (p["Prefix"][len(self.prefix):].rstrip("/") for p in page.get("CommonPrefixes", []))
-        return [f for f in folders if f > after][:limit]
+        """See :meth:`app.results.ResultStore.task_ids`: task folders holding objects or unfinished
+        multipart uploads (a folder a killed worker left with nothing but its upload lists no object)."""
+        return translated(lambda: self._folders(self.prefix, after, limit, is_task_id))
+
+    def _folders(self, parent: str, after: str, limit: int, wanted: Callable[[str], bool]) -> list[str]:
+        """The first ``limit`` names, in order, of the ``wanted`` folders directly under ``parent`` that sort
+        after ``after`` and hold objects, unfinished multipart uploads or both: the union of the first
+        ``limit`` of each listing holds the first ``limit`` of both."""
+        start = f"{parent}{after}/~" if after else ""  # "~" sorts after every character a name may hold
+        found: set[str] = set()
+        for operation, marker in (("list_objects_v2", "StartAfter"), ("list_multipart_uploads", "KeyMarker")):
+            found |= self._listed(operation, {marker: start} if start else {}, parent,
+                                  lambda name: name > after and wanted(name), limit)
+        return sorted(found)[:limit]
+
+    def _listed(self, operation: str, start: dict[str, str], parent: str, keep: Callable[[str], bool],
+                limit: int) -> set[str]:
+        """At least the first ``limit`` kept folder names of one listing (with a delimiter: a page of
+        CommonPrefixes; a server that ignores it, as moto's does for uploads, names each upload's key)."""
+        names: set[str] = set()
+        pages = self.client.get_paginator(operation).paginate(
+            Bucket=self.bucket, Prefix=parent, Delimiter="/", PaginationConfig={"PageSize": min(limit, 1000)},
+            **start)
+        for page in pages:
+            keys = [p["Prefix"] for p in page.get("CommonPrefixes", [])] + [u["Key"] for u in page.get("Uploads", [])]
+            names.update(name for name in map(functools.partial(_folder_name, parent), keys) if name and keep(name))
+            if len(names) >= limit:
+                break
+        return names
+
+
+def _folder_name(parent: str, key: str) -> str:
+    """The name of the folder directly under ``parent`` that ``key`` lies in ("" for a key beside it)."""
+    name, slash, _ = key[len(parent):].partition("/")
+    return name if slash else ""
 
 
 class _Upload(io.BufferedIOBase):

@@ -53,6 +53,12 @@ class S3Server:
     def uploads(self, bucket: str) -> list[str]:
         return [u["Key"] for u in self.client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
 
+    def start_upload(self, bucket: str, key: str) -> None:
+        """What a worker killed mid-upload leaves: a multipart upload with one part sent, never completed."""
+        client = self.client()
+        upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"x" * 1024)
+
     def start(self) -> S3Server:
         self._server.start()
         return self

@@ -2,7 +2,8 @@
 
 Files normally go with their task: a failed, cancelled or lost run deletes what it wrote, and expiry
 deletes a task's files when it tombstones it. What can be left over: a delete that met an unreachable
-store (S3 deletes log and go on), or a worker killed outright before its cleanup. Each housekeeping
+store (S3 deletes log and go on), or a worker killed outright before its cleanup (with S3, maybe an
+unfinished multipart upload and nothing else: the store lists such a folder too). Each housekeeping
 expiry pass walks the next ``BATCH`` task folders of the store (continuing where the last pass
 stopped, from the id the store keeps in ``keys.ORPHAN_SWEEP``) and removes those whose task is gone or ended
 without a result (FAILED, CANCELLED, EXPIRED). Folders of PENDING, PROCESSING and COMPLETED tasks are

@@ -10,11 +10,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import requests
 
+from app import keys
 from app.process import free_port
 from tests.integration.harness import REPO_ROOT, Api, Stack, wait_until
 from tests.s3server import S3Server, dead_endpoint, use_s3
@@ -23,18 +25,24 @@ ROWS = 950_000  # orders.export CSV rows: just over 50 MiB
 OPERATOR = ("admin", "op-secret")
 
 
-@pytest.fixture
-def s3_stack(stack: Stack, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch,
-             tmp_path: Path) -> Iterator[tuple[Stack, str]]:
+def start_s3_stack(stack: Stack, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                   **overrides: Any) -> str:
+    """The web and one worker on separate data dirs, results in a new bucket (returned)."""
     use_s3(monkeypatch, s3_server)  # children inherit the AWS variables
     bucket = s3_server.new_bucket()
     stack.configure(result_store=f"s3://{bucket}/tp", processors="tests.userprocs.bulky", inline_result_max=4096,
                     dashboard_password=OPERATOR[1], worker_class="simple", data_dir=tmp_path / "web-host",
-                    result_store_timeout=1)
+                    result_store_timeout=1, **overrides)
     stack.start_web()
     stack.configure(data_dir=tmp_path / "worker-host")
     stack.start_worker()
-    yield stack, bucket
+    return bucket
+
+
+@pytest.fixture
+def s3_stack(stack: Stack, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch,
+             tmp_path: Path) -> Iterator[tuple[Stack, str]]:
+    yield stack, start_s3_stack(stack, s3_server, monkeypatch, tmp_path)
 
 
 def test_a_50_mb_export_and_a_large_json_result_cross_hosts_through_s3(
@@ -117,3 +125,44 @@ def test_a_cancelled_export_leaves_no_object_and_no_unfinished_upload(
         api.wait_for(task_id, "CANCELLED")
     wait_until(lambda: not s3_server.uploads(bucket) and not s3_server.keys(bucket), timeout=15,
                message=lambda: f"the upload to be aborted: {s3_server.uploads(bucket)} {s3_server.keys(bucket)}")
+
+
+def test_a_worker_killed_mid_upload_leaves_no_unfinished_upload_once_the_orphan_sweep_ran(
+        stack: Stack, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """kill -9 of the worker while its export is a multipart upload: stall recovery fails the task with -3
+    and housekeeping's orphan sweep aborts the upload; an upload in progress for a running task stays."""
+    bucket = start_s3_stack(stack, s3_server, monkeypatch, tmp_path, stall_timeout=2.0, heartbeat_interval=0.2,
+                            housekeeping_interval=1, scheduler_interval=0.1)
+    [victim] = [p for p in stack.procs if p.role == "worker"]
+    stack.start_scheduler()
+    with Api(stack.base_url) as api:
+        lost = api.create("orders.export", {"rows": ROWS})
+        wait_until(lambda: api.status(lost)["progress"] >= 20 and s3_server.uploads(bucket), timeout=30,
+                   message="the export to be 20% written (parts of its multipart upload sent)")
+        stack.kill9(victim)
+        stack.start_worker()
+        doc = api.wait_for(lost, "FAILED", timeout=15)
+        assert doc["error"]["code"] == -3 and doc["attempts"] == 1
+        wait_until(lambda: not s3_server.uploads(bucket), timeout=15,
+                   message=lambda: f"the orphan sweep to abort the upload: {s3_server.uploads(bucket)}")
+        assert s3_server.keys(bucket) == []
+        running = api.create("orders.export", {"rows": ROWS - 1})  # another payload: not a duplicate
+        wait_until(lambda: s3_server.uploads(bucket), timeout=30, message="the second export's upload to start")
+        passes = passes_ended(stack)
+        api.wait_for(running, "COMPLETED", timeout=60)
+        size = api.get(f"/api/v1/tasks/{running}/result").json()["result"]["file"]["size"]
+    swept_meanwhile = passes_ended(stack) - passes
+    assert swept_meanwhile >= 1, "no orphan sweep ran while the second export was uploading"
+    print(f"\norphan sweeps while the second export was uploading: {swept_meanwhile}")
+    [key] = s3_server.keys(bucket)
+    assert key.startswith(f"tp/{running}/") and s3_server.uploads(bucket) == []
+    assert s3_server.client().head_object(Bucket=bucket, Key=key)["ContentLength"] == size
+
+
+def passes_ended(stack: Stack) -> int:
+    """How many housekeeping expire passes (each one sweeps orphans) have ended so far."""
+    conn = stack.redis()
+    try:
+        return int(conn.hget(keys.STATS, keys.housekeeping_stat("expire")) or 0)
+    finally:
+        conn.close()

@@ -128,6 +128,21 @@ def test_task_ids_are_listed_in_order_a_page_at_a_time(results: ResultStore) -> 
     assert results.task_ids(ids[4], 2) == []
 
 
+def test_task_ids_skips_what_is_no_task_folder(results: ResultStore, task_id: str) -> None:
+    """Whatever else shares the store's place (an operator's note, lost+found) is never handed to the sweep."""
+    if isinstance(results, S3ResultStore):
+        for key in ("lost+found/x", "notes.txt"):
+            results.client.put_object(Bucket=results.bucket, Key=results.prefix + key, Body=b"x")
+    else:
+        assert isinstance(results, LocalResultStore)
+        (results.root / "lost+found").mkdir(parents=True)
+        (results.root / "notes.txt").write_bytes(b"x")
+    with results.writer(task_id, "a.csv") as fh:
+        fh.write(b"1")
+    assert results.task_ids("", 10) == [task_id]
+    assert results.task_ids("", 1) == [task_id]
+
+
 @pytest.mark.parametrize(("tid", "name"), [
     ("../etc", "a.csv"), ("not-a-uuid", "a.csv"), (str(uuid.uuid4()).upper(), "a.csv"),
     ("TASK", "../x"), ("TASK", ".hidden"), ("TASK", "a/b"), ("TASK", ""),

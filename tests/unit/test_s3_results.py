@@ -131,6 +131,20 @@ def test_the_orphan_sweep_removes_files_of_tasks_without_a_result(
     assert report.counts["orphans_removed"] == 0
 
 
+def test_the_orphan_sweep_aborts_unfinished_uploads_of_tasks_without_a_result_only(
+        client: Any, conn: Any, config: Config, s3_server: S3Server, bucket: str) -> None:
+    """A folder holding nothing but the multipart upload of a worker killed mid-write (kill -9, OOM)."""
+    pending, running, failed = (submit(client, "test.bulky", {"size": n}) for n in (1, 2, 3))
+    conn.hset(keys.task(running), "status", "PROCESSING")
+    conn.hset(keys.task(failed), "status", "FAILED")  # as stall recovery leaves a lost run's task (-3)
+    gone = str(uuid.uuid4())
+    for task_id in (pending, running, failed, gone):
+        s3_server.start_upload(bucket, f"tp/{task_id}/run-{uuid.uuid4().hex}/export.csv")
+    hk = Housekeeper(conn, config)
+    assert orphans.sweep(hk.store, hk.results) == 2
+    assert sorted(k.split("/")[1] for k in s3_server.uploads(bucket)) == sorted([pending, running])
+
+
 def test_the_orphan_sweep_waits_out_an_outage(
         conn: Any, config: Config, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from botocore.stub import Stubber
 
 from app.config import Config, ConfigError
+from app.ids import new_run_id
 from app.results import LocalResultStore, StoreUnavailable, result_store
 from app.s3store import PART_SIZE, S3ResultStore
 from tests.s3server import S3Server, dead_endpoint, use_s3
@@ -110,6 +112,58 @@ def test_a_presigned_url_fetches_the_object_without_credentials(s3: S3ResultStor
         fh.write(b"a,b\n")
     r = requests.get(s3.presign(task_id, "out.csv", 60), timeout=10)
     assert r.status_code == 200 and r.content == b"a,b\n"
+
+
+def test_task_ids_lists_folders_that_hold_only_an_unfinished_upload(s3: S3ResultStore, s3_server: S3Server) -> None:
+    ids = sorted(str(uuid.uuid4()) for _ in range(6))
+    for n, task_id in enumerate(ids):  # an upload only (0, 3), an object only (1, 4), both (2, 5)
+        if n % 3 != 1:
+            s3_server.start_upload(s3.bucket, f"p/{task_id}/run-{new_run_id()}/export.csv")
+        if n % 3 != 0:
+            with s3.writer(task_id, "out.csv") as fh:
+                fh.write(b"1")
+    assert s3.task_ids("", 10) == ids
+    assert s3.task_ids("", 4) == ids[:4]
+    assert s3.task_ids(ids[1], 3) == ids[2:5]
+    assert s3.task_ids(ids[4], 3) == ids[5:]
+    assert s3.task_ids(ids[5], 3) == []
+
+
+def test_task_ids_pages_through_a_servers_upload_listing(s3: S3ResultStore) -> None:
+    """What AWS S3 answers (moto's server ignores the delimiter and the markers of ListMultipartUploads):
+    folders as CommonPrefixes, a page at a time, the next one from NextKeyMarker."""
+    ids = sorted(str(uuid.uuid4()) for _ in range(3))
+    listing = {"Bucket": s3.bucket, "Prefix": "p/", "Delimiter": "/"}
+    with Stubber(s3.client) as stub:
+        stub.add_response("list_objects_v2", {"IsTruncated": False, "KeyCount": 0},
+                          {**listing, "MaxKeys": 2, "StartAfter": f"p/{ids[0]}/~"})
+        for marker, page, more in ((f"p/{ids[0]}/~", ids[1:2], True), (f"p/{ids[1]}/", ids[2:], False)):
+            answer = {"IsTruncated": more, "CommonPrefixes": [{"Prefix": f"p/{i}/"} for i in page],
+                      "Uploads": [{"Key": "p/stray-upload", "UploadId": "u"}]}
+            if more:
+                answer["NextKeyMarker"] = f"p/{page[-1]}/"
+            stub.add_response("list_multipart_uploads", answer, {**listing, "MaxUploads": 2, "KeyMarker": marker})
+        assert s3.task_ids(ids[0], 2) == ids[1:]
+        stub.assert_no_pending_responses()
+
+
+def test_a_later_run_aborts_what_an_earlier_lost_run_left_unfinished(s3: S3ResultStore, s3_server: S3Server) -> None:
+    task_id, other = str(uuid.uuid4()), str(uuid.uuid4())
+    run = s3.for_run(new_run_id())
+    lost, own, others = (f"p/{task_id}/run-{new_run_id()}/export.csv", f"p/{task_id}/run-{run.run_id}/export.csv",
+                         f"p/{other}/run-{new_run_id()}/export.csv")
+    for key in (lost, own, others):
+        s3_server.start_upload(s3.bucket, key)
+    run.prune(task_id)
+    assert sorted(s3_server.uploads(s3.bucket)) == sorted([own, others])
+
+
+def test_delete_aborts_every_unfinished_upload_of_the_task(s3: S3ResultStore, s3_server: S3Server) -> None:
+    task_id = str(uuid.uuid4())
+    for n in range(3):
+        s3_server.start_upload(s3.bucket, f"p/{task_id}/run-{new_run_id()}/part-{n}.csv")
+    s3.delete(task_id)
+    assert s3_server.uploads(s3.bucket) == []
 
 
 def test_the_configuration_chooses_the_store(tmp_path: Path) -> None:
