@@ -55,9 +55,9 @@ class TaskService:
         """
         proc = processors.get(task_type)
         assert proc is not None, "validated before"
-        digest = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
+        dedup = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
         new = NewTask(
-            task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=digest,
+            task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup,
             priority=priority or proc.priority, max_attempts=proc.retries + 1,
         )
         job = self.jobs.job_commands(new.task_id, new.priority, proc.timeout)
