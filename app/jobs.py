@@ -180,10 +180,13 @@ class JobQueue:
                 queue.scheduled_job_registry.remove(job_id, pipeline=pipe)  # ZREM: 1 if it waited for a retry
         removed = pipe.execute()
         per_job = 2 * len(self.queues)
-        dropped = [job_id for i, job_id in enumerate(job_ids) if any(removed[i * per_job:(i + 1) * per_job])]
+        dropped: list[str] = []
+        taken: list[str] = []
+        for i, job_id in enumerate(job_ids):
+            (dropped if any(removed[i * per_job:(i + 1) * per_job]) else taken).append(job_id)
         if dropped:
             self.redis.delete(*(Job.key_for(i) for i in dropped))
-        return [job_id for job_id in job_ids if job_id not in dropped]
+        return taken
 
     def stop(self, job_id: str) -> None:
         """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""
