@@ -64,7 +64,16 @@ def write_problem(sock: Any, status: int, reason: str, mesg: str) -> None:
     gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
-class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
+class ProblemErrors:
+    """Mixed into a gunicorn worker class: the worker process answers gunicorn's own errors with
+    :func:`write_problem` (gunicorn's module-level ``util.write_error`` is this process's own)."""
+
+    def init_process(self) -> None:
+        gunicorn_util.write_error = write_problem
+        super().init_process()  # type: ignore[misc]
+
+
+class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
     """gunicorn's ``gevent`` worker whose client sockets time out after ``TASKPORT_WEB_IO_TIMEOUT`` idle s."""
 
     io_timeout: float = Config.web_io_timeout
@@ -73,7 +82,6 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
         config = Config.from_env()
         self.io_timeout = config.web_io_timeout
         allow_open_files(config.web_connections + FILES_BESIDES_CONNECTIONS)
-        gunicorn_util.write_error = write_problem  # this process's own gunicorn: its errors as the app's
         super().init_process()
 
     def patch(self) -> None:
@@ -100,12 +108,8 @@ class GeventWorker(_GunicornGeventWorker):  # type: ignore[misc]
                 sock.settimeout(None)
 
 
-class ThreadWorker(_GunicornThreadWorker):  # type: ignore[misc]
+class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
     """gunicorn's ``gthread`` worker (``TASKPORT_WEB_WORKER_CLASS=gthread``), its own errors as problem+json."""
-
-    def init_process(self) -> None:
-        gunicorn_util.write_error = write_problem
-        super().init_process()
 
 
 def on_hang_up(environ: dict[str, Any], callback: Callable[[], None]) -> Callable[[], None] | None:
