@@ -34,6 +34,7 @@ CHILD = r"""
 import io, json, sys, time
 from gevent import monkey
 monkey.patch_all()
+import redis
 from app import create_app
 from app.config import Config
 from app.jobs import Worker
@@ -42,7 +43,6 @@ from app.store import TaskStore
 
 url, n = sys.argv[1], int(sys.argv[2])
 app = create_app(Config.from_env({"REDIS_URL": url}))
-import redis
 Worker(list(QUEUES), connection=redis.Redis.from_url(url)).register_birth()  # a worker listens, as in production
 app.add_url_rule("/_floor/hello", "floor_hello", lambda: "hello")
 base = {"SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "HTTP_HOST": "127.0.0.1:8000", "REMOTE_ADDR": "127.0.0.1",
@@ -77,12 +77,12 @@ out["submit without its script"] = cpu(submit)
 store, name, keys, args = calls[-1]
 TaskStore.run_script = real
 ids = iter(range(10**9))
-def script_alone():  # the same script and arguments, each run on a fresh task id (nothing is a duplicate)
+def script_alone():  # the same script and arguments, each run on fresh keys (so nothing is a duplicate)
     i = next(ids)
     fresh = [f"{k}:{i}" for k in keys]
     real(store, name, fresh, args)
 out["the submit script alone"] = cpu(script_alone)
-out["arguments per script"] = len(keys) + len(args) + 1
+out["arguments per script"] = len(keys) + len(args) + 1  # + the audit stream's key, which run_script appends
 print(json.dumps(out))
 """
 
