@@ -1,38 +1,10 @@
-"""taskport's web app: ``create_app()`` wires config, Redis, processors, views and error handlers."""
+"""taskport's service, in three wings whose imports run one way (tests/unit/test_imports.py holds it):
 
-from __future__ import annotations
+- :mod:`app.core`: the task core that the web and the workers share (the record, states, keys, scripts, the
+  stores, jobs, results, the processor registry, config, ids, clock); it imports no other wing.
+- :mod:`app.web`: the Flask app, its views and everything that speaks HTTP; it imports the core.
+- :mod:`app.launch`: ``taskport up``, the supervisor, the embedded server and the CLI entry; it imports the
+  core, and names the web's and the workers' entry points by dotted strings resolved when they run.
 
-from typing import TYPE_CHECKING
-
-from app.config import Config
-
-if TYPE_CHECKING:  # the worker and scheduler import this package too: they need neither Flask nor a web stack
-    import redis
-    from flask import Flask
-
-
-def create_app(config: Config | None = None, conn: redis.Redis | None = None) -> Flask:
-    """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
-    from app import auth, dashboard, errors, limits, metrics, processors
-    from app.api import audit, docs, events, health, page, tasks
-    from app.api import metrics as metrics_api
-    from app.logs import setup_logging
-    from app.runtime import Runtime
-    from app.webapp import TaskportFlask
-
-    config = config or Config.from_env()
-    setup_logging(config, "web")
-    processors.load(config.processor_modules)
-    app = TaskportFlask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = config.max_body
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    rt = Runtime.build(config, conn)
-    rt.init_app(app)
-    metrics.init_app(app, rt.redis)  # first, so its hooks time every request
-    errors.init_app(app)
-    auth.init_app(app, config)
-    limits.init_app(app, config, rt.members, rt.redis)
-    dashboard.init_app(app, config, rt.redis)
-    for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp, audit.bp):
-        app.register_blueprint(blueprint)
-    return app
+The workers (the top-level ``workers`` package) import the core only.
+"""

@@ -28,10 +28,10 @@ import sys, json, io, time
 sys.path.insert(0, sys.argv[1])
 from gevent import monkey
 monkey.patch_all()
-from app import create_app
-from app.config import Config
-from app.jobs import Worker
-from app.states import QUEUES
+from app.web import create_app
+from app.core.config import Config
+from app.core.jobs import Worker
+from app.core.states import QUEUES
 import redis
 
 url, n, rounds, offset = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) * 1e-3
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from app.process import free_port
+    from app.core.process import free_port
 
     port = free_port()
     server = Path(sys.executable).parent / "redis-server"

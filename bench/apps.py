@@ -3,7 +3,7 @@
     /bench/hello   a hello-world JSON answer: the framework ceiling (gunicorn + Flask + our JSON helper)
     /bench/get     exactly one Redis GET of a small key, answered as JSON: the floor of a status read
 
-Both render through ``app.api.json_response``, like every taskport view, so the only difference from
+Both render through ``app.web.api.json_response``, like every taskport view, so the only difference from
 a status read is what the view does in between.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from flask import Flask, Response
 
-from app import create_app
-from app.api import json_response
-from app.runtime import runtime
+from app.web import create_app
+from app.web.api import json_response
+from app.web.runtime import runtime
 
 GET_KEY = "tp:bench:get"
 GET_VALUE = "a small value of about the size of a status field"

@@ -31,10 +31,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from anywhere
 
-from app import keys, scripts  # noqa: E402
-from app.config import Config  # noqa: E402
-from app.embedded import EmbeddedRedis  # noqa: E402
-from app.store import NewTask, TaskStore  # noqa: E402
+from app.core import keys, scripts  # noqa: E402
+from app.core.config import Config  # noqa: E402
+from app.core.store import NewTask, TaskStore  # noqa: E402
+from app.launch.embedded import EmbeddedRedis  # noqa: E402
 
 NOOP_AUDIT = "\nlocal function audit(task_key, id, from) end\n"
 PAYLOAD = {"seconds": 0, "steps": 1, "items": 3, "fail_items": [], "fail_code": None}

@@ -15,8 +15,8 @@ from typing import Any
 import redis
 from redis.connection import Connection, UnixDomainSocketConnection
 
-from app.config import Config
-from app.connection import connect
+from app.core.config import Config
+from app.core.connection import connect
 
 
 class CountingConnection(Connection):
@@ -47,7 +47,7 @@ class CountingUnixConnection(UnixDomainSocketConnection):
 
 
 def counting_client(config: Config) -> redis.Redis:
-    """taskport's own client (``app.connection.connect``: same timeouts, retry and health checks) whose
+    """taskport's own client (``app.core.connection.connect``: same timeouts, retry and health checks) whose
     connections count their round trips."""
     conn = connect(config)
     pool = conn.connection_pool

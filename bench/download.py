@@ -29,12 +29,12 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from anywhere
 
-from app.cli import web_command  # noqa: E402
-from app.config import Config  # noqa: E402
-from app.embedded import EmbeddedRedis  # noqa: E402
-from app.process import free_port  # noqa: E402
-from app.s3store import S3ResultStore  # noqa: E402
-from app.store import NewTask, TaskStore  # noqa: E402
+from app.core.config import Config  # noqa: E402
+from app.core.process import free_port  # noqa: E402
+from app.core.s3store import S3ResultStore  # noqa: E402
+from app.core.store import NewTask, TaskStore  # noqa: E402
+from app.launch.cli import web_command  # noqa: E402
+from app.launch.embedded import EmbeddedRedis  # noqa: E402
 
 MIB = 1024 * 1024
 AWS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -15,11 +15,11 @@ from typing import Any
 import redis
 from rq import Queue
 
-from app import processors
-from app.config import Config
-from app.jobs import JobQueue
-from app.service import dedup_digest
-from app.store import NewTask, TaskStore
+from app.core import processors
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.store import NewTask, TaskStore
+from app.web.service import dedup_digest
 
 TASK_TYPE = "demo.sleep"
 MEMBER = "public"

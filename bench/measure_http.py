@@ -17,9 +17,9 @@ from typing import Any
 import redis
 from rq import Worker
 
-from app import keys
-from app.process import free_port, port_in_use
-from app.states import QUEUES
+from app.core import keys
+from app.core.process import free_port, port_in_use
+from app.core.states import QUEUES
 from bench.apps import GET_KEY, GET_VALUE
 from bench.counting import command_delta, commandstats, per_op, text
 from bench.stack import REPO, Stack

@@ -17,13 +17,14 @@ from typing import Any
 import redis
 from rq import SimpleWorker
 
-from app import create_app, keys, processors
-from app.clock import now_ms
-from app.config import Config
-from app.jobs import RESULT_TTL, JobQueue
-from app.service import TaskService
-from app.states import QUEUES
-from app.store import TaskStore
+from app.core import keys, processors
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.jobs import RESULT_TTL, JobQueue
+from app.core.states import QUEUES
+from app.core.store import TaskStore
+from app.web import create_app
+from app.web.service import TaskService
 from bench.counting import CountingConnection, command_delta, commandstats, counting_client, per_op
 from bench.fill import MEMBER, TASK_TYPE, create_tasks, enqueue_noops, noop_payload
 from bench.measure_http import listening_worker

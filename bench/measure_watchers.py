@@ -38,9 +38,9 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from app import keys
-from app.connection import connect
-from app.store import TaskStore
+from app.core import keys
+from app.core.connection import connect
+from app.core.store import TaskStore
 from bench.machine import process_tree_cpu
 from bench.measure_http import loadgen
 from bench.stack import REPO, Stack

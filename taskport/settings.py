@@ -1,6 +1,6 @@
 """The client's settings: where the service is and which API key to send.
 
-The server's settings have one home, ``app.config.Config``, the only reader of ``os.environ`` on the
+The server's settings have one home, ``app.core.config.Config``, the only reader of ``os.environ`` on the
 server side. The client is a separate program (it runs wherever a script or a shell runs, usually
 not beside the server), so it has its own, much smaller home: this module is the only place the
 client package reads the environment.

@@ -29,7 +29,7 @@ def _web_retry_policy() -> Iterator[None]:
     """Every test starts with the web's fail-fast Redis policy: a test that runs a worker's or the
     scheduler's setup in this process (which switches the process to riding outages out) must not
     leave later tests waiting a minute for a Redis that is down on purpose."""
-    from app import connection
+    from app.core import connection
 
     yield
     connection._ride_out = False

@@ -18,7 +18,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from app.process import free_port
+from app.core.process import free_port
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",  # moto accepts any
                "AWS_DEFAULT_REGION": "us-east-1"}

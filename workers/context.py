@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from rq.timeouts import BaseTimeoutException
 
-from app.states import ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from workers.exceptions import ItemError, TaskCancelled, TaskError
 
 if TYPE_CHECKING:
-    from app.results import ResultStore
+    from app.core.results import ResultStore
 
 # At most this many failure records are kept per task (the counts stay exact), so a batch where
 # every item fails cannot blow up the result stored in Redis.

@@ -1,4 +1,4 @@
-"""Exceptions a processor raises (or meets) while it runs (the codes live in app.states).
+"""Exceptions a processor raises (or meets) while it runs (the codes live in app.core.states).
 
 ``TaskError`` and ``ItemError`` carry a business code (a positive integer, e.g. 10001) that ends up
 in the task's ``error`` or in a failure record; ``TaskCancelled`` is raised *by the context* at a

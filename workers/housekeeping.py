@@ -17,16 +17,16 @@ from typing import Any
 import redis
 from rq import Retry
 
-from app import keys, processors
-from app.clock import iso, now_ms
-from app.config import Config
-from app.connection import connect
-from app.jobs import JobQueue, attempt_job_id
-from app.logs import task_logger
-from app.results import ResultStore, result_store
-from app.schedule import QUEUE
-from app.states import TaskStatus
-from app.store import TaskStore
+from app.core import keys, processors
+from app.core.clock import iso, now_ms
+from app.core.config import Config
+from app.core.connection import connect
+from app.core.jobs import JobQueue, attempt_job_id
+from app.core.logs import task_logger
+from app.core.results import ResultStore, result_store
+from app.core.schedule import QUEUE
+from app.core.states import TaskStatus
+from app.core.store import TaskStore
 from workers import orphans
 
 log = logging.getLogger(__name__)

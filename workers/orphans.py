@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from app.results import ResultStore, StoreUnavailable
-from app.states import TaskStatus
-from app.store import TaskStore
+from app.core.results import ResultStore, StoreUnavailable
+from app.core.states import TaskStatus
+from app.core.store import TaskStore
 
 log = logging.getLogger(__name__)
 BATCH = 500

@@ -1,6 +1,6 @@
 """run_task: the only function RQ runs. It owns one delivery of a task from start to end.
 
-Start and finish are compare-and-sets on the task (see app.scripts): a second delivery of the same
+Start and finish are compare-and-sets on the task (see app.core.scripts): a second delivery of the same
 job finds the task PROCESSING and does nothing; a finish after a cancel, a recovery or an expiry
 writes nothing (and the processor's files are removed). This is the one place that catches broad
 exceptions, and it records every one of them.
@@ -8,7 +8,7 @@ exceptions, and it records every one of them.
 A run owns the task only while its claim (the run id in the task) holds. Housekeeping takes the claim
 of a run whose heartbeat went stale (a stopped or starved process) and re-queues the task under a new
 job id; if the old run wakes up, its next heartbeat or progress write is answered "taken" and its
-next checkpoint stops it. Its files live in a result folder of its own (app.results), so what it
+next checkpoint stops it. Its files live in a result folder of its own (app.core.results), so what it
 writes or removes on its way out never touches the files of the run that took over; its RQ job is
 not the re-queued one, so RQ's cleanup of it does not take the new job along.
 """
@@ -27,16 +27,16 @@ import redis
 from rq import Retry, get_current_job
 from rq.timeouts import JobTimeoutException
 
-from app import processors
-from app.config import Config
-from app.connection import connect
-from app.ids import new_run_id
-from app.logs import task_logger
-from app.process import die_with_parent
-from app.results import ResultStore, StoreUnavailable, result_store, spill
-from app.states import ERROR_MESSAGES, ErrorCode, TaskStatus
-from app.store import ResultNotStorable, Started, TaskStore
-from app.task import Task
+from app.core import processors
+from app.core.config import Config
+from app.core.connection import connect
+from app.core.ids import new_run_id
+from app.core.logs import task_logger
+from app.core.process import die_with_parent
+from app.core.results import ResultStore, StoreUnavailable, result_store, spill
+from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core.store import ResultNotStorable, Started, TaskStore
+from app.core.task import Task
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError
 
@@ -291,7 +291,7 @@ def on_stopped(job: Any, connection: Any) -> None:
     """RQ calls this in the worker once it killed a cancelled task's work horse (fork and spawn
     workers): the horse had no chance to clean up, so its partial files go here."""
     runner = _runner or prepare(Config.from_env())
-    task_id = job.args[0]  # the job id is the task id only for the first delivery chain (see app.jobs)
+    task_id = job.args[0]  # the job id is the task id only for the first delivery chain (see app.core.jobs)
     runner.results.delete(task_id)  # the task was cancelled or expired: none of its files are kept
     task_logger(log, task_id).info("work horse stopped; its partial files were removed")
 

@@ -23,12 +23,12 @@ from datetime import UTC, datetime
 from rq import Queue, SimpleWorker
 from rq_scheduler import Scheduler
 
-from app.config import Config
-from app.connection import connect, ride_out_outages, wait_for_redis
-from app.logs import setup_logging
-from app.process import die_with_parent, forked_children_die_with_me
-from app.schedule import PASSES, job_id
-from app.schedule import QUEUE as HOUSEKEEPING_QUEUE
+from app.core.config import Config
+from app.core.connection import connect, ride_out_outages, wait_for_redis
+from app.core.logs import setup_logging
+from app.core.process import die_with_parent, forked_children_die_with_me
+from app.core.schedule import PASSES, job_id
+from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from rq.results import Result
 from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
-from app import jobs
-from app.config import Config
-from app.connection import connect, ride_out_outages, wait_for_redis
-from app.jobs import RUN_TASK, record_stopped_as_canceled, register_queues
-from app.logs import setup_logging
-from app.process import forked_children_die_with_me
-from app.states import QUEUES
+from app.core import jobs
+from app.core.config import Config
+from app.core.connection import connect, ride_out_outages, wait_for_redis
+from app.core.jobs import RUN_TASK, record_stopped_as_canceled, register_queues
+from app.core.logs import setup_logging
+from app.core.process import forked_children_die_with_me
+from app.core.states import QUEUES
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class StoppableSimpleWorker(SimpleWorker):
 
     def _disposable(self, job: Job) -> bool:
         """Whether a successful job can be finished by :meth:`_finish_disposable`: one of taskport's
-        (no dependents, repeats, group, rate limit, callback or webhook: app.jobs.JobQueue.job_commands
+        (no dependents, repeats, group, rate limit, callback or webhook: app.core.jobs.JobQueue.job_commands
         sets none of them), whose result RQ would delete at once (``result_ttl=0``), not stopped."""
         return (job.func_name == RUN_TASK and job.get_result_ttl(self.default_result_ttl) == 0
                 and not job.repeats_left and not job.group_id and not job.has_rate_limit
@@ -147,7 +147,7 @@ class StoppableSimpleWorker(SimpleWorker):
 
     def handle_job_success(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> Any:
         """A job stopped on request (RQ set ``_stopped_job_id`` before calling :meth:`kill_horse`) ends as
-        the fork worker's does: in the canceled registry (app.jobs.CancelAware), not as a success."""
+        the fork worker's does: in the canceled registry (app.core.jobs.CancelAware), not as a success."""
         done = super().handle_job_success(job, queue, *args, **kwargs)
         if job.id == getattr(self, "_stopped_job_id", None):
             self._stopped_job_id = None
@@ -178,7 +178,7 @@ def build_worker(config: Config, name: str | None = None) -> BaseWorker:
 def main(config: Config, name: str | None = None) -> int:
     """Run one worker until it is told to stop; returns the process exit code."""
     setup_logging(config, "worker")
-    ride_out_outages()  # a Redis restart is waited out, not a reason to quit (see app.connection)
+    ride_out_outages()  # a Redis restart is waited out, not a reason to quit (see app.core.connection)
     forked_children_die_with_me()  # RQ's scheduler child and the work horses go when the worker goes
     from workers import runner  # imported late: it loads the processors, which may import a lot
 

@@ -1,5 +1,5 @@
 """The one process harness, for the tests (integration, browser, fuzz) and the bench (bench/stack.py):
-a real redis-server, web/worker/scheduler started the way production starts them (``python -m app.cli
+a real redis-server, web/worker/scheduler started the way production starts them (``python -m app.launch.cli
 web|worker|scheduler``) with the environment a Config gives, and ``taskport up`` as a user runs it.
 
 What every start goes through (``launch``): a free port and a tmp dir given by the caller, output to a
@@ -31,10 +31,10 @@ import requests
 from rq import Worker
 from rq_scheduler import Scheduler
 
-from app.config import Config, without_settings
-from app.connection import connect
-from app.embedded import EmbeddedRedis
-from app.process import alive, free_port, kill_session, read_pid
+from app.core.config import Config, without_settings
+from app.core.connection import connect
+from app.core.process import alive, free_port, kill_session, read_pid
+from app.launch.embedded import EmbeddedRedis
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
@@ -290,9 +290,9 @@ class Stack:
 
     # -- starting ---------------------------------------------------------------------------------
     def spawn(self, role: str, *args: str, name: str | None = None) -> Proc:
-        """Start ``python -m app.cli <role> <args>`` in its own session; does not wait for readiness."""
+        """Start ``python -m app.launch.cli <role> <args>`` in its own session; does not wait for readiness."""
         name = name or f"{role}-{next(self._seq)}"
-        proc = launch(name, [sys.executable, "-m", "app.cli", role, *args], self.environ(role),
+        proc = launch(name, [sys.executable, "-m", "app.launch.cli", role, *args], self.environ(role),
                       self.logdir / f"{name}.log", role=role)
         self.procs.append(proc)
         return proc
@@ -387,7 +387,7 @@ class Up:
         self.workers = int(settings["TASKPORT_WORKERS"])
         inherited = without_settings(os.environ)
         # truncating, as `taskport up > up.log` would: `up` makes it O_APPEND, as supervisord's own writes are
-        self.proc = launch("up", [sys.executable, "-m", "app.cli", "up"],
+        self.proc = launch("up", [sys.executable, "-m", "app.launch.cli", "up"],
                            {**inherited, **settings, "PYTHONUNBUFFERED": "1"}, self.log_path, truncate=True)
         self.popen = self.proc.popen
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from app.process import free_port
+from app.core.process import free_port
 
 CHUNK = 65536
 

@@ -18,9 +18,9 @@ import pytest
 import redis
 import requests
 
-from app.config import Config
-from app.process import free_port
-from app.store import HISTORY_SCAN, NewTask, TaskStore
+from app.core.config import Config
+from app.core.process import free_port
+from app.core.store import HISTORY_SCAN, NewTask, TaskStore
 from tests.integration.harness import TASKS, Api, RedisServer, Stack
 
 MAX_BODY = 20_000

@@ -12,7 +12,7 @@ import redis
 from rq import Queue
 from rq.registry import CanceledJobRegistry
 
-from app.states import QUEUES
+from app.core.states import QUEUES
 from tests.integration.harness import TASKS, Api, Stack, wait_until
 
 ROUNDS = 60  # submit + cancel pairs per worker class: several cancels land inside a delivery (see the log)

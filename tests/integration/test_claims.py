@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from app import processors
-from app.config import Config
+from app.core import processors
+from app.core.config import Config
 from tests.integration.harness import TASKS, Api, Stack, wait_until
 from workers.housekeeping import Housekeeper, PassReport
 

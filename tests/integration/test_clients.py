@@ -1,7 +1,7 @@
 """The Python client (taskport.client) and the CLI (taskport submit|status|result|cancel|history|watch)
 against the real stack: gunicorn, a real RQ worker, a real redis-server.
 
-The CLI runs as a real process (``python -m app.cli ...``, what the ``taskport`` console script runs)
+The CLI runs as a real process (``python -m app.launch.cli ...``, what the ``taskport`` console script runs)
 configured only by TASKPORT_URL and TASKPORT_API_KEY; every documented exit code is produced here.
 """
 
@@ -77,7 +77,7 @@ def run_cli(url: str, *args: str, api_key: str | None = None) -> subprocess.Comp
     env.update({"TASKPORT_URL": url, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "120"})
     if api_key is not None:
         env["TASKPORT_API_KEY"] = api_key
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "app.launch.cli", *args], env=env, cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=CLI_TIMEOUT)
 
 

@@ -1,4 +1,4 @@
-"""app.connection.LeanPool against a real redis-server: skipping redis-py's "unread reply?" poll on every
+"""app.core.connection.LeanPool against a real redis-server: skipping redis-py's "unread reply?" poll on every
 checkout is safe because a command that is interrupted never gives its connection back still connected."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.config import Config
-from app.connection import LeanPool, connect
+from app.core.config import Config
+from app.core.connection import LeanPool, connect
 from tests.integration.harness import RedisServer, wait_until
 
 

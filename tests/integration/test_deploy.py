@@ -16,8 +16,8 @@ import pytest
 import redis
 import requests
 
-from app.config import without_settings
-from app.process import free_port, kill_session
+from app.core.config import without_settings
+from app.core.process import free_port, kill_session
 from tests.integration.harness import REPO_ROOT, Api, RedisServer, wait_until
 
 SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",

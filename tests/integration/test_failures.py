@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import EXIT_CONFIG, EXIT_FAILURE
-from app.config import without_settings
-from app.process import free_port
+from app.core.config import without_settings
+from app.core.process import free_port
+from app.launch.cli import EXIT_CONFIG, EXIT_FAILURE
 from tests.integration.harness import REPO_ROOT
 
-WAIT_FOR_REDIS = 30  # app.connection.wait_for_redis's deadline
+WAIT_FOR_REDIS = 30  # app.core.connection.wait_for_redis's deadline
 
 
 def run_all(cases: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, tuple[int, str]]:
     """Start every ``taskport`` command at once; returns name -> (exit code, stdout + stderr)."""
     base = without_settings(os.environ)
     procs = {
-        name: subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, env={**base, **env},
+        name: subprocess.Popen([sys.executable, "-m", "app.launch.cli", *args], cwd=REPO_ROOT, env={**base, **env},
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for name, (args, env) in cases.items()
     }

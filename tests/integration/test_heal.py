@@ -26,10 +26,10 @@ import pytest
 import redis
 import requests
 
-from app import keys
-from app.config import Config
-from app.connection import connect
-from app.process import alive, session_members
+from app.core import keys
+from app.core.config import Config
+from app.core.connection import connect
+from app.core.process import alive, session_members
 from tests.integration.harness import TASKS, Api, RedisServer, Up, children, started, task_workers, wait_until
 
 HEAL_ENV = {

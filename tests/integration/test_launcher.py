@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.cli import web_command
-from app.config import Config
-from app.embedded import EmbeddedRedis, EmbeddedRedisError
-from app.logs import make_handler, task_logger
-from app.process import alive, free_port, kill_session, session_members
+from app.core.config import Config
+from app.core.logs import make_handler, task_logger
+from app.core.process import alive, free_port, kill_session, session_members
+from app.launch.cli import web_command
+from app.launch.embedded import EmbeddedRedis, EmbeddedRedisError
 from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, Up, WaitTimeout, task_workers, wait_until
 
 # -- wait_until ---------------------------------------------------------------------------------------
@@ -179,8 +179,8 @@ def test_an_orphan_server_left_by_a_killed_launcher_is_shut_down_first(tmp_path:
 
 ORPHAN_MAKER = """
 import sys, time
-from app.config import Config
-from app.embedded import EmbeddedRedis
+from app.core.config import Config
+from app.launch.embedded import EmbeddedRedis
 server = EmbeddedRedis(Config.from_env({}, data_dir=sys.argv[1])).start()
 server.client().set("k", "v")
 print(server.pid, flush=True)
@@ -279,7 +279,7 @@ def test_the_gunicorn_command_line_is_valid_for_the_installed_gunicorn(tmp_path:
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
                           env={**os.environ, **config.child_environ()})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert command[command.index("--worker-class") + 1] == "app.webworker.GeventWorker"
+    assert command[command.index("--worker-class") + 1] == "app.web.webworker.GeventWorker"
 
 
 def test_log_lines_carry_the_task_id_or_a_dash() -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import requests
 
-from app import keys
-from app.schedule import PASSES, job_id
-from app.states import QUEUES
-from app.store import NewTask, TaskStore
+from app.core import keys
+from app.core.schedule import PASSES, job_id
+from app.core.states import QUEUES
+from app.core.store import NewTask, TaskStore
 from tests.integration.harness import Stack, wait_until
 
 FAST: dict[str, Any] = {
@@ -191,7 +191,7 @@ def test_unfinished_task_past_its_ttl_expires_with_minus_4_and_leaves_the_queue(
 
 
 def test_expiry_pass_touches_only_the_expired_among_100k_live(redis_conn: Any, tmp_path: Any) -> None:
-    from app.config import Config
+    from app.core.config import Config
     from workers.housekeeping import Housekeeper, PassReport
 
     config = Config.from_env({}, redis_url="redis://unused", data_dir=tmp_path)
@@ -223,7 +223,7 @@ def test_expiry_pass_touches_only_the_expired_among_100k_live(redis_conn: Any, t
     # per due task: one read (status, job), the script's own, and the audit entry's (member, type, digest)
     assert delta.get("hmget", 0) == 3000
     # two full batches of 500 and one empty read, plus one read per queue of RQ's canceled registry
-    # (old canceled jobs, app.jobs.JobQueue.trim_finished): a constant, whatever the number of tasks
+    # (old canceled jobs, app.core.jobs.JobQueue.trim_finished): a constant, whatever the number of tasks
     assert delta.get("zrangebyscore", 0) == 3 + len(QUEUES)
     assert all(store.get(t).status == "EXPIRED" for t in expired[:10])
     assert redis_conn.zcard(keys.EXPIRY) == 100_000 + 1000  # tombstones stay indexed until they end

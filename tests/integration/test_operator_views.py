@@ -18,9 +18,9 @@ import pytest
 import requests
 import rq
 
-from app import keys
-from app.readiness import STAT_UNSERVED, WARNING_HEADER
-from app.states import QUEUES
+from app.core import keys
+from app.core.states import QUEUES
+from app.web.readiness import STAT_UNSERVED, WARNING_HEADER
 from tests.integration.harness import TASKS, Api, Stack, wait_until
 
 PASSWORD = "op-secret"

@@ -16,8 +16,8 @@ import orjson
 import pytest
 import requests
 
-from app import keys
-from app.process import free_port
+from app.core import keys
+from app.core.process import free_port
 from tests.integration.harness import REPO_ROOT, Api, Stack, wait_until
 from tests.s3server import S3Server, dead_endpoint, use_s3
 
@@ -89,7 +89,7 @@ def test_operators_read_the_audit_trail_over_http_and_the_cli(s3_stack: tuple[St
     assert r.status_code == 200
     assert [(e["from"], e["to"]) for e in r.json()["entries"]] == [
         ("PROCESSING", "COMPLETED"), ("PENDING", "PROCESSING"), (None, "PENDING")]
-    cli = subprocess.run([sys.executable, "-m", "app.cli", "audit", "--task", task_id, "--json"], cwd=REPO_ROOT,
+    cli = subprocess.run([sys.executable, "-m", "app.launch.cli", "audit", "--task", task_id, "--json"], cwd=REPO_ROOT,
                          env=stack.environ(), capture_output=True, timeout=30, check=True)
     assert [orjson.loads(line)["to"] for line in cli.stdout.splitlines()] == ["COMPLETED", "PROCESSING", "PENDING"]
     assert requests.get(stack.url("/healthz"), timeout=5).status_code == 200

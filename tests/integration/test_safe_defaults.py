@@ -9,14 +9,14 @@ import sys
 
 import requests
 
-from app.config import without_settings
+from app.core.config import without_settings
 from tests.integration.harness import REPO_ROOT, Stack
 
 
 def test_taskport_web_on_all_interfaces_without_keys_refuses_to_start_in_one_line() -> None:
     env = without_settings(os.environ)
     env.update(TASKPORT_HOST="0.0.0.0", PORT="1")
-    done = subprocess.run([sys.executable, "-m", "app.cli", "web"], cwd=REPO_ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "app.launch.cli", "web"], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -17,13 +17,13 @@ import pytest
 import redis
 from rq.job import Job
 
-from app import keys
-from app.clock import now_ms
-from app.config import Config
-from app.jobs import JobQueue, attempt_job_id
-from app.states import CLAIM_TAKEN, TaskStatus
-from app.store import Created, NewTask, ResultNotStorable, TaskStore
-from app.task import Task
+from app.core import keys
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.jobs import JobQueue, attempt_job_id
+from app.core.states import CLAIM_TAKEN, TaskStatus
+from app.core.store import Created, NewTask, ResultNotStorable, TaskStore
+from app.core.task import Task
 from tests.integration.harness import RedisServer, redis_proper, wait_until
 
 
@@ -307,7 +307,7 @@ class TestTaskStoreContract:
 
     def test_history_pages_newest_first_with_filters(self, store: TaskStore, monkeypatch: pytest.MonkeyPatch) -> None:
         clock = iter(range(1_800_000_000_000, 1_800_000_100_000, 1000))
-        monkeypatch.setattr("app.store.now_ms", lambda: next(clock))
+        monkeypatch.setattr("app.core.store.now_ms", lambda: next(clock))
         made = []
         for i in range(7):
             new = new_task(type_="demo.sleep" if i % 2 else "orders.split")
@@ -325,7 +325,7 @@ class TestTaskStoreContract:
 
     def test_history_cursor_is_stable_within_one_millisecond(self, store: TaskStore,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr("app.store.now_ms", lambda: 1_800_000_000_000)
+        monkeypatch.setattr("app.core.store.now_ms", lambda: 1_800_000_000_000)
         made = {create(store, new_task())[1] for _ in range(9)}
         seen: list[str] = []
         cursor = None

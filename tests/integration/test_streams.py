@@ -22,8 +22,8 @@ import pytest
 import redis
 import requests
 
-from app import keys
-from app.store import TaskStore
+from app.core import keys
+from app.core.store import TaskStore
 from tests.integration.harness import TASKS, Api, RedisServer, Stack, wait_until
 
 POLL_DEADLINE = 1.0  # seconds: the bound for a poll while slow clients hang on
@@ -270,7 +270,7 @@ def test_the_gevent_web_serves_metrics_and_the_dashboard(stack: Stack) -> None:
     stack.configure(dashboard_password="s3cret")
     proc = stack.start_web()
     stack.start_worker()
-    assert "Using worker: app.webworker.GeventWorker" in proc.log()
+    assert "Using worker: app.web.webworker.GeventWorker" in proc.log()
     with Api(stack.base_url) as api:
         metrics = api.get("/metrics", auth=("admin", "s3cret"))
         assert metrics.status_code == 200 and "taskport_redis_up 1.0" in metrics.text

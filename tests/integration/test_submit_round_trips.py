@@ -11,9 +11,9 @@ import pytest
 import redis
 from redis.connection import Connection, UnixDomainSocketConnection
 
-from app import processors
-from app.config import Config
-from app.service import TaskService
+from app.core import processors
+from app.core.config import Config
+from app.web.service import TaskService
 from tests.integration.harness import RedisServer
 
 _sent = [0]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.config import Config
-from app.connection import connect
+from app.core.config import Config
+from app.core.connection import connect
 from tests.integration.harness import Api, RedisServer, Stack
 
 

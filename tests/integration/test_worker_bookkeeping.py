@@ -15,9 +15,9 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.suspension import resume, suspend
 
-from app import create_app
-from app.config import Config
-from app.states import QUEUES
+from app.core.config import Config
+from app.core.states import QUEUES
+from app.web import create_app
 from tests.integration.harness import RedisServer
 from workers import runner
 from workers.worker import StoppableSimpleWorker

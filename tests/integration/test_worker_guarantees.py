@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.process import alive
+from app.core.process import alive
 from tests.integration.harness import TASKS, Api, Up, children, started, task_workers, wait_until
 
 ENV = {

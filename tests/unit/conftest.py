@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 import fakeredis
 import pytest
 
-from app import create_app
-from app.config import Config
-from app.jobs import JobQueue
-from app.store import TaskStore
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.store import TaskStore
+from app.web import create_app
 from tests.unit.recorder import Recorder
 
 

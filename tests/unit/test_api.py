@@ -7,10 +7,11 @@ import uuid
 import pytest
 from rq import SimpleWorker
 
-from app import create_app, keys
-from app.config import Config
-from app.jobs import JobQueue
-from app.states import QUEUES
+from app.core import keys
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.states import QUEUES
+from app.web import create_app
 
 PROBLEM = "application/problem+json"
 

@@ -10,11 +10,12 @@ import uuid
 import orjson
 import pytest
 
-from app import audit, create_app, keys, scripts
-from app.cli import main
-from app.clock import now_ms
-from app.config import Config
-from app.store import NewTask, TaskStore
+from app.core import audit, keys, scripts
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.store import NewTask, TaskStore
+from app.launch.cli import main
+from app.web import create_app
 
 CREDS = ("admin", "s3cret")
 
@@ -159,7 +160,7 @@ def test_taskport_audit_prints_the_trail(store, conn, monkeypatch, capsys):
     lifecycle(store, alice)
     lifecycle(store, bob, "fail")
     monkeypatch.setenv("REDIS_URL", "redis://fake")
-    monkeypatch.setattr("app.connection.connect", lambda config: conn)
+    monkeypatch.setattr("app.core.connection.connect", lambda config: conn)
     assert main(["audit", "--task", bob.task_id]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all(bob.task_id in line for line in lines)

@@ -16,8 +16,8 @@ import pytest
 import redis
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
-from app.clock import now_ms
-from app.store import HISTORY_SCAN, NewTask, TaskStore
+from app.core.clock import now_ms
+from app.core.store import HISTORY_SCAN, NewTask, TaskStore
 
 PROBLEM = "application/problem+json"
 

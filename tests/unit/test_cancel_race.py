@@ -13,8 +13,8 @@ from rq import Queue
 from rq.job import Job
 from rq.registry import CanceledJobRegistry
 
-from app.jobs import JobQueue
-from app.states import QUEUES
+from app.core.jobs import JobQueue
+from app.core.states import QUEUES
 from workers import runner
 from workers.worker import StoppableSimpleWorker
 

@@ -10,8 +10,8 @@ from rq.job import Job, JobStatus
 from rq.registry import CanceledJobRegistry
 from rq.utils import current_timestamp
 
-from app.jobs import CANCELED_JOB_TTL, JobQueue, cancel_aware, register_queues
-from app.states import QUEUES
+from app.core.jobs import CANCELED_JOB_TTL, JobQueue, cancel_aware, register_queues
+from app.core.states import QUEUES
 
 
 @pytest.fixture

@@ -18,12 +18,12 @@ import pytest
 from rq import SimpleWorker
 from rq.job import Job
 
-from app.clock import now_ms
-from app.config import Config
-from app.jobs import JobQueue
-from app.service import TaskService
-from app.states import CLAIM_TAKEN, QUEUES, TaskStatus
-from app.store import NewTask, TaskStore
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
+from app.core.store import NewTask, TaskStore
+from app.web.service import TaskService
 from tests.integration.harness import wait_until
 from tests.userprocs.claims import who
 from workers import runner as runner_module

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main, web_command
-from app.config import Config, ConfigError
+from app.core.config import Config, ConfigError
+from app.launch.cli import main, web_command
 
 
 def test_defaults_from_an_empty_environment() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rq.timeouts import JobTimeoutException
 
-from app.results import LocalResultStore
+from app.core.results import LocalResultStore
 from tests.unit.recorder import Recorder
 from workers import context as context_module
 from workers.context import MAX_FAILURES, SLEEP_SLICE, TaskContext

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 from rq import Queue, SimpleWorker
 
-from app import create_app
-from app.dashboard import mutating_endpoints
+from app.web import create_app
+from app.web.dashboard import mutating_endpoints
 
 PROBLEM = "application/problem+json"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.launch.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("app", "workers", "taskport")

@@ -1,4 +1,4 @@
-"""The submit envelope's fast path (app.api.tasks._envelope) answers exactly what SubmitSchema answers."""
+"""The submit envelope's fast path (app.web.api.tasks._envelope) answers exactly what SubmitSchema answers."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from marshmallow import ValidationError
 
-from app import processors
-from app.api.tasks import _envelope
-from app.errors import ValidationFailed
-from app.schemas import SubmitSchema
+from app.core import processors
+from app.web.api.tasks import _envelope
+from app.web.errors import ValidationFailed
+from app.web.schemas import SubmitSchema
 
 BODIES: list[dict[str, Any]] = [
     {"type": "sleep"},

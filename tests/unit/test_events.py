@@ -17,14 +17,15 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from app import create_app, keys, streams, webworker
-from app.api.events import TaskStream, format_event
-from app.clock import now_ms
-from app.config import Config
-from app.runtime import EXTENSION
-from app.store import TaskStore
-from app.streams import EventHub, Reading, StreamSlots
-from app.webworker import allow_open_files, direct_socket
+from app.core import keys
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.store import TaskStore
+from app.web import create_app, streams, webworker
+from app.web.api.events import TaskStream, format_event
+from app.web.runtime import EXTENSION
+from app.web.streams import EventHub, Reading, StreamSlots
+from app.web.webworker import allow_open_files, direct_socket
 
 LONG = 30.0
 KEEP_ALIVE = b": keep-alive\n\n"

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from app import keys, processors
-from app.clock import now_ms
-from app.states import CLAIM_TAKEN, TaskStatus
-from app.store import NewTask
+from app.core import keys, processors
+from app.core.clock import now_ms
+from app.core.states import CLAIM_TAKEN, TaskStatus
+from app.core.store import NewTask
 from workers.housekeeping import Housekeeper, PassReport
 
 HOUR = 3600 * 1000
@@ -149,7 +149,7 @@ def test_failures_over_the_threshold_alert_once_per_window(hk, conn, config, cap
 
 
 def test_webhook_alert_is_queued_not_sent_inline(conn, tmp_path):
-    from app.config import Config
+    from app.core.config import Config
 
     config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, alert_failures=1,
                              alert_webhook="http://127.0.0.1:9/hook")

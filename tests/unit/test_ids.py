@@ -1,4 +1,4 @@
-"""The id shapes (app/ids.py): one pattern each, used by the API, the result store and the logs."""
+"""The id shapes (app/core/ids.py): one pattern each, used by the API, the result store and the logs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from app.ids import is_run_id, is_task_id, new_run_id
-from app.logs import TaskIdFilter
-from app.results import check_run_id, check_task_id
+from app.core.ids import is_run_id, is_task_id, new_run_id
+from app.core.logs import TaskIdFilter
+from app.core.results import check_run_id, check_task_id
 
 
 def test_a_task_id_is_canonical_lower_case_uuid_text():

@@ -10,10 +10,10 @@ import pytest
 import rq.job
 import rq.queue
 
-import app.jobs
-from app.jobs import TEMPLATE_ID, JobQueue, JobTemplate
-from app.scripts import Command
-from app.states import QUEUES
+import app.core.jobs
+from app.core.jobs import TEMPLATE_ID, JobQueue, JobTemplate
+from app.core.scripts import Command
+from app.core.states import QUEUES
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def clock(monkeypatch):
     def now() -> datetime:
         return start + timedelta(microseconds=next(state["ticks"]))
 
-    for module in (rq.job, rq.queue, app.jobs):
+    for module in (rq.job, rq.queue, app.core.jobs):
         monkeypatch.setattr(module, "now", now)
     return lambda: state.update(ticks=itertools.count())
 
@@ -64,7 +64,7 @@ def test_the_queued_job_runs_as_rqs_would(conn, config):
         conn.execute_command(name, key, *args)
     job = rq.job.Job.fetch(task_id, connection=conn)
     assert (job.func_name, job.args, job.origin, job.timeout, job.description) == (
-        app.jobs.RUN_TASK, (task_id,), "low", 42, f"task {task_id}")
+        app.core.jobs.RUN_TASK, (task_id,), "low", 42, f"task {task_id}")
     assert conn.lrange("rq:queue:low", 0, -1) == [task_id.encode()]
 
 

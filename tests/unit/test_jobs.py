@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from rq.job import Job
 
-from app.jobs import JobQueue
+from app.core.jobs import JobQueue
 
 
 def test_remove_drops_queued_and_retry_scheduled_jobs_in_one_go(conn, config, enqueue):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import create_app
-from app.config import KEYED_RATE_LIMIT, Config, ConfigError
+from app.core.config import KEYED_RATE_LIMIT, Config, ConfigError
+from app.web import create_app
 
 TASKS = "/api/v1/tasks"
 

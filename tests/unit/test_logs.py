@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from app.logs import TaskIdFilter, make_handler, task_logger
+from app.core.logs import TaskIdFilter, make_handler, task_logger
 
 TASK = "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21"
 
@@ -32,7 +32,7 @@ def test_rq_lines_get_the_job_id_they_name():
 
 
 def test_other_lines_show_a_dash():
-    assert "task_id=- " in render(record("app.auth", f"not a task line {TASK}"))
+    assert "task_id=- " in render(record("app.web.auth", f"not a task line {TASK}"))
     assert "task_id=- " in render(record("rq.worker", "*** Listening on high, default, low..."))
 
 

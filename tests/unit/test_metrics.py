@@ -5,8 +5,9 @@ from __future__ import annotations
 import fakeredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import create_app, keys
-from app.runtime import EXTENSION
+from app.core import keys
+from app.web import create_app
+from app.web.runtime import EXTENSION
 
 
 def scrape(client, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

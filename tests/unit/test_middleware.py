@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import create_app
-from app.auth import PASSED_HOSTS_KEPT
-from app.metrics import LATENCY_BUCKETS, HttpMetrics
-from app.webapp import TaskportFlask
+from app.web import create_app
+from app.web.auth import PASSED_HOSTS_KEPT
+from app.web.metrics import LATENCY_BUCKETS, HttpMetrics
+from app.web.webapp import TaskportFlask
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from app import create_app, processors
-from app.api import docs
-from app.store import encode_cursor
+from app.core import processors
+from app.core.store import encode_cursor
+from app.web import create_app
+from app.web.api import docs
 
 PROBLEM = "application/problem+json"
 JSON = "application/json"

@@ -11,11 +11,12 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from app import cli, create_app
-from app.config import Config
-from app.connection import connect
-from app.logs import make_handler
-from app.weblog import GunicornLogger
+from app.core.config import Config
+from app.core.connection import connect
+from app.core.logs import make_handler
+from app.launch import cli
+from app.web import create_app
+from app.web.weblog import GunicornLogger
 from workers.housekeeping import PassReport
 
 

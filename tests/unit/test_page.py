@@ -10,7 +10,8 @@ import dataclasses
 
 import pytest
 
-from app import create_app, processors
+from app.core import processors
+from app.web import create_app
 
 
 def test_the_page_is_html_with_the_client_its_script_and_a_strict_csp(client):

@@ -1,4 +1,4 @@
-"""The process toolkit (app/process.py): liveness, ending a process or a session, ports, pidfiles."""
+"""The process toolkit (app/core/process.py): liveness, ending a process or a session, ports, pidfiles."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.config import LOOPBACK
-from app.process import alive, free_port, kill_session, port_in_use, read_pid, session_members, terminate
+from app.core.config import LOOPBACK
+from app.core.process import alive, free_port, kill_session, port_in_use, read_pid, session_members, terminate
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from app import create_app
-from app.config import KEYED_MAX_ACTIVE_TASKS, Config, ConfigError
-from app.scripts import Command
-from app.states import ErrorCode, TaskStatus
-from app.store import ActiveCapReached, NewTask, TaskStore
+from app.core.config import KEYED_MAX_ACTIVE_TASKS, Config, ConfigError
+from app.core.scripts import Command
+from app.core.states import ErrorCode, TaskStatus
+from app.core.store import ActiveCapReached, NewTask, TaskStore
+from app.web import create_app
 
 TASKS = "/api/v1/tasks"
 ALICE, BOB = {"Authorization": "Bearer ka"}, {"Authorization": "Bearer kb"}

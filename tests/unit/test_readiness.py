@@ -10,10 +10,11 @@ from rq import SimpleWorker
 from rq.job import Job
 from rq.utils import utcformat
 
-from app import create_app, keys
-from app.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch, housekeeping_ages, live_workers
-from app.schedule import PASSES, job_id
-from app.states import QUEUES
+from app.core import keys
+from app.core.schedule import PASSES, job_id
+from app.core.states import QUEUES
+from app.web import create_app
+from app.web.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch, housekeeping_ages, live_workers
 
 
 def start_worker(conn, queues=QUEUES) -> SimpleWorker:
@@ -98,5 +99,5 @@ def test_the_worker_watch_rereads_at_most_once_a_second(conn, monkeypatch):
     assert watch.unserved() == list(QUEUES)
     start_worker(conn)
     assert watch.unserved() == list(QUEUES)  # cached
-    monkeypatch.setattr("app.readiness.WORKER_CACHE_SECONDS", 0.0)
+    monkeypatch.setattr("app.web.readiness.WORKER_CACHE_SECONDS", 0.0)
     assert watch.unserved() == []

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from marshmallow import Schema, ValidationError, fields
 
-import app.processors as registry
-from app.processors import ProcessorLoadError
+import app.core.processors as registry
+from app.core.processors import ProcessorLoadError
 from workers.context import TaskContext
 
 USER_MODULE = "tests.userprocs.tasks"

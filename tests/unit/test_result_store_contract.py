@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app import processors
-from app.results import (
+from app.core import processors
+from app.core.results import (
     SPILLED_NAME,
     SPILLED_REF,
     FileInfo,
@@ -24,7 +24,7 @@ from app.results import (
     streamed_body,
     unspill,
 )
-from app.s3store import S3ResultStore
+from app.core.s3store import S3ResultStore
 from tests.s3server import S3Server, use_s3
 from workers.context import TaskContext
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Config
-from app.results import FileInfo, LocalResultStore, ResultStore, result_store
+from app.core.config import Config
+from app.core.results import FileInfo, LocalResultStore, ResultStore, result_store
 
 
 @pytest.fixture

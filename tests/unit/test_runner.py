@@ -18,9 +18,10 @@ from marshmallow import INCLUDE, Schema
 from rq import Retry
 from rq.timeouts import JobTimeoutException
 
-from app import create_app, processors
-from app.config import Config
-from app.states import ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core import processors
+from app.core.config import Config
+from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.web import create_app
 from workers import runner as runner_module
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError

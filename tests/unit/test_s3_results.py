@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from rq import SimpleWorker
 
-from app import create_app, keys, processors
-from app.clock import now_ms
-from app.config import Config
-from app.jobs import JobQueue
-from app.results import SPILLED_REF
-from app.s3store import S3ResultStore
-from app.states import QUEUES, ErrorCode
+from app.core import keys, processors
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.results import SPILLED_REF
+from app.core.s3store import S3ResultStore
+from app.core.states import QUEUES, ErrorCode
+from app.web import create_app
 from tests.s3server import S3Server, dead_endpoint, use_s3
 from workers import orphans, runner
 from workers.housekeeping import Housekeeper, PassReport

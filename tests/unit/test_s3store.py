@@ -13,10 +13,10 @@ import pytest
 import requests
 from botocore.stub import Stubber
 
-from app.config import Config, ConfigError
-from app.ids import new_run_id
-from app.results import LocalResultStore, StoreUnavailable, result_store
-from app.s3store import PART_SIZE, S3ResultStore
+from app.core.config import Config, ConfigError
+from app.core.ids import new_run_id
+from app.core.results import LocalResultStore, StoreUnavailable, result_store
+from app.core.s3store import PART_SIZE, S3ResultStore
 from tests.s3server import S3Server, dead_endpoint, use_s3
 
 MIB = 1024 * 1024
@@ -42,7 +42,7 @@ def down(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 ROUND_TRIP = """
 import hashlib, json, re, sys, uuid
 from pathlib import Path
-from app.s3store import S3ResultStore
+from app.core.s3store import S3ResultStore
 
 def peak():
     return int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
@@ -101,7 +101,7 @@ def test_an_unreachable_store_raises_store_unavailable(down: S3ResultStore) -> N
 
 def test_delete_on_an_unreachable_store_logs_and_returns(down: S3ResultStore, caplog: pytest.LogCaptureFixture) -> None:
     task_id = str(uuid.uuid4())
-    with caplog.at_level(logging.WARNING, "app.s3store"):
+    with caplog.at_level(logging.WARNING, "app.core.s3store"):
         down.delete(task_id)
     assert f"could not delete the result objects of {task_id}" in caplog.text
 

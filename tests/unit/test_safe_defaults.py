@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import create_app
-from app.config import Config, ConfigError
+from app.core.config import Config, ConfigError
+from app.web import create_app
 
 
 def test_without_keys_the_web_binds_loopback_and_with_keys_every_interface() -> None:

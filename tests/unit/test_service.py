@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from rq.job import Job
 
-from app import keys, processors
-from app.config import Config
-from app.errors import Conflict, NotFound, TooManyRequests
-from app.jobs import JobQueue
-from app.service import BadCursor, TaskService, dedup_digest
-from app.states import TaskStatus
+from app.core import keys, processors
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.states import TaskStatus
+from app.web.errors import Conflict, NotFound, TooManyRequests
+from app.web.service import BadCursor, TaskService, dedup_digest
 
 
 @pytest.fixture

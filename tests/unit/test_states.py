@@ -1,11 +1,11 @@
-"""The codes and statuses of app/states.py: their kinds and the rules between them."""
+"""The codes and statuses of app/core/states.py: their kinds and the rules between them."""
 
 from __future__ import annotations
 
 import hiredis
 import pytest
 
-from app.states import ERROR_MESSAGES, BusinessCode, ErrorCode
+from app.core.states import ERROR_MESSAGES, BusinessCode, ErrorCode
 
 
 def codes(kind: type) -> dict[str, int]:

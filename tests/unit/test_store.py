@@ -14,11 +14,11 @@ from collections.abc import Callable
 import fakeredis
 import pytest
 
-from app import keys, scripts
-from app.clock import now_ms
-from app.config import Config
-from app.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
-from app.store import NewTask, TaskStore, decode_cursor, encode_cursor
+from app.core import keys, scripts
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
+from app.core.store import NewTask, TaskStore, decode_cursor, encode_cursor
 
 
 def new_task(member: str = "public", digest: str | None = None, type_: str = "demo.sleep") -> NewTask:
@@ -142,10 +142,10 @@ def test_every_transition_the_store_performs_is_in_the_table(performed):
 
 @pytest.mark.parametrize("transition", sorted(TRANSITIONS), ids="{0[0]}->{0[1]}".format)
 def test_every_transition_in_the_table_is_performed_by_the_store(performed, transition):
-    assert transition in performed, f"no store move performs {transition}: drop it from app.states.TRANSITIONS"
+    assert transition in performed, f"no store move performs {transition}: drop it from app.core.states.TRANSITIONS"
 
 
-# every function of app.keys builds a key, except all_static and the STATS field names (*_stat)
+# every function of app.core.keys builds a key, except all_static and the STATS field names (*_stat)
 KEY_BUILDERS = {name: fn for name, fn in vars(keys).items()
                 if inspect.isfunction(fn) and fn.__module__ == keys.__name__ and name != "all_static"
                 and not name.endswith("_stat")}

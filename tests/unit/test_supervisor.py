@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from supervisor.options import ServerOptions
 
-from app import connection
-from app.config import Config
-from app.supervisor import (
+from app.core import connection
+from app.core.config import Config
+from app.launch.supervisor import (
     GROUP,
     START_RETRIES,
     START_SECS,
@@ -57,7 +57,7 @@ def test_every_process_is_restarted_and_redis_runs_first_and_stops_last(tmp_path
     assert found["redis"].priority < found[GROUP].priority < found["watchdog"].priority
     for name in ("web", "worker.1", "scheduler"):
         proc = processes[name]
-        assert proc.command.endswith(f"-m app.cli {name.split('.')[0]}")
+        assert proc.command.endswith(f"-m app.launch.cli {name.split('.')[0]}")
         assert proc.autorestart is not False and proc.startsecs == START_SECS
         assert proc.startretries == START_RETRIES and proc.stopwaitsecs == STOP_WAIT
         assert proc.stopasgroup and proc.killasgroup  # gunicorn's workers, RQ's scheduler child
@@ -106,7 +106,7 @@ def test_the_web_fails_fast_and_workers_ride_out_an_outage(monkeypatch: pytest.M
 
 
 def test_a_child_whose_parent_died_while_it_started_dies_at_once() -> None:
-    code = ("import signal, time; from app.process import die_with_parent; "
+    code = ("import signal, time; from app.core.process import die_with_parent; "
             "die_with_parent(signal.SIGTERM, 1); time.sleep(30)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, timeout=30, check=False)
     assert done.returncode == -signal.SIGTERM  # its parent is not pid 1: as if the parent it had was gone
@@ -135,7 +135,7 @@ def test_the_web_env_file_reaches_the_web_command_exactly(tmp_path: Path) -> Non
     env_file.write_text(json.dumps(settings))
     names = sorted(settings)
     probe = f"import json, os; print(json.dumps({{k: os.environ[k] for k in {names!r}}}))"
-    done = subprocess.run([sys.executable, "-m", "app.supervisor", WEB_ENV_FLAG, str(env_file), sys.executable, "-c",
-                           probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "app.launch.supervisor", WEB_ENV_FLAG, str(env_file),
+                           sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == settings

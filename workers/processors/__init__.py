@@ -1,6 +1,6 @@
 """The built-in processors, one module each (``demo``, ``orders_split``, ``orders_export``).
 
-The registry itself is :mod:`app.processors`, which loads these modules by their dotted names. What a
+The registry itself is :mod:`app.core.processors`, which loads these modules by their dotted names. What a
 processor author needs from it is re-exported here, beside :mod:`workers.context` and
 :mod:`workers.exceptions`, so a processor module imports only from ``workers``::
 
@@ -9,6 +9,6 @@ processor author needs from it is re-exported here, beside :mod:`workers.context
 
 from __future__ import annotations
 
-from app.processors import INT64, INT64_MAX, Processor, processor
+from app.core.processors import INT64, INT64_MAX, Processor, processor
 
 __all__ = ["INT64", "INT64_MAX", "Processor", "processor"]

@@ -13,8 +13,8 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.processors import INT64, INT64_MAX, processor
-from app.states import BusinessCode
+from app.core.processors import INT64, INT64_MAX, processor
+from app.core.states import BusinessCode
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
 

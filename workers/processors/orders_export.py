@@ -21,8 +21,7 @@ from typing import Any, BinaryIO
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.processors import processor
-from app.urls import task_path
+from app.core.processors import processor
 from workers.context import TaskContext
 
 MAX_ROWS = 1_000_000
@@ -44,7 +43,7 @@ CONTENT_TYPES = {
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 Row = tuple[str, date, str, int, int, str, str]  # amount in cents
-# What the OpenAPI document says of the dates (app.api.docs): an RFC 3339 full-date within the bounds above.
+# What the OpenAPI document says of the dates (app.web.api.docs): an RFC 3339 full-date within the bounds above.
 DATE = {"format": "date", "pattern": r"^(19[0-9]{2}|20[0-9]{2}|2100)-[0-9]{2}-[0-9]{2}$",
         "description": f"YYYY-MM-DD, {MIN_DATE.isoformat()} to {MAX_DATE.isoformat()}"}
 
@@ -89,8 +88,7 @@ def export(payload: dict, ctx: TaskContext) -> dict:
         "name": info.name,
         "size": info.size,
         "content_type": info.content_type,
-        "url": task_path(ctx.task_id, "/result/file"),
-    }
+    }  # the result read adds its "url" (app.web.api.tasks)
     return {"rows": rows, "file": file}
 
 

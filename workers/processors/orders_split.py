@@ -11,8 +11,8 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from app.processors import INT64, processor
-from app.states import BusinessCode
+from app.core.processors import INT64, processor
+from app.core.states import BusinessCode
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
 

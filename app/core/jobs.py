@@ -1,0 +1,240 @@
+"""The RQ side of a task: one job per delivery chain, whose only argument is the task id.
+
+The first job's id is the task id. A recovery (housekeeping taking a task whose heartbeat stopped)
+re-queues it under a job id of its own (:func:`attempt_job_id`), recorded in the task's hash: the
+stalled delivery may still be alive, and when it ends RQ deletes *its* job, which must not be the
+re-queued one (that would leave the task PENDING with no job until it expires).
+
+RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
+result (``RESULT_TTL``) and a failed job is forgotten after ``FAILED_JOB_TTL``. A queued job has no
+TTL of its own: housekeeping removes it when its task expires (a job that vanished while its id sat
+in a queue would be skipped silently).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any, cast
+
+import redis
+from rq import Callback, Queue
+from rq import Worker as RQWorker
+from rq.command import send_stop_job_command
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.registry import CanceledJobRegistry
+from rq.utils import as_text, current_timestamp, now, utcformat
+from rq.worker import SpawnWorker as RQSpawnWorker
+
+from app.core.config import Config
+from app.core.scripts import Command
+from app.core.states import QUEUES
+
+RUN_TASK = "workers.runner.run_task"
+ON_STOPPED = Callback("workers.runner.on_stopped")  # the worker removes what a killed work horse wrote
+# RQ deletes a finished job at once. Keeping it 1 s instead spares the worker a synchronous delete
+# (~10% more no-op jobs per second, measured) but leaves two keys per task behind for that second,
+# which grow Redis's tables (~+700 B per finished task in the 10,000-task memory benchmark):
+# see bench/README.md, "Optimizations".
+RESULT_TTL = 0
+FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashboard
+CANCELED_JOB_TTL = FAILED_JOB_TTL  # and a job stopped on request in its canceled registry (trimmed by housekeeping)
+
+log = logging.getLogger(__name__)
+
+
+def attempt_job_id(task_id: str, attempt: int) -> str:
+    """The RQ job id under which a recovery re-queues a task after ``attempt`` (RQ allows [A-Za-z0-9_-])."""
+    return f"{task_id}_{attempt}"
+
+
+TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
+
+
+class JobTemplate:
+    """RQ's enqueue of a first job (id = task id) for one (queue, timeout), recorded once with the placeholder
+    ``TEMPLATE_ID`` and filled per task where RQ's values depend on the task: the job hash's key, the queue
+    entry, ``description``, ``data`` (RQ's serializer over ``(RUN_TASK, None, (task_id,), {})``, compressed
+    as RQ's ``Job.to_dict`` does) and ``created_at`` / ``enqueued_at`` (RQ's ``utcformat(now())``, in that
+    order). A recording that holds the placeholder anywhere else is refused, so an RQ that changes its
+    layout fails loudly (and tests/unit/test_job_template.py fails), never silently."""
+
+    FILLED = frozenset({"created_at", "enqueued_at", "data", "description"})
+
+    def __init__(self, recorded: list[Command], serializer: Any) -> None:
+        self.serializer = serializer
+        job_key = Job.key_for(TEMPLATE_ID)
+        # per command: its name, its key (None: the job hash's), its args, and which args to fill in
+        self.commands: list[tuple[str, str | None, tuple[Any, ...], dict[int, str]]] = []
+        for name, key, args in recorded:
+            slots: dict[int, str] = {}
+            if name == "HSET" and key == job_key:
+                slots = {i + 1: args[i] for i in range(0, len(args) - 1, 2) if args[i] in self.FILLED}
+            elif name == "RPUSH" and args == (TEMPLATE_ID,):
+                slots = {0: "id"}
+            rest = [a for i, a in enumerate(args) if i not in slots]
+            if (key != job_key and TEMPLATE_ID in key) or any(TEMPLATE_ID in str(a) for a in rest):
+                raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name} {key}")
+            self.commands.append((name, None if key == job_key else key, args, slots))
+
+    def fill(self, task_id: str) -> list[Command]:
+        """RQ's commands for the job of ``task_id``, as its own enqueue would record them now."""
+        values = {"id": task_id, "description": f"task {task_id}", "created_at": utcformat(now()),
+                  "data": zlib.compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))}
+        values["enqueued_at"] = utcformat(now())
+        job_key = Job.key_for(task_id)
+        commands = []
+        for name, key, args, slots in self.commands:
+            if slots:
+                filled = list(args)
+                for i, field in slots.items():
+                    filled[i] = values[field]
+                args = tuple(filled)
+            commands.append(Command(name, job_key if key is None else key, args))
+        return commands
+
+
+class JobQueue:
+    def __init__(self, conn: redis.Redis, config: Config) -> None:
+        self.redis = conn
+        self.config = config
+        self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
+        self._templates: dict[tuple[str, int], JobTemplate] = {}
+
+    def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> list[Command]:
+        """The commands that queue the task's job (id ``job_id``, default the task id), for a script or a
+        transaction of the store to replay (:meth:`app.core.store.TaskStore.create`, ``recover``).
+
+        They are RQ's own: RQ writes a job only onto a redis-py pipeline, so its enqueue is recorded on
+        one that is never sent. Each of its commands acts on one key (a job hash, a queue list, RQ's set
+        of queues), which is what a script that declares its keys needs. A first job (id = task id, every
+        submit) is RQ's recording for its (queue, timeout), made once with a placeholder id, then filled in
+        (:class:`JobTemplate`; tests/unit/test_job_template.py compares the two with RQ's own).
+        """
+        if job_id is None or job_id == task_id:
+            template = self._templates.get((priority, timeout))
+            if template is None:
+                recorded = self._recorded(TEMPLATE_ID, priority, timeout, None)
+                template = JobTemplate(recorded, self.queues[priority].serializer)
+                self._templates[(priority, timeout)] = template
+            return template.fill(task_id)
+        return self._recorded(task_id, priority, timeout, job_id)
+
+    def _recorded(self, task_id: str, priority: str, timeout: int, job_id: str | None) -> list[Command]:
+        """RQ's own enqueue of the task's job, recorded (see :meth:`job_commands`)."""
+        recorder = self.redis.pipeline(transaction=True)
+        recorder.multi()  # as RQ expects of a caller's pipeline
+        queue = self.queues[priority]
+        job = queue.create_job(
+            RUN_TASK,
+            args=(task_id,),
+            job_id=job_id or task_id,
+            timeout=timeout,  # RQ raises JobTimeoutException in run_task, which fails the task with -2
+            result_ttl=RESULT_TTL,
+            failure_ttl=FAILED_JOB_TTL,
+            description=f"task {task_id}",
+            on_stopped=ON_STOPPED,
+        )
+        queue.enqueue_job(job, pipeline=recorder)
+        commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
+        recorder.reset()
+        return commands
+
+    def enqueue_call(self, queue: str, func: str, *args: Any, **options: Any) -> None:
+        """A plain RQ job of ``func(*args)`` on ``queue`` (RQ's ``Queue.enqueue`` options), e.g. an alert."""
+        Queue(queue, connection=self.redis).enqueue(func, *args, **options)
+
+    def trim_finished(self) -> None:
+        """Drop finished jobs whose ``RESULT_TTL`` is over from RQ's finished registries (one command each;
+        RQ itself does it only every ten minutes), and stopped jobs older than ``CANCELED_JOB_TTL`` from the
+        canceled registries (RQ never cleans those)."""
+        for queue in self.queues.values():
+            queue.finished_job_registry.cleanup()
+        cutoff = current_timestamp() - CANCELED_JOB_TTL
+        for queue in self.queues.values():
+            registry = CanceledJobRegistry(queue.name, connection=self.redis)
+            old = [as_text(i) for i in cast(list[bytes], self.redis.zrangebyscore(registry.key, "-inf", cutoff))]
+            if old:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.zrem(registry.key, *old)
+                pipe.delete(*(Job.key_for(i) for i in old))
+                pipe.execute()
+
+    def remove(self, *job_ids: str) -> list[str]:
+        """Drop queued (or retry-scheduled) jobs so they never start (two round trips at most, however many);
+        return the ids found in no queue or schedule: taken by a worker meanwhile (left to it), or gone.
+
+        A job's hash is deleted only once its id is out of every queue and schedule, by this call: a worker
+        that popped the id meanwhile still reads and writes the job (RQ's spawned work horse fetches it
+        again), runs it, finds its task no longer PENDING and does nothing, and RQ deletes the job as it
+        deletes every finished one (``RESULT_TTL``). Deleting it under the worker made RQ raise
+        ``NoSuchJobError`` with a traceback and left the delivery in the started registry.
+        """
+        if not job_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            for queue in self.queues.values():
+                queue.remove(job_id, pipeline=pipe)  # LREM: 1 if the id was queued there
+                queue.scheduled_job_registry.remove(job_id, pipeline=pipe)  # ZREM: 1 if it waited for a retry
+        removed = pipe.execute()
+        per_job = 2 * len(self.queues)
+        dropped: list[str] = []
+        taken: list[str] = []
+        for i, job_id in enumerate(job_ids):
+            (dropped if any(removed[i * per_job:(i + 1) * per_job]) else taken).append(job_id)
+        if dropped:
+            self.redis.delete(*(Job.key_for(i) for i in dropped))
+        return taken
+
+    def stop(self, job_id: str) -> None:
+        """Ask the worker running the job to kill its work horse (fork and spawn workers only)."""
+        try:
+            send_stop_job_command(self.redis, job_id)
+        except (NoSuchJobError, InvalidJobOperation):
+            pass  # not running (anymore): the processor's next checkpoint sees the cancel
+
+
+def register_queues(conn: redis.Redis) -> None:
+    """List every queue in RQ's set of queues now, so rq-dashboard and ``rq info`` show high, default and
+    low from the start (RQ adds a queue there only at its first enqueue). One idempotent SADD."""
+    conn.sadd(Queue.redis_queues_keys, *(Queue(name, connection=conn).key for name in QUEUES))
+
+
+def record_stopped_as_canceled(job: Job) -> None:
+    """Move a job RQ stopped on request (a task cancelled, or expired, while running) from the failed
+    registry, where RQ puts it with status STOPPED, to the canceled registry, with its end time."""
+    conn = job.connection
+    job.ended_at = now()
+    pipe = conn.pipeline()
+    job.failed_job_registry.remove(job, pipeline=pipe)
+    job.set_status(JobStatus.CANCELED, pipeline=pipe)
+    job.save(pipeline=pipe, include_meta=False)
+    CanceledJobRegistry(job.origin, connection=conn).add(job, pipeline=pipe)
+    pipe.expire(job.key, CANCELED_JOB_TTL)
+    pipe.execute()
+
+
+class CancelAware:
+    """Mixin for an RQ worker class: a job stopped on request ends in the canceled registry, not the failed one.
+
+    RQ 3.0 treats ``send_stop_job_command`` as a failure ("Job stopped by user, work-horse terminated"):
+    operators would count every cancel as a failed job. Its status is STOPPED after RQ's own handling.
+    """
+
+    def handle_job_failure(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
+        super().handle_job_failure(job, queue, *args, **kwargs)  # type: ignore[misc]
+        if job.get_status(refresh=False) == JobStatus.STOPPED:
+            record_stopped_as_canceled(job)
+
+
+def cancel_aware(worker_class: type[Any]) -> type[Any]:
+    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
+    return type(worker_class.__name__, (CancelAware, worker_class), {})
+
+
+# Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
+# pickle finds a class by module and name (in a fresh interpreter, by importing this module).
+Worker = cancel_aware(RQWorker)
+SpawnWorker = cancel_aware(RQSpawnWorker)

@@ -1,0 +1,119 @@
+"""Every Redis key name and every key lifetime rule: nothing else formats a key.
+
+A task's own keys share the ``{task_id}`` hash tag so they would land on one cluster slot.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from app.core.states import TaskStatus
+
+PREFIX = "tp:"
+
+
+def task(task_id: str) -> str:
+    """Hash: the task's status fields (the record; one HGETALL answers a status read)."""
+    return f"{PREFIX}task:{{{task_id}}}"
+
+
+class TaskField(StrEnum):
+    """The fields of a task's hash (:func:`task`): their only home. The Lua scripts name them as ``@name``
+    (rendered by :func:`app.core.scripts.build`), the store and :class:`app.core.task.Task` by these members."""
+
+    TYPE = "type"
+    MEMBER = "member"
+    STATUS = "status"
+    PROGRESS = "progress"  # 0-100, never goes down
+    MESSAGE = "message"
+    ITEMS_TOTAL = "items_total"  # the three item counts, when the processor reports items
+    ITEMS_SUCCEEDED = "items_succeeded"
+    ITEMS_FAILED = "items_failed"
+    ERROR_CODE = "error_code"
+    ERROR_MESSAGE = "error_message"
+    ATTEMPTS = "attempts"  # runs started so far
+    MAX_ATTEMPTS = "max_attempts"
+    PRIORITY = "priority"  # the RQ queue
+    CREATED_AT = "created_at"  # every time: ms since the epoch
+    STARTED_AT = "started_at"
+    UPDATED_AT = "updated_at"
+    COMPLETED_AT = "completed_at"
+    EXPIRES_AT = "expires_at"
+    RUN_ID = "run_id"  # the run that holds the task while PROCESSING
+    SEQ = "seq"  # the event sequence number, bumped by every write (see events)
+    PAYLOAD_SHA256 = "payload_sha256"  # of the payload JSON, for the audit trail
+    JOB = "job"  # the current RQ job id when it is not the task id (a recovery re-queued it)
+    RESULT = "result"  # a short result's JSON, inline (see app.core.store.INLINE_RESULT_MAX)
+
+
+def payload(task_id: str) -> str:
+    """String: the validated payload JSON, dropped when the task ends."""
+    return f"{PREFIX}task:{{{task_id}}}:payload"
+
+
+def result(task_id: str) -> str:
+    """String: the result JSON ({"result", "failures", "error_code", "run"}) of a COMPLETED task ("run": the
+    run whose result folder holds its files, when it wrote any)."""
+    return f"{PREFIX}task:{{{task_id}}}:result"
+
+
+def events(task_id: str) -> str:
+    """Pub/sub channel: a message with the task's event sequence number on every change."""
+    return f"{PREFIX}task:{{{task_id}}}:events"
+
+
+def dedup(member: str, digest: str) -> str:
+    """String (SET NX EX): the task id holding this dedup key for the member's window."""
+    return f"{PREFIX}dedup:{member}:{digest}"
+
+
+def history(member: str) -> str:
+    """Sorted set: the member's task ids scored by creation time (ms)."""
+    return f"{PREFIX}history:{member}"
+
+
+EXPIRY = f"{PREFIX}expiry"  # sorted set: task id scored by the ms when housekeeping must act on it
+RUNNING = f"{PREFIX}running"  # sorted set: PROCESSING task id scored by its last heartbeat (ms)
+MEMBERS = f"{PREFIX}members"  # set: every member that has a history index
+ACTIVE = f"{PREFIX}active"  # hash: member -> how many of its tasks are unfinished (PENDING or PROCESSING)
+STATS = f"{PREFIX}stats"  # hash: counters (STAT_* and STAT_ENTERED below, housekeeping_<pass>) for metrics
+FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
+SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
+ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert went out in this window
+AUDIT = f"{PREFIX}audit"  # stream: one entry per task transition, capped by TASKPORT_AUDIT_RETENTION
+ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's orphan sweep continues after
+
+
+# Fields of STATS: submits, retries and recoveries, and a counter per status a transition ends in.
+STAT_SUBMITTED = "submitted"
+STAT_RETRIED = "retried"
+STAT_RECOVERED = "recovered"
+STAT_ENTERED: dict[str, str] = {
+    TaskStatus.COMPLETED: "completed",
+    TaskStatus.FAILED: "failed",
+    TaskStatus.CANCELLED: "cancelled",
+    TaskStatus.EXPIRED: "expired",
+}
+
+
+def housekeeping_stat(name: str) -> str:
+    """The STATS field counting the runs of housekeeping pass ``name``."""
+    return f"housekeeping_{name}"
+
+
+def streams(member: str) -> str:
+    """Sorted set: the member's open event streams (stream id scored by the ms its lease runs out)."""
+    return f"{PREFIX}streams:{member}"
+
+
+# ms an open stream's slot stays counted without a renewal: its web process renews every third of it,
+# so a killed process's slots are dropped at most this long after it died.
+STREAM_LEASE_MS = 60_000
+
+
+def housekeeping_lock(job: str) -> str:
+    return f"{PREFIX}housekeeping:{job}:lock"
+
+
+def all_static() -> list[str]:
+    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP]

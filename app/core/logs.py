@@ -1,0 +1,102 @@
+"""One log format for every process: UTC time, level, process, logger, task id, message.
+
+    2026-11-29T10:00:00.123Z INFO  worker[4242] workers.runner task_id=2f1c... started orders.split
+    2026-11-29T10:00:00.125Z INFO  web[4101] app.web.api.tasks task_id=- open mode: no API keys configured
+
+A line that concerns a task carries its id (log through :func:`task_logger`); every other line shows
+``task_id=-``, so ``grep task_id=<id>`` over all processes' output tells one task's story.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+from app.core.config import Config
+from app.core.ids import TASK_ID
+
+FORMAT = "%(asctime)s %(levelname)-5s %(procname)s[%(process)d] %(name)s task_id=%(task_id)s %(message)s"
+NO_TASK = "-"
+
+
+class TaskIdFilter(logging.Filter):
+    """Give every record a ``task_id`` (``-`` when it has none) and the process's role name."""
+
+    def __init__(self, procname: str) -> None:
+        super().__init__()
+        self.procname = procname
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "task_id"):
+            record.task_id = _task_id_in_library_line(record)
+        record.procname = self.procname
+        return True
+
+
+def _task_id_in_library_line(record: logging.LogRecord) -> str:
+    """RQ names the job (id = task id) in its own lines ("default: Job OK (2f1c...)"): stamp it."""
+    if record.name.startswith("rq."):
+        found = TASK_ID.search(record.getMessage())
+        if found:
+            return found.group(0)
+    return NO_TASK
+
+
+QUIET_PROCESSES = frozenset({"housekeeper"})
+
+
+class QuietLibraryFilter(logging.Filter):
+    """Drop RQ's INFO lines (dequeued, "Job OK", "result will never expire...") in a process that only runs
+    housekeeping: each pass would add three of them every interval. The pass itself logs one line when
+    it did something (workers.housekeeping); RQ's warnings and errors still pass, and at DEBUG everything does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("rq.") and record.levelno == logging.INFO
+                    and logging.getLogger().getEffectiveLevel() > logging.DEBUG)
+
+
+class UTCFormatter(logging.Formatter):
+    """ISO 8601 UTC timestamps with milliseconds and a trailing ``Z``, like the API's."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+
+
+class TaskLogger(logging.LoggerAdapter):
+    """A logger adapter that stamps its task's id on every record (and keeps a caller's own ``extra``)."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
+
+
+def task_logger(logger: logging.Logger, task_id: str) -> logging.LoggerAdapter:
+    """``logger`` whose lines all show ``task_id=<task_id>``."""
+    return TaskLogger(logger, {"task_id": task_id})
+
+
+def make_handler(procname: str) -> logging.StreamHandler[TextIO]:
+    """A stderr handler in the common format, for the process named ``procname`` (web, worker...)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(UTCFormatter(FORMAT))
+    handler.addFilter(TaskIdFilter(procname))
+    if procname in QUIET_PROCESSES:
+        handler.addFilter(QuietLibraryFilter())
+    handler.set_name(f"taskport-{procname}")
+    return handler
+
+
+def setup_logging(config: Config, process: str) -> None:
+    """Send every logger's records through one stderr handler in the common format.
+
+    Idempotent: a second call (e.g. a second ``create_app`` in tests) replaces the handler, never
+    duplicates it. RQ sees that the root logger has a handler and adds none of its own.
+    """
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if (h.get_name() or "").startswith("taskport-")]:
+        root.removeHandler(old)
+    root.addHandler(make_handler(process))
+    root.setLevel(config.log_level_name)

@@ -1,0 +1,124 @@
+"""The task record as stored (a flat Redis hash, fields :class:`app.core.keys.TaskField`) and its rendering
+as the contract's status document (the web adds the links: :func:`app.web.urls.status_document`).
+
+Rendering is a plain function on the hot path of every status read: no schema library, no extra I/O.
+Times are stored as integer milliseconds (see :mod:`app.core.clock`) and rendered as ISO 8601 only here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from app.core.clock import iso, iso_or_none
+from app.core.keys import TaskField
+from app.core.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
+
+# Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash: _RAW.STATUS is
+# b"status". Plain bytes attributes, since looking an enum member up in a dict costs a Python-level hash.
+_RAW = SimpleNamespace(**{field.name: field.value.encode() for field in TaskField})
+
+
+def _text(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    text = value.decode()
+    return text or None
+
+
+def _int(value: bytes | None, default: int | None = 0) -> int | None:
+    return int(value) if value else default
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task as read from its hash (written by :class:`app.core.store.TaskStore` and the Lua scripts)."""
+
+    id: str
+    type: str
+    member: str
+    status: str
+    progress: int
+    message: str | None
+    items: dict[str, int] | None
+    error_code: int | None
+    error_message: str | None
+    attempts: int
+    max_attempts: int
+    priority: str
+    created_at: int  # ms since the epoch, like every time here
+    started_at: int | None
+    updated_at: int
+    completed_at: int | None
+    expires_at: int
+    run_id: str | None
+    seq: int
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
+        """The task stored in hash ``h`` under ``task_id`` (the id is the key's, not a field)."""
+        g = h.get
+        r = _RAW
+        total = g(r.ITEMS_TOTAL)
+        items = None
+        if total:
+            items = {
+                "total": int(total),
+                "succeeded": int(g(r.ITEMS_SUCCEEDED) or 0),
+                "failed": int(g(r.ITEMS_FAILED) or 0),
+            }
+        return cls(
+            id=task_id,
+            type=h[r.TYPE].decode(),
+            member=h[r.MEMBER].decode(),
+            status=h[r.STATUS].decode(),
+            progress=int(g(r.PROGRESS) or 0),
+            message=_text(g(r.MESSAGE)),
+            items=items,
+            error_code=_int(g(r.ERROR_CODE), None),
+            error_message=_text(g(r.ERROR_MESSAGE)),
+            attempts=int(g(r.ATTEMPTS) or 0),
+            max_attempts=int(g(r.MAX_ATTEMPTS) or 1),
+            priority=(g(r.PRIORITY) or b"default").decode(),
+            created_at=int(h[r.CREATED_AT]),
+            started_at=_int(g(r.STARTED_AT), None),
+            updated_at=int(h[r.UPDATED_AT]),
+            completed_at=_int(g(r.COMPLETED_AT), None),
+            expires_at=int(h[r.EXPIRES_AT]),
+            run_id=_text(g(r.RUN_ID)),
+            seq=int(g(r.SEQ) or 0),
+        )
+
+    def effective_status(self, now: int) -> str:
+        """The status a reader sees at ``now`` (ms): EXPIRED once ``expires_at`` has passed, before
+        housekeeping runs."""
+        if self.status != TaskStatus.EXPIRED and now >= self.expires_at:
+            return TaskStatus.EXPIRED
+        return self.status
+
+    def error(self, now: int) -> dict[str, Any] | None:
+        if self.status in ACTIVE and now >= self.expires_at:
+            return {"code": ErrorCode.EXPIRED, "message": ERROR_MESSAGES[ErrorCode.EXPIRED]}
+        if self.error_code is None:
+            return None
+        return {"code": self.error_code, "message": self.error_message or ""}
+
+    def to_doc(self, now: int) -> dict[str, Any]:
+        """The contract's status document as seen at ``now`` (ms), but for its ``links``, which the web adds
+        (:func:`app.web.urls.status_document`): the record knows no HTTP path."""
+        return {
+            "task_id": self.id,
+            "type": self.type,
+            "status": self.effective_status(now),
+            "progress": self.progress,
+            "message": self.message,
+            "items": self.items,
+            "error": self.error(now),
+            "attempts": self.attempts,
+            "created_at": iso(self.created_at),
+            "started_at": iso_or_none(self.started_at),
+            "updated_at": iso(self.updated_at),
+            "completed_at": iso_or_none(self.completed_at),
+            "expires_at": iso(self.expires_at),
+        }

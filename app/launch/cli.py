@@ -1,0 +1,183 @@
+"""The ``taskport`` command: one entry point for every process of the Procfile, and ``up`` for development.
+
+    taskport web          gunicorn serving the Flask app on $PORT
+    taskport worker       one RQ worker (queues high, default, low)
+    taskport scheduler    rq-scheduler (periodic housekeeping)
+    taskport up           all of the above under supervisor (restarted when they die), plus an embedded
+                          Redis when REDIS_URL is unset (see app/launch/supervisor.py, docs/self-healing.md)
+    taskport config       the configuration table (markdown)
+    taskport audit        the audit trail of task transitions (--task ID, --member M)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pkgutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from app.core import audit
+from app.core.config import Config, ConfigError
+from app.core.connection import connect
+from app.core.logs import setup_logging
+from app.core.process import port_in_use
+from app.core.processors import ProcessorLoadError
+from app.launch.embedded import EmbeddedRedisError
+
+# gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
+# "Serving model"; documented: docs/streams.md):
+# - gevent (default): a connection is a greenlet, so an open SSE stream, a slow client or an idle
+#   keep-alive connection costs a few KiB, not one of a handful of threads; up to
+#   TASKPORT_WEB_CONNECTIONS per process. gunicorn's gevent worker monkey-patches before the app is
+#   imported; redis-py (hiredis included), prometheus_client and rq-dashboard run unchanged on it.
+#   The worker class is app.web.webworker.GeventWorker: gunicorn's own, plus a socket timeout.
+# - gthread (TASKPORT_WEB_WORKER_CLASS=gthread, for comparison): a request holds a thread for its life.
+#   The worker class is app.web.webworker.ThreadWorker: gunicorn's own, answering its own errors as problem+json.
+# - --timeout is the worker's heartbeat from its main loop, not a request deadline (that loop keeps
+#   beating while streams run), so gunicorn's 30 s stays: it restarts only a truly stuck worker.
+# - --graceful-timeout 5: on SIGTERM in-flight requests get 5 s; an SSE stream never ends by itself,
+#   so a longer grace only delays every deploy (and honcho SIGKILLs after 5 s anyway).
+# - --keep-alive 5: pollers asked to come back in 1 s (Retry-After) find their connection still open.
+#   Under gevent it is also the deadline for a whole request head (gunicorn's timeout_ctx), which
+#   is what cuts a client trickling its headers a line at a time.
+# - --reuse-port: one listening socket per worker, so a burst of connects spreads over all of them.
+# - --no-control-socket: gunicorn 27 would otherwise create ~/.gunicorn/gunicorn.ctl.
+GUNICORN_TIMEOUT = 30
+GUNICORN_GRACEFUL_TIMEOUT = 5
+GUNICORN_KEEPALIVE = 5
+GUNICORN_GEVENT_WORKER = "app.web.webworker.GeventWorker"
+GUNICORN_THREAD_WORKER = "app.web.webworker.ThreadWorker"
+# Exit codes of every command (docs/deploy.md): 0 stopped on request; 1 a runtime failure (Redis unreachable,
+# the embedded Redis or a process failed); 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+# The worker and the scheduler run the workers package, which imports this one: like the Procfile and
+# gunicorn ("app.web:create_app()"), the CLI names their entry points and resolves them when the command
+# runs, so no module of app imports workers (the packages depend one way: workers -> app).
+ROLE_MAINS = {"worker": "workers.worker:main", "scheduler": "workers.scheduler:main"}
+
+DESCRIPTION = "every process of the Procfile (web, worker, scheduler), `up` for development, and the client commands"
+
+
+def web_command(config: Config) -> list[str]:
+    """The gunicorn command line that ``taskport web`` execs."""
+    return [
+        sys.executable, "-m", "gunicorn", "app.web:create_app()",
+        *_worker_flags(config),
+        "--workers", str(config.web_concurrency),
+        "--bind", f"{config.host}:{config.port}",
+        "--reuse-port",
+        "--no-control-socket",
+        "--timeout", str(GUNICORN_TIMEOUT),
+        "--graceful-timeout", str(GUNICORN_GRACEFUL_TIMEOUT),
+        "--keep-alive", str(GUNICORN_KEEPALIVE),
+        "--logger-class", "app.web.weblog.GunicornLogger",
+        "--log-level", config.log_level_name.lower(),
+    ]
+
+
+def _worker_flags(config: Config) -> list[str]:
+    if config.web_worker_class == "gthread":
+        return ["--worker-class", GUNICORN_THREAD_WORKER, "--threads", str(config.web_threads)]
+    return ["--worker-class", GUNICORN_GEVENT_WORKER, "--worker-connections", str(config.web_connections)]
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
+    config = Config.from_env()  # fail here, readably, on a bad environment
+    connect(config)  # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
+    host = config.local_host
+    # gunicorn would retry, then its workers die with tracebacks. A web restarted after its master was
+    # killed finds the old workers still serving their last requests: give them the grace they get.
+    deadline = time.monotonic() + GUNICORN_GRACEFUL_TIMEOUT + 2
+    while port_in_use(config.port, host):
+        if time.monotonic() > deadline:
+            raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
+        time.sleep(0.2)
+    command = web_command(config)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
+def cmd_role(args: argparse.Namespace) -> int:
+    """Run the worker's or the scheduler's ``main(config, name=)``, found by its name in ``ROLE_MAINS``, in
+    this process: from here on its signal handling and its exit code are that main's."""
+    role_main = pkgutil.resolve_name(ROLE_MAINS[args.command])
+    return int(role_main(Config.from_env(), name=args.name))
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Print every setting as a markdown table (the README's configuration section)."""
+    print("| Variable | Default | Meaning |")
+    print("| --- | --- | --- |")
+    for env, default, doc in Config.describe():
+        shown = f"`{default}`" if default not in ("", "None") else "(unset)"
+        meaning = doc.replace("|", "\\|")
+        print(f"| `{env}` | {shown} | {meaning} |")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Run web, workers and scheduler under supervisor, with an embedded Redis unless REDIS_URL is set."""
+    from app.launch.supervisor import Launcher
+
+    config = Config.from_env()
+    config = replace(config, data_dir=Path(config.data_dir).resolve())
+    setup_logging(config, "up")
+    if port_in_use(config.port):
+        raise ConfigError(f"PORT {config.port} is in use by another process: set PORT to a free one")
+    return Launcher(config).run()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taskport", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("web", help="serve the HTTP API with gunicorn on $PORT").set_defaults(run=cmd_web)
+    for role, what in (("worker", "one RQ worker"), ("scheduler", "rq-scheduler")):
+        p = sub.add_parser(role, help=f"run {what}")
+        p.add_argument("--name", help="its name in Redis (default: random)")
+        p.set_defaults(run=cmd_role)
+    sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
+        run=cmd_up)
+    sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)
+    # -- client commands (submit, status, result, cancel, history, watch): their home is taskport/cli.py
+    from taskport.cli import add_commands as add_client_commands
+
+    add_client_commands(sub)
+    audit.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``taskport`` console script and of ``python -m app.launch.cli``."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ConfigError, EmbeddedRedisError, RedisError, ProcessorLoadError) as exc:
+        # A known condition is one line, never a traceback; the exit codes are in docs/deploy.md.
+        print(f"taskport: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, RedisConnectionError):
+        return f"Redis is unreachable ({exc}): check REDIS_URL and that Redis runs"
+    if isinstance(exc, RedisError):
+        return f"Redis answered with an error: {exc}"
+    return str(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""/api/v1/tasks: submit, status, result, result file, cancel, history."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import orjson
+from flask import Blueprint, Response, request, send_file
+from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.wsgi import get_input_stream
+
+from app.core import processors
+from app.core.clock import iso, iso_or_none, now_ms
+from app.core.results import StoreUnavailable, streamed_body, unspill
+from app.core.states import ACTIVE, QUEUES, TaskStatus
+from app.core.task import Task
+from app.web.api import json_response
+from app.web.api.health import warn_if_unserved
+from app.web.errors import (
+    BadRequest,
+    Conflict,
+    Duplicate,
+    NotFound,
+    Unavailable,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from app.web.runtime import runtime
+from app.web.schemas import MAX_DEDUP_KEY, MAX_TYPE, HistoryQuerySchema, SubmitSchema
+from app.web.service import BadCursor, check_cursor
+from app.web.urls import API_PREFIX, file_url, status_document, task_path
+
+bp = Blueprint("tasks", __name__, url_prefix=API_PREFIX)
+_submit_schema = SubmitSchema()
+_ENVELOPE_KEYS = frozenset(_submit_schema.fields)
+_history_schema = HistoryQuerySchema()
+RETRY_AFTER = {"Retry-After": "1"}
+NOT_A_CURSOR = "Not a cursor from a previous page."
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@bp.post("/tasks")
+def submit() -> Response:
+    """Submit a task: 202 with its status document, or 409 naming the task that holds the dedup key."""
+    rt = runtime()
+    member = rt.members.current()
+    data = _envelope(_json_body())
+    rt.members.check_priority(data["priority"])
+    dedup_key = _dedup_key(data["dedup_key"])
+    payload = _validated_payload(data["type"], data["payload"])
+    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"], submitted=data["payload"])
+    location = {"Location": task_path(outcome.task_id)}
+    if outcome.created:
+        assert outcome.task is not None
+        response = json_response(status_document(outcome.task, now_ms()), 202, {**location, **RETRY_AFTER})
+        return warn_if_unserved(response, outcome.task.priority, outcome.task_id)
+    existing = status_document(outcome.task, now_ms()) if outcome.task else None
+    message = "an identical task was submitted within the deduplication window"
+    raise Duplicate(message, headers={**location, "X-Task-Deduplicated": "true"}, task_id=outcome.task_id,
+                    status=TaskStatus.DUPLICATE, duplicate=True, message=message, existing=existing)
+
+
+def _envelope(body: dict[str, Any]) -> dict[str, Any]:
+    """``SubmitSchema().load(body)``: an envelope that is plainly valid is taken as it is (marshmallow's pass
+    costs ~4 % of a submit); anything else goes through the schema, so every error answer is its own."""
+    if _ENVELOPE_KEYS.issuperset(body):
+        type_, payload = body.get("type"), body.get("payload", {})
+        dedup_key, priority = body.get("dedup_key"), body.get("priority")
+        if (
+            type(type_) is str and 1 <= len(type_) <= MAX_TYPE
+            and type(payload) is dict
+            and (dedup_key is None or (type(dedup_key) is str and 1 <= len(dedup_key) <= MAX_DEDUP_KEY))
+            and (priority is None or (type(priority) is str and priority in QUEUES))
+        ):  # fmt: skip
+            return {"type": type_, "payload": dict(payload), "dedup_key": dedup_key, "priority": priority}
+    try:
+        return _submit_schema.load(body)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+
+
+def _json_body() -> dict[str, Any]:
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("send the body as application/json")
+    try:
+        body = orjson.loads(_body_bytes(runtime().config.max_body))
+    except orjson.JSONDecodeError:
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _body_bytes(limit: int) -> bytes:
+    """The request body, refused with 413 past ``limit`` bytes whether or not it came with a Content-Length.
+
+    Werkzeug's own limit stops a chunked body at the limit without a word (the rest is cut off), so the
+    body is read here, unlimited but at most ``limit + 1`` bytes: getting that many means it is too big.
+    """
+    stream = get_input_stream(request.environ, max_content_length=None)  # a Content-Length still bounds it
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise RequestEntityTooLarge()
+    return b"".join(chunks)
+
+
+def _dedup_key(from_body: str | None) -> str | None:
+    header = request.headers.get("Idempotency-Key")
+    if header is None:
+        return from_body
+    if not 1 <= len(header) <= MAX_DEDUP_KEY:
+        raise ValidationFailed({"Idempotency-Key": [f"Length must be between 1 and {MAX_DEDUP_KEY}."]})
+    if from_body is not None and from_body != header:
+        raise ValidationFailed({"dedup_key": ["Differs from the Idempotency-Key header."]})
+    return header
+
+
+def _validated_payload(task_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return processors.validate(task_type, payload)
+    except KeyError:
+        known = processors.known_types()
+        raise ValidationFailed({"type": [f"Unknown task type. Known types: {', '.join(known)}."]},
+                               f"unknown task type {task_type!r}", known_types=known) from None
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages, prefix="payload")) from None
+
+
+@bp.get("/tasks/<task_id>")
+def status(task_id: str) -> Response:
+    """The task's status document (one Redis read)."""
+    rt = runtime()
+    task = rt.service.find(rt.members.current(), task_id)
+    doc = status_document(task, now_ms())
+    if doc["status"] == TaskStatus.EXPIRED:
+        return json_response(doc, 410)
+    return json_response(doc, 200, RETRY_AFTER if doc["status"] in ACTIVE else None)
+
+
+def _completed(view: Callable[[Task, dict[str, Any]], Response]) -> Callable[[str], Response]:
+    """A view of a COMPLETED task's result: ``view(task, stored_result)``; before that, the answer the
+    contract gives instead (202 while it runs, 409 if it failed or was cancelled, 410 once expired)."""
+
+    @functools.wraps(view)
+    def wrapper(task_id: str) -> Response:
+        found = _finished_result(task_id)
+        return found if isinstance(found, Response) else view(*found)
+
+    return wrapper
+
+
+def _finished_result(task_id: str) -> tuple[Task, dict[str, Any]] | Response:
+    """The COMPLETED task and its stored result, or the answer the contract gives instead."""
+    rt = runtime()
+    task, stored = rt.service.find_with_result(rt.members.current(), task_id)
+    doc = status_document(task, now_ms())
+    if doc["status"] == TaskStatus.COMPLETED and stored is not None:
+        return task, _from_result_store(lambda: unspill(rt.results.for_run(stored.get("run")), task.id, stored))
+    if doc["status"] in ACTIVE:
+        return json_response(doc, 202, RETRY_AFTER)
+    if doc["status"] in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        raise Conflict(f"task is {doc['status']}: there is no result", task_status=doc["status"], error=doc["error"])
+    doc["status"] = TaskStatus.EXPIRED
+    return json_response(doc, 410)
+
+
+@bp.get("/tasks/<task_id>/result")
+@_completed
+def result(task: Task, stored: dict[str, Any]) -> Response:
+    """The result of a COMPLETED task; 202 while it runs, 409 if it failed or was cancelled, 410 once expired."""
+    body = {
+        "task_id": task.id, "status": TaskStatus.COMPLETED, "result": _linked(task.id, stored["result"]),
+        "items": task.items,
+        "failures": stored.get("failures", []), "error_code": stored.get("error_code"),
+        "completed_at": iso_or_none(task.completed_at), "expires_at": iso(task.expires_at),
+    }  # fmt: skip
+    return json_response(body)
+
+
+def _linked(task_id: str, result: Any) -> Any:
+    """A file result with its ``file.url`` (the processor records the file; its URL is the web's to say)."""
+    if isinstance(result, dict) and isinstance(result.get("file"), dict):
+        return {**result, "file": {**result["file"], "url": file_url(task_id)}}
+    return result
+
+
+@bp.get("/tasks/<task_id>/result/file")
+@_completed
+def result_file(task: Task, stored: dict[str, Any]) -> Response:
+    """Stream the file of a COMPLETED task whose result is a file, as an attachment."""
+    info = (stored.get("result") or {}).get("file") if isinstance(stored.get("result"), dict) else None
+    if not info:
+        raise NotFound("this task's result has no file")
+    handle = _from_result_store(lambda: runtime().results.for_run(stored.get("run")).open(task.id, info["name"]))
+    response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
+    response.headers["Content-Type"] = info["content_type"]  # as recorded (Flask would add a second charset)
+    response.content_length = info["size"]
+    if (blocks := streamed_body(handle)) is not None:  # an object store's stream: see app.core.results
+        response.response = blocks
+    return response
+
+
+def _from_result_store(read: Callable[[], T]) -> T:
+    """``read()`` from the result store: 404 when the object is gone, 503 + Retry-After when the store is down."""
+    try:
+        return read()
+    except FileNotFoundError:
+        raise NotFound("the result file is gone") from None
+    except StoreUnavailable as exc:
+        log.error("result store unavailable during %s %s: %s", request.method, request.path, exc)
+        raise Unavailable("the result store is unreachable, retry shortly") from None
+
+
+@bp.delete("/tasks/<task_id>")
+def cancel(task_id: str) -> Response:
+    """Cancel a PENDING or PROCESSING task: 204; 409 once it has ended."""
+    rt = runtime()
+    rt.service.cancel(rt.members.current(), task_id)
+    response = Response(status=204)
+    del response.headers["Content-Type"]  # no body, no type
+    return response
+
+
+@bp.get("/tasks")
+def history() -> Response:
+    """The caller's tasks, newest first, filtered by status and type, a page at a time."""
+    rt = runtime()
+    member = rt.members.current()
+    try:
+        query = _history_schema.load(request.args.to_dict())
+        if query["cursor"]:
+            check_cursor(query["cursor"])
+    except ValidationError as exc:
+        errors = processors.flatten_errors(exc.messages)
+        if "cursor" in errors:
+            errors["cursor"] = [NOT_A_CURSOR]
+        raise ValidationFailed(errors) from None
+    except BadCursor:
+        raise ValidationFailed({"cursor": [NOT_A_CURSOR]}) from None
+    now = now_ms()
+    page = rt.service.history(member, limit=query["limit"], cursor=query["cursor"], status=query["status"],
+                              type_=query["type"], now=now)
+    return json_response({"tasks": [status_document(t, now) for t in page.tasks], "next_cursor": page.next_cursor})

@@ -1,0 +1,138 @@
+"""Marshmallow schemas of the HTTP contract's inputs (and of its documents, for the OpenAPI page)."""
+
+from __future__ import annotations
+
+from marshmallow import RAISE, Schema, fields, validate
+
+from app.core.states import QUEUES, STORED
+from app.core.store import CURSOR_PATTERN
+from app.web.urls import task_path
+
+MAX_DEDUP_KEY = 128
+MAX_TYPE = 200  # characters of a task type name (submit, and the history filter)
+
+
+class SubmitSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    type = fields.String(required=True, validate=validate.Length(min=1, max=MAX_TYPE))
+    payload = fields.Dict(keys=fields.String(), load_default=dict)
+    dedup_key = fields.String(validate=validate.Length(min=1, max=MAX_DEDUP_KEY), load_default=None)
+    priority = fields.String(validate=validate.OneOf(QUEUES), load_default=None)
+
+
+class HistoryQuerySchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+    status = fields.String(validate=validate.OneOf(sorted(STORED)), load_default=None)
+    type = fields.String(validate=validate.Length(min=1, max=MAX_TYPE), load_default=None)
+    limit = fields.Integer(validate=validate.Range(min=1, max=200), load_default=50)
+    cursor = fields.String(validate=validate.Regexp(CURSOR_PATTERN), load_default=None,
+                           metadata={"description": "opaque: the next_cursor of a previous page, unchanged"})
+
+
+class ItemsSchema(Schema):
+    total = fields.Integer()
+    succeeded = fields.Integer()
+    failed = fields.Integer()
+
+
+class ErrorSchema(Schema):
+    code = fields.Integer()
+    message = fields.String()
+
+
+class LinksSchema(Schema):
+    self = fields.String()
+    result = fields.String()
+    events = fields.String()
+
+
+class StatusDocumentSchema(Schema):
+    """The task status document (documentation only: the hot path renders it without a schema)."""
+
+    task_id = fields.UUID()
+    type = fields.String()
+    status = fields.String(validate=validate.OneOf([*sorted(STORED), "DUPLICATE"]))
+    progress = fields.Integer()
+    message = fields.String(allow_none=True)
+    items = fields.Nested(ItemsSchema, allow_none=True)
+    error = fields.Nested(ErrorSchema, allow_none=True)
+    attempts = fields.Integer()
+    created_at = fields.String()
+    started_at = fields.String(allow_none=True)
+    updated_at = fields.String()
+    completed_at = fields.String(allow_none=True)
+    expires_at = fields.String()
+    links = fields.Nested(LinksSchema)
+
+
+# -- documentation only (the OpenAPI document of app.web.api.docs); views render these bodies directly --
+
+
+class ProblemSchema(Schema):
+    """RFC 9457 problem details: the body of every error (``application/problem+json``)."""
+
+    type = fields.String(metadata={"example": "/problems/not-found"})
+    title = fields.String()
+    status = fields.Integer()
+    detail = fields.String()
+    errors = fields.Dict(keys=fields.String(), values=fields.List(fields.String()),
+                         metadata={"description": "validation errors (422 only): field path -> messages"})
+    known_types = fields.List(fields.String(), metadata={"description": "422 for an unknown type only"})
+
+
+class TaskConflictSchema(ProblemSchema):
+    """409 from the result endpoint (FAILED or CANCELLED) or from cancel (already ended)."""
+
+    task_status = fields.String(validate=validate.OneOf(sorted(STORED)))
+    error = fields.Nested(ErrorSchema, allow_none=True)
+
+
+class DuplicateSchema(Schema):
+    """409 body of a submit whose dedup key is held (``X-Task-Deduplicated: true``)."""
+
+    type = fields.String()
+    title = fields.String()
+    detail = fields.String()
+    task_id = fields.UUID()
+    status = fields.String(validate=validate.OneOf(["DUPLICATE"]))
+    duplicate = fields.Boolean()
+    message = fields.String()
+    existing = fields.Nested(StatusDocumentSchema, allow_none=True)
+
+
+class ResultFileSchema(Schema):
+    name = fields.String()
+    size = fields.Integer()
+    content_type = fields.String()
+    url = fields.String(metadata={"description": task_path("{id}", "/result/file")})
+
+
+class FailureSchema(Schema):
+    item = fields.String()
+    code = fields.Integer()
+    message = fields.String()
+
+
+class ResultSchema(Schema):
+    """200 body of the result endpoint (a COMPLETED task)."""
+
+    task_id = fields.UUID()
+    status = fields.String(validate=validate.OneOf(["COMPLETED"]))
+    result = fields.Raw(metadata={"description": "the processor's output; `file` (ResultFile) for exports",
+                                  "type": "object"})
+    items = fields.Nested(ItemsSchema, allow_none=True)
+    failures = fields.List(fields.Nested(FailureSchema))
+    error_code = fields.Integer(allow_none=True)
+    completed_at = fields.String()
+    expires_at = fields.String()
+
+
+class HistoryPageSchema(Schema):
+    """200 body of the history endpoint."""
+
+    tasks = fields.List(fields.Nested(StatusDocumentSchema))
+    next_cursor = fields.String(allow_none=True)

@@ -1,0 +1,131 @@
+"""Submit and cancel: the few steps that span the task store and the RQ queue.
+
+Views call this; it calls the store and the job queue; nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import redis
+
+from app.core import processors
+from app.core.audit import AuditPage
+from app.core.clock import now_ms
+from app.core.config import Config
+from app.core.ids import digest, is_task_id, new_task_id
+from app.core.jobs import JobQueue
+from app.core.logs import task_logger
+from app.core.states import ACTIVE, TaskStatus
+from app.core.store import ActiveCapReached, Created, NewTask, Page, TaskStore, Transition, WithResult, decode_cursor
+from app.core.task import Task
+from app.web.errors import Conflict, TooManyRequests, task_not_found
+
+log = logging.getLogger(__name__)
+ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
+
+
+def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) -> str:
+    """SHA-256 of the explicit key, or of the type and the canonical JSON of the payload."""
+    if explicit is not None:
+        material = b"key\n" + explicit.encode()
+    else:
+        material = b"payload\n" + task_type.encode() + b"\n" + orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    return digest(material)
+
+
+class BadCursor(ValueError):
+    """A history cursor this service did not make."""
+
+
+class TaskService:
+    def __init__(self, conn: redis.Redis, config: Config) -> None:
+        self.config = config
+        self.store = TaskStore(conn, config)
+        self.jobs = JobQueue(conn, config)
+
+    def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
+               priority: str | None, submitted: dict[str, Any] | None = None) -> Created:
+        """Create and queue a task, or name (and read) the task holding the dedup key: one round trip either way.
+
+        ``payload`` is the validated payload the processor gets; the dedup hash covers ``submitted``,
+        the payload as the client sent it (the contract's "canonical JSON of the payload").
+        """
+        proc = processors.get(task_type)
+        assert proc is not None, "validated before"
+        dedup = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
+        new = NewTask(
+            task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup,
+            priority=priority or proc.priority, max_attempts=proc.retries + 1,
+        )
+        job = self.jobs.job_commands(new.task_id, new.priority, proc.timeout)
+        try:
+            outcome = self.store.create(new, job)
+        except ActiveCapReached as exc:
+            log.info("submit of %s by %s refused: %s", task_type, member, exc)
+            raise TooManyRequests(
+                f"you have {exc.active} unfinished tasks, the most one member may have "
+                "(TASKPORT_MAX_ACTIVE_TASKS): wait for some to finish or cancel some",
+                headers={"Retry-After": str(ACTIVE_CAP_RETRY_AFTER)}, limit="max_active_tasks", cap=exc.cap,
+                active=exc.active) from None
+        tlog = task_logger(log, outcome.task_id)
+        if outcome.created:
+            tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
+        else:
+            tlog.info("duplicate submit of %s by %s", task_type, member)
+        return outcome
+
+    def find(self, member: str, task_id: str) -> Task:
+        """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""
+        return _owned(member, self.store.get(task_id) if is_task_id(task_id) else None)
+
+    def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
+        """The member's task and its stored result (one round trip), or NotFound."""
+        found = self.store.get_with_result(task_id) if is_task_id(task_id) else WithResult(None, None)
+        return _owned(member, found.task), found.result
+
+    def snapshot(self, task_id: str) -> Task | None:
+        """The task as it is now, whoever owns it (an event stream's first read, once its watch is set)."""
+        return self.store.get(task_id)
+
+    def history(self, member: str, *, limit: int, cursor: str | None, status: str | None, type_: str | None,
+                now: int) -> Page:
+        """A page of the member's tasks (see :meth:`app.core.store.TaskStore.history`); BadCursor, before any
+        read, for a cursor this service did not make."""
+        if cursor:
+            check_cursor(cursor)
+        return self.store.history(member, limit=limit, cursor=cursor, status=status, type_=type_, now=now)
+
+    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int, cursor: str | None) -> AuditPage:
+        """A page of the audit trail (operators), newest first, of one task or member or all."""
+        return self.store.audit_trail(task_id=task_id, member=member, limit=limit, cursor=cursor)
+
+    def cancel(self, member: str, task_id: str) -> None:
+        status = self.find(member, task_id).effective_status(now_ms())
+        done, previous = Transition(False, status) if status not in ACTIVE else self.store.cancel(task_id)
+        if not done:
+            raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",
+                           task_status=previous)
+        job = self.store.job_id(task_id)
+        in_flight = ""
+        if previous != TaskStatus.PENDING:
+            self.jobs.stop(job)
+        elif self.jobs.remove(job):
+            in_flight = "; a worker had just taken its job and will drop it"
+        task_logger(log, task_id).info("cancelled (was %s%s)", previous, in_flight)
+
+
+def check_cursor(cursor: str) -> None:
+    """BadCursor unless ``cursor`` is one a history page handed out."""
+    try:
+        decode_cursor(cursor)
+    except ValueError:
+        raise BadCursor(cursor) from None
+
+
+def _owned(member: str, task: Task | None) -> Task:
+    if task is None or task.member != member:
+        raise task_not_found()
+    return task

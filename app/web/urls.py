@@ -1,0 +1,42 @@
+"""The API's paths: ``/api/v1`` is written here and nowhere else in the service.
+
+Blueprints mount at :data:`API_PREFIX`; documents, ``Location`` headers and result links are built by
+:func:`task_path` (a status document's links by :func:`status_document`, a file result's by
+:func:`file_url`); the OpenAPI document names its paths with :func:`api_path`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.task import Task
+
+API_PREFIX = "/api/v1"
+
+
+def api_path(path: str) -> str:
+    """``path`` (from the API's root, e.g. ``/tasks``) under the API prefix."""
+    return f"{API_PREFIX}{path}"
+
+
+def task_path(task_id: str, suffix: str = "") -> str:
+    """The task's URL path, or one of its sub-resources (``suffix`` e.g. ``/result/file``)."""
+    return f"{API_PREFIX}/tasks/{task_id}{suffix}"
+
+
+def links(task_id: str) -> dict[str, str]:
+    """A status document's ``links``."""
+    path = task_path(task_id)
+    return {"self": path, "result": f"{path}/result", "events": f"{path}/events"}
+
+
+def status_document(task: Task, now: int) -> dict[str, Any]:
+    """The contract's status document of ``task`` as seen at ``now`` (ms): the record's, with its links."""
+    doc = task.to_doc(now)
+    doc["links"] = links(task.id)
+    return doc
+
+
+def file_url(task_id: str) -> str:
+    """Where a file result is downloaded: its ``result.file.url``."""
+    return task_path(task_id, "/result/file")
