@@ -15,7 +15,7 @@ from app.web import create_app
 from app.web.api import json_response
 from app.web.runtime import runtime
 
-GET_KEY = "tp:bench:get"
+GET_KEY = "{tp}:bench:get"
 GET_VALUE = "a small value of about the size of a status field"
 
 

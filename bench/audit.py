@@ -9,7 +9,7 @@ own ``TaskStore`` twice per round, interleaved so that machine noise hits both a
 
 Each variant creates N tasks (one EVALSHA each: the submit's Redis part), reads each one's status
 (HGETALL), and runs each through start and complete. Memory is ``used_memory`` after / before, per
-task; the stream's own size is ``MEMORY USAGE tp:audit``; the hash field that carries the payload
+task; the stream's own size is ``MEMORY USAGE {tp}:audit``; the hash field that carries the payload
 digest is measured on one task hash with and without it. Throughputs are sequential round trips
 from one client (the HTTP layer adds the same absolute time to both); Redis's own CPU per script call
 (INFO commandstats) is the figure that noise on a shared machine moves least. One small warm-up run

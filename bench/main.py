@@ -4,7 +4,8 @@ Order (each phase starts from what it needs; the HTTP phases run while no worker
 workers neither steal CPU nor drain the submitted tasks):
   1. load generator ceiling (canned server), then hello / submit / one-GET / status over HTTP;
   1b. the Celery 5 + Flower 2 peer (submit, status, end to end), then taskport's end-to-end run;
-  2. round trips in-process (counting connections) and INFO commandstats;
+  2. round trips in-process (counting connections) and INFO commandstats; the submit envelope's fast path
+     against marshmallow's load (in-process CPU, bench/envelope.py);
   3. per worker class (simple = the default, fork, spawn): bare RQ and taskport throughput on no-op
      jobs with the same class and process count, then submit -> COMPLETED latency with idle workers;
   4. Redis memory per finished task over 10,000 tasks; 5. the housekeeping expiry pass.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import measure_http, measure_peers, measure_redis, measure_watchers, measure_workers, report
+from bench import envelope, measure_http, measure_peers, measure_redis, measure_watchers, measure_workers, report
 from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
 
@@ -110,6 +111,8 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
         out["round_trips"] = phase("round trips (in-process)", lambda: measure_redis.round_trips(stack), timings)
         out["delivery_round_trips"] = phase("round trips per RQ delivery (in-process SimpleWorker)",
                                             lambda: measure_redis.worker_round_trips(stack), timings)
+        out["envelope"] = phase("submit envelope: fast path vs SubmitSchema.load (in-process)", envelope.measure,
+                                timings)
     if "workers" in only:
         out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
     if "memory" in only:
@@ -135,6 +138,8 @@ def table(out: dict[str, Any]) -> list[report.Row]:
         rows += report.worker_rows(out["workers"])
     if "round_trips" in out:
         rows += report.trips_rows(out["round_trips"], out["delivery_round_trips"])
+    if "envelope" in out:
+        rows += report.envelope_rows(out["envelope"])
     if "memory" in out:
         rows += report.memory_rows(out["memory"])
     if "housekeeping" in out:

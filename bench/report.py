@@ -171,6 +171,12 @@ def trips_rows(trips: dict[str, Any], delivery: dict[str, Any]) -> list[Row]:
     ]
 
 
+def envelope_rows(envelope: dict[str, Any]) -> list[Row]:
+    fast, schema = envelope["fast_path_us"], envelope["schema_load_us"]
+    return [Row("submit envelope, typical body: derived fast path vs SubmitSchema.load (for the record)",
+                f"{fast:.2f} µs", f"{schema:.2f} µs", f"{_ratio(fast, schema):.2f}×")]
+
+
 def memory_rows(memory: dict[str, Any]) -> list[Row]:
     per_task = memory["bytes_per_task"]
     return [Row(f"Redis memory per finished small task ({memory['tasks']:,} tasks, all keys)",

@@ -4,7 +4,9 @@ They run on :class:`taskport.client.Client` against ``TASKPORT_URL`` with ``TASK
 ``--url``/``--api-key``). ``app.launch.cli`` registers them beside the server commands (``add_commands``);
 ``python -m taskport`` runs them on their own, without the server's packages.
 
-Exit codes (a shell can branch on them; the same for every command that reports a task's state):
+Exit codes (a shell can branch on them; the same for every command that reports a task's state). This is
+their one home: the server commands of ``app.launch.cli`` use 0, 1 (a runtime failure), 2 (a configuration
+or usage error) and 130 from here.
 
      0  done: the task COMPLETED with no failed item (or the request succeeded)
      1  error: the service is unreachable or answered an error (unknown task, bad API key, 5xx)
@@ -14,6 +16,9 @@ Exit codes (a shell can branch on them; the same for every command that reports 
      5  the task was CANCELLED
      6  the task EXPIRED
      7  still running: the task had not ended at --timeout / --max-attempts (or was not asked to wait)
+   130  interrupted (Ctrl-C)
+
+Status and queue names come from ``app.core.states``, the service's own table of them.
 """
 
 from __future__ import annotations
@@ -24,16 +29,21 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.core.states import QUEUES, STORED, TaskStatus
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from taskport.client import Client
 
 OK, ERROR, USAGE, PARTIAL, FAILED, CANCELLED, EXPIRED, STILL_RUNNING = range(8)
-STATE_EXIT = {"FAILED": FAILED, "CANCELLED": CANCELLED, "EXPIRED": EXPIRED,
-              "PENDING": STILL_RUNNING, "PROCESSING": STILL_RUNNING}
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports an interrupted command
+STATE_EXIT: dict[str, int] = {
+    TaskStatus.FAILED: FAILED, TaskStatus.CANCELLED: CANCELLED, TaskStatus.EXPIRED: EXPIRED,
+    TaskStatus.PENDING: STILL_RUNNING, TaskStatus.PROCESSING: STILL_RUNNING,
+}
 COMMANDS = ("submit", "status", "result", "cancel", "history", "watch")
-STATUSES = ("PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED", "EXPIRED")
+STATUSES = tuple(s.value for s in TaskStatus if s in STORED)  # what a task can be (history --status)
 
 
 class UsageError(Exception):
@@ -42,7 +52,7 @@ class UsageError(Exception):
 
 def exit_code(doc: dict[str, Any]) -> int:
     """The exit code of a status or result document (see the module docstring)."""
-    if doc.get("status") == "COMPLETED":
+    if doc.get("status") == TaskStatus.COMPLETED:
         return PARTIAL if ((doc.get("items") or {}).get("failed") or doc.get("failures")) else OK
     return STATE_EXIT.get(str(doc.get("status")), ERROR)
 
@@ -65,7 +75,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--payload", default="{}", help="the payload: JSON text, or @FILE to read it from a file")
     p.add_argument("--wait", action="store_true", help="follow the task with a progress bar until it ends")
     p.add_argument("--idempotency-key", metavar="K", help="dedup key: a repeat within the window is a duplicate")
-    p.add_argument("--priority", choices=("high", "default", "low"), help="queue (default: the type's own)")
+    p.add_argument("--priority", choices=QUEUES, help="queue (default: the type's own)")
     p.set_defaults(run=_command(cmd_submit))
 
     p = sub.add_parser("status", parents=[common], help="a task's status")
@@ -215,7 +225,7 @@ def _follow(client: Client, task_id: str, args: argparse.Namespace, err: Console
     follow = client.follow(task_id, timeout=args.timeout, max_attempts=args.max_attempts)
     last = _last(follow) if args.json else render.progress(follow, err)
     assert last is not None  # follow yields at least one document or raises
-    if last["status"] != "COMPLETED":
+    if last["status"] != TaskStatus.COMPLETED:
         if args.json:
             _print_json(last)
         else:
@@ -267,4 +277,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED

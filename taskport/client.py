@@ -35,6 +35,7 @@ from urllib.parse import quote
 import httpx
 import httpx_sse
 
+from app.core.states import ACTIVE, STORED, TaskStatus
 from taskport.errors import (
     ENDED,
     Doc,
@@ -50,7 +51,7 @@ from taskport.errors import (
 from taskport.settings import ClientSettings
 
 API = "/api/v1"
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "EXPIRED"})
+TERMINAL = frozenset(s.value for s in STORED - ACTIVE)  # a document with one of these is the task's last
 DEFAULT_POLL = 1.0  # seconds between polls when the service gives no Retry-After
 # Longest silence tolerated on an event stream: the service sends a keep-alive at least every 15 s.
 STREAM_READ_TIMEOUT = 45.0
@@ -226,7 +227,7 @@ class Client:
             last = doc
             if on_update is not None:
                 on_update(doc)
-        if last["status"] == "COMPLETED":
+        if last["status"] == TaskStatus.COMPLETED:
             return self.result(task_id)
         raise ENDED[last["status"]](task_id, last)
 

@@ -5,7 +5,8 @@
 - :class:`TaskEnded` and its subclasses, plus :class:`StillRunning`: the task itself did not give a
   result (FAILED with ``code``, CANCELLED, EXPIRED), or was still running when the caller's limit ran
   out. ``code`` is the task's ``error.code``: a business code (positive, e.g. 10001) or one of the
-  service's own (negative: -1 internal, -2 timed out, -3 worker lost, -4 expired).
+  service's own, negative: :class:`ErrorCode` (re-exported here from ``app.core.states``, their one home,
+  where ``ERROR_MESSAGES`` holds their messages), e.g. ``exc.code == ErrorCode.TIMEOUT``.
 
 :class:`ServiceUnreachable` means no HTTP answer at all (connection refused, DNS, timeout).
 """
@@ -13,6 +14,9 @@
 from __future__ import annotations
 
 from typing import Any
+
+from app.core.states import ErrorCode as ErrorCode  # re-exported: the codes a client compares ``code`` with
+from app.core.states import TaskStatus
 
 Doc = dict[str, Any]
 
@@ -122,19 +126,19 @@ class TaskEnded(TaskportError):
 class TaskFailed(TaskEnded):
     """The whole task FAILED; ``code`` is its ``error.code`` (business code or the service's own)."""
 
-    status = "FAILED"
+    status = TaskStatus.FAILED.value
 
 
 class TaskCancelled(TaskEnded):
     """The task was CANCELLED."""
 
-    status = "CANCELLED"
+    status = TaskStatus.CANCELLED.value
 
 
 class TaskExpired(TaskEnded):
     """The task is EXPIRED (it did not finish in time (-4), or its result was dropped after its time)."""
 
-    status = "EXPIRED"
+    status = TaskStatus.EXPIRED.value
 
 
 class StillRunning(TaskportError):
@@ -147,11 +151,11 @@ class StillRunning(TaskportError):
         self.task_id = task_id
         self.doc = doc
         self.attempts = attempts
-        status = (doc or {}).get("status", "PENDING")
+        status = (doc or {}).get("status", TaskStatus.PENDING.value)
         progress = (doc or {}).get("progress", 0)
         plural = "" if attempts == 1 else "s"
         super().__init__(f"task {task_id} is still {status} ({progress}%) after {attempts} attempt{plural}: "
                          "check its status or the history later")
 
 
-ENDED: dict[str, type[TaskEnded]] = {"FAILED": TaskFailed, "CANCELLED": TaskCancelled, "EXPIRED": TaskExpired}
+ENDED: dict[str, type[TaskEnded]] = {cls.status: cls for cls in (TaskFailed, TaskCancelled, TaskExpired)}

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
+from app.core.states import TaskStatus
+
 Doc = dict[str, Any]
 MAX_FAILURE_ROWS = 50  # the table shows this many failures; the rest are counted
 PIPE_WIDTH = 200  # columns when stdout is not a terminal: ids and times are never cut in a pipe or a log
@@ -39,7 +41,7 @@ def progress(docs: Iterable[Doc], console: Console) -> Doc | None:
                TextColumn("{task.fields[counts]}"), TextColumn("{task.description}"))
     last: Doc | None = None
     with Progress(*columns, console=console, transient=False) as bar:
-        job = bar.add_task("", total=100, status="PENDING", counts="")
+        job = bar.add_task("", total=100, status=TaskStatus.PENDING.value, counts="")
         for doc in docs:
             last = doc
             bar.update(job, completed=doc["progress"], description=doc.get("message") or "",

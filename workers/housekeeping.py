@@ -21,11 +21,14 @@ from app.core import keys, processors
 from app.core.clock import iso, now_ms
 from app.core.config import Config
 from app.core.connection import connect
+from app.core.history import Histories
+from app.core.indexes import ExpiryIndex, FailureIndex, Locks, RunningIndex, SlowTasks
 from app.core.jobs import JobQueue, attempt_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
 from app.core.schedule import QUEUE
 from app.core.states import TaskStatus
+from app.core.stats import Stats
 from app.core.store import TaskStore
 from workers import orphans
 
@@ -61,18 +64,26 @@ class Housekeeper:
         self.config = config
         self.store = TaskStore(conn, config)
         self.jobs = JobQueue(conn, config)
+        # the shared keys each pass reads, each with its owner (on the same connection)
+        self.expiry = ExpiryIndex(conn)
+        self.running = RunningIndex(conn)
+        self.slow = SlowTasks(conn)
+        self.failures = FailureIndex(conn)
+        self.histories = Histories(self.store)
+        self.locks = Locks(conn)
+        self.stats = Stats(conn)
         self.results = results if results is not None else result_store(config)
 
     def locked(self, name: str, run: Callable[[PassReport], None]) -> PassReport:
         """Run a pass unless another copy already ran it in this interval (two schedulers, a restart)."""
         report = PassReport(name)
         interval_ms = int(self.config.housekeeping_interval * 1000)
-        if not self.store.take_lock(keys.housekeeping_lock(name), max(interval_ms * 9 // 10, 1)):
+        if not self.locks.take_pass(name, max(interval_ms * 9 // 10, 1)):
             report.skipped = True
             return report
         started = time.perf_counter()
         run(report)
-        self.store.count(keys.housekeeping_stat(name))
+        self.stats.count(keys.housekeeping_stat(name))
         report.log(time.perf_counter() - started)
         return report
 
@@ -81,7 +92,7 @@ class Housekeeper:
         """Tombstone finished tasks past their result time, expire unfinished ones past the task TTL (-4)."""
         now = now if now is not None else now_ms()
         for _ in range(MAX_BATCHES):
-            due = self.store.due(keys.EXPIRY, now, BATCH)
+            due = self.expiry.due(now, BATCH)
             if not due:
                 break
             report.add("due", len(due))
@@ -93,7 +104,7 @@ class Housekeeper:
             if len(due) < BATCH:
                 break
         lifetime_ms = (self.config.task_ttl + self.config.result_ttl + self.config.tombstone_ttl) * 1000
-        report.add("history_trimmed", self.store.trim_histories(now - lifetime_ms))
+        report.add("history_trimmed", self.histories.trim(now - lifetime_ms))
         self.jobs.trim_finished()
         report.add("orphans_removed", orphans.sweep(self.store, self.results))
 
@@ -108,10 +119,10 @@ class Housekeeper:
     def recover(self, report: PassReport, now: int | None = None) -> None:
         """PROCESSING tasks whose heartbeat is older than the stall timeout: re-queue or fail with -3."""
         cutoff = (now if now is not None else now_ms()) - int(self.config.stall_timeout * 1000)
-        due = self.store.due(keys.RUNNING, cutoff, BATCH)
+        due = self.running.due(cutoff, BATCH)
         for task_id, task in zip(due, self.store.get_many(due), strict=True):
             if task is None or task.status != TaskStatus.PROCESSING:
-                self.store.forget_running(task_id)
+                self.running.forget(task_id)
                 continue
             proc = processors.get(task.type)
             timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
@@ -134,26 +145,26 @@ class Housekeeper:
         self._failure_alert(report, now)
 
     def _slow_tasks(self, report: PassReport, now: int) -> None:
-        running = self.store.running()
-        warned = self.store.slow_warned()
+        running = self.running.ids()
+        warned = self.slow.warned()
         gone = warned - set(running)
         if gone:
-            self.store.unmark_slow(*gone)
+            self.slow.unmark(*gone)
         threshold = now - int(self.config.slow_task_warn * 1000)
         candidates = [t for t in running if t not in warned]
         for task in self.store.get_many(candidates):
             if task and task.status == TaskStatus.PROCESSING and task.started_at and task.started_at < threshold:
                 age = (now - task.started_at) / 1000
                 task_logger(log, task.id).warning("slow task: %s PROCESSING for %.0f s", task.type, age)
-                self.store.mark_slow(task.id)
+                self.slow.mark(task.id)
                 report.add("slow_warned")
 
     def _failure_alert(self, report: PassReport, now: int) -> None:
         c = self.config
         window_start = now - c.alert_window * 1000
-        failures = self.store.failures_since(window_start)
+        failures = self.failures.since(window_start)
         report.add("failures_in_window", failures)
-        if failures < c.alert_failures or not self.store.take_lock(keys.ALERT_SENT, c.alert_window * 1000, now):
+        if failures < c.alert_failures or not self.locks.take_alert(c.alert_window * 1000, now):
             return
         alert = {"alert": "task failures", "failures": failures, "window_seconds": c.alert_window,
                  "threshold": c.alert_failures, "at": iso(now)}

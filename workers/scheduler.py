@@ -29,6 +29,7 @@ from app.core.logs import setup_logging
 from app.core.process import die_with_parent, forked_children_die_with_me
 from app.core.schedule import PASSES, job_id
 from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
+from app.core.states import DEFAULT_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def build_scheduler(config: Config, name: str | None = None) -> Scheduler:
     """An rq-scheduler polling every ``config.scheduler_interval`` seconds, its jobs registered."""
     conn = connect(config)
     wait_for_redis(conn)
-    scheduler = Scheduler(queue_name="default", connection=conn, interval=config.scheduler_interval, name=name)
+    scheduler = Scheduler(queue_name=DEFAULT_QUEUE, connection=conn, interval=config.scheduler_interval, name=name)
     register_jobs(scheduler, config)
     return scheduler
 

@@ -1,4 +1,5 @@
-"""``taskport worker``: one RQ worker process listening on the queues high, default, low (in that order).
+"""``taskport worker``: one RQ worker process listening on the queues high, default, low (in that order),
+and the RQ worker classes it runs (``WORKER_CLASSES``, one per value of ``TASKPORT_WORKER_CLASS``).
 
 It runs RQ's own scheduler alongside (``with_scheduler=True``): a retry with backoff is a scheduled
 job, and without a scheduler it would never come back. SIGTERM is RQ's warm shutdown (finish the
@@ -15,21 +16,62 @@ import time
 from typing import Any
 
 from rq import Queue, Retry, SimpleWorker
+from rq import Worker as RQWorker
 from rq.executions import Execution
 from rq.job import Job, JobStatus
+from rq.registry import CanceledJobRegistry
 from rq.results import Result
 from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
+from rq.worker import SpawnWorker as RQSpawnWorker
 
-from app.core import jobs
-from app.core.config import Config
+from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
-from app.core.jobs import RUN_TASK, record_stopped_as_canceled, register_queues
+from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, register_queues
 from app.core.logs import setup_logging
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
 
 log = logging.getLogger(__name__)
+
+
+def record_stopped_as_canceled(job: Job) -> None:
+    """Move a job RQ stopped on request (a task cancelled, or expired, while running) from the failed
+    registry, where RQ puts it with status STOPPED, to the canceled registry, with its end time."""
+    conn = job.connection
+    job.ended_at = now()
+    pipe = conn.pipeline()
+    job.failed_job_registry.remove(job, pipeline=pipe)
+    job.set_status(JobStatus.CANCELED, pipeline=pipe)
+    job.save(pipeline=pipe, include_meta=False)
+    CanceledJobRegistry(job.origin, connection=conn).add(job, pipeline=pipe)
+    pipe.expire(job.key, CANCELED_JOB_TTL)
+    pipe.execute()
+
+
+class CancelAware:
+    """Mixin for an RQ worker class: a job stopped on request ends in the canceled registry, not the failed one.
+
+    RQ 3.0 treats ``send_stop_job_command`` as a failure ("Job stopped by user, work-horse terminated"):
+    operators would count every cancel as a failed job. Its status is STOPPED after RQ's own handling.
+    """
+
+    def handle_job_failure(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
+        super().handle_job_failure(job, queue, *args, **kwargs)  # type: ignore[misc]
+        if job.get_status(refresh=False) == JobStatus.STOPPED:
+            record_stopped_as_canceled(job)
+
+
+def cancel_aware(worker_class: type[Any]) -> type[Any]:
+    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
+    return type(worker_class.__name__, (CancelAware, worker_class), {})
+
+
+# Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
+# pickle finds a class by module and name (in a fresh interpreter, by importing this module).
+Worker = cancel_aware(RQWorker)
+SpawnWorker = cancel_aware(RQSpawnWorker)
+
 
 class StoppableSimpleWorker(SimpleWorker):
     """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
@@ -147,7 +189,7 @@ class StoppableSimpleWorker(SimpleWorker):
 
     def handle_job_success(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> Any:
         """A job stopped on request (RQ set ``_stopped_job_id`` before calling :meth:`kill_horse`) ends as
-        the fork worker's does: in the canceled registry (app.core.jobs.CancelAware), not as a success."""
+        the fork worker's does: in the canceled registry (:class:`CancelAware`), not as a success."""
         done = super().handle_job_success(job, queue, *args, **kwargs)
         if job.id == getattr(self, "_stopped_job_id", None):
             self._stopped_job_id = None
@@ -155,10 +197,11 @@ class StoppableSimpleWorker(SimpleWorker):
         return done
 
 
+# What each WorkerClass is (their differences: app.core.config.WorkerClass and docs/operations.md).
 WORKER_CLASSES: dict[str, type[BaseWorker]] = {
-    "fork": jobs.Worker,  # a forked work horse per job: a crash or a stop command kills only the horse
-    "simple": StoppableSimpleWorker,  # runs jobs in-process: fastest; a cancel ignored for 1 s ends the process
-    "spawn": jobs.SpawnWorker,  # posix_spawn'd horse: for platforms where fork is unsafe (macOS)
+    WorkerClass.FORK: Worker,
+    WorkerClass.SIMPLE: StoppableSimpleWorker,  # a cancel ignored for runner.CANCEL_GRACE ends the process
+    WorkerClass.SPAWN: SpawnWorker,
 }
 
 

@@ -10,18 +10,15 @@ task or member scans the stream (there is no index per task or member, which wou
 cost of every transition): a page scans at most ``SCAN_BUDGET`` entries, and answers with a cursor
 when the budget ran out, so a rare filter costs several calls, never one unbounded one.
 
-``taskport audit [--task ID] [--member M] [--limit N] [--json]`` prints the same entries.
+``taskport audit [--task ID] [--member M] [--limit N] [--json]`` (app.launch.cli) prints the same entries.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
-
-import orjson
 
 from app.core import keys
 from app.core.clock import iso
@@ -30,6 +27,23 @@ BATCH = 500
 SCAN_BUDGET = 20_000
 MAX_LIMIT = 1000
 CURSOR = re.compile(r"\d{1,20}-\d{1,20}")
+
+
+class EntryField(StrEnum):
+    """The fields of an audit entry: their only home. The audit fragment of the Lua scripts
+    (:data:`app.core.scripts.AUDIT`) writes them as ``!name``; the reader below reads them by these members."""
+
+    TASK = "task"
+    MEMBER = "member"
+    TYPE = "type"
+    FROM = "from"  # the status the task left ('' at submit)
+    TO = "to"
+    CODE = "code"  # its error code, '' when none
+    ATTEMPT = "attempt"
+    PAYLOAD = "payload"  # the SHA-256 of the payload JSON
+
+
+_TASK, _MEMBER = EntryField.TASK.encode(), EntryField.MEMBER.encode()
 
 
 @dataclass(frozen=True)
@@ -42,12 +56,12 @@ def entry_doc(entry_id: bytes, fields: dict[bytes, bytes]) -> dict[str, Any]:
     """One stream entry as the endpoint and the CLI show it."""
     g = {k.decode(): v.decode() for k, v in fields.items()}
     ident = entry_id.decode()
-    code = g.get("code", "")
+    code = g.get(EntryField.CODE, "")
     return {
-        "id": ident, "at": iso(int(ident.split("-")[0])), "task_id": g.get("task"), "member": g.get("member"),
-        "type": g.get("type"), "from": g.get("from") or None, "to": g.get("to"),
-        "error_code": int(code) if code else None, "attempt": int(g.get("attempt") or 0),
-        "payload_sha256": g.get("payload") or None,
+        "id": ident, "at": iso(int(ident.split("-")[0])), "task_id": g.get(EntryField.TASK),
+        "member": g.get(EntryField.MEMBER), "type": g.get(EntryField.TYPE), "from": g.get(EntryField.FROM) or None,
+        "to": g.get(EntryField.TO), "error_code": int(code) if code else None,
+        "attempt": int(g.get(EntryField.ATTEMPT) or 0), "payload_sha256": g.get(EntryField.PAYLOAD) or None,
     }  # fmt: skip
 
 
@@ -62,8 +76,8 @@ def read(conn: Any, *, task_id: str | None = None, member: str | None = None, li
         for entry_id, fields in rows:
             scanned += 1
             top = f"({entry_id.decode()}"
-            if (task_id and fields.get(b"task", b"").decode() != task_id) or (
-                    member and fields.get(b"member", b"").decode() != member):
+            if (task_id and fields.get(_TASK, b"").decode() != task_id) or (
+                    member and fields.get(_MEMBER, b"").decode() != member):
                 continue
             found.append(entry_doc(entry_id, fields))
             if len(found) == limit:
@@ -71,41 +85,3 @@ def read(conn: Any, *, task_id: str | None = None, member: str | None = None, li
         if len(rows) < BATCH:
             return AuditPage(found, None)
     return AuditPage(found, top[1:])
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``taskport audit`` on the CLI's subparsers."""
-    p = sub.add_parser("audit", help="print the audit trail of task transitions, newest first")
-    p.add_argument("--task", help="only this task id")
-    p.add_argument("--member", help="only this member's tasks")
-    p.add_argument("--limit", type=int, default=100, help="at most this many entries (default 100)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.set_defaults(run=cmd_audit)
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    """``taskport audit``: read the audit stream of the Redis in REDIS_URL."""
-    import redis
-
-    from app.core.config import Config
-    from app.core.connection import connect
-
-    config = Config.from_env()
-    if not config.redis_url:
-        print("taskport: error: set REDIS_URL to the service's Redis", file=sys.stderr)
-        return 2
-    try:
-        page = read(connect(config), task_id=args.task, member=args.member, limit=max(1, min(args.limit, MAX_LIMIT)))
-    except redis.exceptions.ConnectionError as exc:
-        print(f"taskport: error: Redis unreachable: {exc}", file=sys.stderr)
-        return 1
-    for e in page.entries:
-        if args.json:
-            print(orjson.dumps(e).decode())
-        else:
-            code = "" if e["error_code"] is None else f" code={e['error_code']}"
-            print(f"{e['at']} {e['task_id']} {e['member']} {e['type']} {e['from'] or '-'} -> {e['to']}"
-                  f" attempt={e['attempt']}{code} payload={e['payload_sha256']}")
-    if page.next_cursor:
-        print("(more: older entries exist; narrow with --task/--member or raise --limit)", file=sys.stderr)
-    return 0

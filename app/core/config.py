@@ -12,17 +12,30 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from app.core.states import HIGH_QUEUE
 
 LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # binds that listen on every interface
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
                       "rate_limit", "max_active_tasks"})
+
+
+class WorkerClass(StrEnum):
+    """The values of TASKPORT_WORKER_CLASS; the classes they name are workers.worker.WORKER_CLASSES."""
+
+    FORK = "fork"  # a forked work horse per job: a crash or a stop command kills only the horse
+    SIMPLE = "simple"  # runs jobs in-process: fastest; a cancel ignored for a grace period ends the process
+    SPAWN = "spawn"  # a posix_spawn'd horse: for platforms where fork is unsafe (macOS)
+
+
 # Settings with a fixed set of values, and settings that must be above zero (Config.validate).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "worker_class": ("fork", "simple", "spawn"), "redis_fsync": ("everysec", "always"),
+    "worker_class": tuple(WorkerClass), "redis_fsync": ("everysec", "always"),
     "redis_tls_verify": ("required", "optional", "none"),  # redis-py's ``ssl_cert_reqs`` values
     "web_worker_class": ("gevent", "gthread"),
 }
@@ -31,7 +44,7 @@ POSITIVE = ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body
             "result_store_timeout")
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
-HIGH_PRIORITY_GRANT = "high"  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
+HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
 
 
 def is_loopback(host: str) -> bool:
@@ -63,7 +76,7 @@ class Config:
         "TASKPORT_WEB_THREADS", 8, "threads per gunicorn worker under gthread (an SSE stream holds one)")
     workers: int = _setting("TASKPORT_WORKERS", 4, "RQ worker processes started by `taskport up`")
     worker_class: str = _setting(
-        "TASKPORT_WORKER_CLASS", "simple", "RQ worker class: simple (in-process), fork (Worker), spawn")
+        "TASKPORT_WORKER_CLASS", WorkerClass.SIMPLE.value, "RQ worker class: simple (in-process), fork (Worker), spawn")
     worker_max_jobs: int = _setting(
         "TASKPORT_WORKER_MAX_JOBS", 10_000, "jobs after which a worker exits and is restarted (0 = never)")
     data_dir: Path = _setting("TASKPORT_DATA_DIR", Path("var"), "embedded Redis data and result files")

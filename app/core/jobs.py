@@ -19,13 +19,11 @@ from typing import Any, cast
 
 import redis
 from rq import Callback, Queue
-from rq import Worker as RQWorker
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import Job
 from rq.registry import CanceledJobRegistry
 from rq.utils import as_text, current_timestamp, now, utcformat
-from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.core.config import Config
 from app.core.scripts import Command
@@ -200,41 +198,3 @@ def register_queues(conn: redis.Redis) -> None:
     """List every queue in RQ's set of queues now, so rq-dashboard and ``rq info`` show high, default and
     low from the start (RQ adds a queue there only at its first enqueue). One idempotent SADD."""
     conn.sadd(Queue.redis_queues_keys, *(Queue(name, connection=conn).key for name in QUEUES))
-
-
-def record_stopped_as_canceled(job: Job) -> None:
-    """Move a job RQ stopped on request (a task cancelled, or expired, while running) from the failed
-    registry, where RQ puts it with status STOPPED, to the canceled registry, with its end time."""
-    conn = job.connection
-    job.ended_at = now()
-    pipe = conn.pipeline()
-    job.failed_job_registry.remove(job, pipeline=pipe)
-    job.set_status(JobStatus.CANCELED, pipeline=pipe)
-    job.save(pipeline=pipe, include_meta=False)
-    CanceledJobRegistry(job.origin, connection=conn).add(job, pipeline=pipe)
-    pipe.expire(job.key, CANCELED_JOB_TTL)
-    pipe.execute()
-
-
-class CancelAware:
-    """Mixin for an RQ worker class: a job stopped on request ends in the canceled registry, not the failed one.
-
-    RQ 3.0 treats ``send_stop_job_command`` as a failure ("Job stopped by user, work-horse terminated"):
-    operators would count every cancel as a failed job. Its status is STOPPED after RQ's own handling.
-    """
-
-    def handle_job_failure(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
-        super().handle_job_failure(job, queue, *args, **kwargs)  # type: ignore[misc]
-        if job.get_status(refresh=False) == JobStatus.STOPPED:
-            record_stopped_as_canceled(job)
-
-
-def cancel_aware(worker_class: type[Any]) -> type[Any]:
-    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
-    return type(worker_class.__name__, (CancelAware, worker_class), {})
-
-
-# Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
-# pickle finds a class by module and name (in a fresh interpreter, by importing this module).
-Worker = cancel_aware(RQWorker)
-SpawnWorker = cancel_aware(RQSpawnWorker)

@@ -1,6 +1,12 @@
 """Every Redis key name and every key lifetime rule: nothing else formats a key.
 
-A task's own keys share the ``{task_id}`` hash tag so they would land on one cluster slot.
+Every key starts with :data:`PREFIX`, ``{tp}:``, and that is the one hash tag any key carries: a Redis
+Cluster places a key by the part between its first ``{`` and ``}``, so every taskport key lands on one
+slot. A script touches a task's own keys and the shared indexes (expiry, running, stats, audit ...) in
+one atomic step, and a Cluster runs a script only on keys of one slot; so the layout stays Cluster-ready
+as one slot (tests/unit/test_scripts.py proves every script's keys share it). RQ's own keys (``rq:...``,
+which the submit script also writes) are not Cluster-capable: RQ does not run on a Cluster. So we target
+one primary; the tag keeps the door open for a Cluster without a new layout.
 """
 
 from __future__ import annotations
@@ -9,12 +15,12 @@ from enum import StrEnum
 
 from app.core.states import TaskStatus
 
-PREFIX = "tp:"
+PREFIX = "{tp}:"  # the one hash tag: see above
 
 
 def task(task_id: str) -> str:
     """Hash: the task's status fields (the record; one HGETALL answers a status read)."""
-    return f"{PREFIX}task:{{{task_id}}}"
+    return f"{PREFIX}task:{task_id}"
 
 
 class TaskField(StrEnum):
@@ -48,18 +54,30 @@ class TaskField(StrEnum):
 
 def payload(task_id: str) -> str:
     """String: the validated payload JSON, dropped when the task ends."""
-    return f"{PREFIX}task:{{{task_id}}}:payload"
+    return f"{PREFIX}task:{task_id}:payload"
 
 
 def result(task_id: str) -> str:
     """String: the result JSON ({"result", "failures", "error_code", "run"}) of a COMPLETED task ("run": the
     run whose result folder holds its files, when it wrote any)."""
-    return f"{PREFIX}task:{{{task_id}}}:result"
+    return f"{PREFIX}task:{task_id}:result"
 
 
 def events(task_id: str) -> str:
-    """Pub/sub channel: a message with the task's event sequence number on every change."""
-    return f"{PREFIX}task:{{{task_id}}}:events"
+    """Pub/sub channel: a message with the task's event sequence number on every change (``events("*")`` is
+    the pattern of every task's channel)."""
+    return f"{PREFIX}task:{task_id}:events"
+
+
+_EVENTS_HEAD, _EVENTS_TAIL = (part.encode() for part in events("\0").split("\0"))
+
+
+def events_task_id(channel: bytes) -> str | None:
+    """The task id in an events channel's name (:func:`events`), None for any other name."""
+    if len(channel) > len(_EVENTS_HEAD) + len(_EVENTS_TAIL) and channel.startswith(_EVENTS_HEAD) \
+            and channel.endswith(_EVENTS_TAIL):
+        return channel[len(_EVENTS_HEAD):-len(_EVENTS_TAIL)].decode()
+    return None
 
 
 def dedup(member: str, digest: str) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 from marshmallow import Schema
 from marshmallow.validate import Range
 
-from app.core.states import QUEUES
+from app.core.states import DEFAULT_QUEUE, QUEUES
 
 BUILTIN_MODULES = (
     "workers.processors.demo",
@@ -73,7 +73,7 @@ def processor(
     schema: type[Schema] | Schema,
     timeout: int = DEFAULT_TIMEOUT,
     retries: int = 0,
-    priority: str = "default",
+    priority: str = DEFAULT_QUEUE,
 ) -> Callable[[ProcessorFunc], ProcessorFunc]:
     """Register the decorated function as the processor of task ``type``.
 

@@ -10,8 +10,11 @@ tests (tests/unit/test_result_store_contract.py).
 A JSON result longer than ``TASKPORT_INLINE_RESULT_MAX`` is written as ``result.json`` by
 :func:`spill`, and the task record keeps only a reference; :func:`unspill` reads it back.
 
-A store that cannot be reached raises :class:`StoreUnavailable` (a worker retries the task, then
-fails it with error code -5; the API answers 503 with Retry-After).
+A store that cannot be reached raises :class:`~app.core.resultbase.StoreUnavailable` (a worker retries
+the task, then fails it with error code -5; the API answers 503 with Retry-After). That error, ``FileInfo``
+and the checks of ids and names live in :mod:`app.core.resultbase`, which both stores import: this module
+imports :mod:`app.core.s3store` (in :func:`result_store`, so boto3 loads only where it is used), never the
+other way round.
 
 Each run of a task writes into a folder of its own (``<task_id>/run-<run_id>``, see
 :meth:`ResultStore.for_run`): a run whose claim was taken over (a stalled worker that wakes up after
@@ -27,38 +30,23 @@ file in the task's folder that is renamed into place (atomically, ``os.replace``
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import orjson
 
 from app.core.config import Config
-from app.core.ids import is_run_id, is_task_id
+from app.core.ids import is_task_id
+from app.core.resultbase import FileInfo, check_name, check_run_id, check_task_id
+from app.core.resultbase import StoreUnavailable as StoreUnavailable  # re-exported: importers name it from here
 
-# A plain file name: no separators, no leading dot (so never "." / ".." and never a temp file).
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TEMP_SUFFIX = ".part"
 SPILLED_NAME = "result.json"  # a JSON result too long for Redis, under the task's folder
 SPILLED_REF = "$result_store"  # the reference left in the task record: {SPILLED_REF: name, "size": bytes}
-
-
-class StoreUnavailable(Exception):
-    """The result store cannot be reached (network, timeout, a 5xx from the server): worth retrying."""
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    """What the API needs to describe and serve a result file."""
-
-    name: str
-    size: int
-    content_type: str
 
 
 class ResultStore(Protocol):
@@ -97,27 +85,6 @@ class ResultStore(Protocol):
         """Of a run view: remove what the task's other runs left. Runs hold a task one after another, so
         those are earlier runs, lost or taken over; a run never removes anything of a later one."""
         ...
-
-
-def check_task_id(task_id: str) -> str:
-    """Return ``task_id`` if it has a task id's shape (app.core.ids), else raise ValueError."""
-    if not is_task_id(task_id):
-        raise ValueError("invalid task id for result storage")
-    return task_id
-
-
-def check_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it has a run id's shape (app.core.ids), else raise ValueError."""
-    if not is_run_id(run_id):
-        raise ValueError("invalid run id for result storage")
-    return run_id
-
-
-def check_name(name: str) -> str:
-    """Return ``name`` if it is a plain file name (no path, no leading dot), else raise ValueError."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError("invalid result file name")
-    return name
 
 
 class LocalResultStore:

@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from app.core.ids import is_task_id
-from app.core.results import FileInfo, StoreUnavailable, check_name, check_run_id, check_task_id
+from app.core.resultbase import FileInfo, StoreUnavailable, check_name, check_run_id, check_task_id
 
 log = logging.getLogger(__name__)
 PART_SIZE = 8 * 1024 * 1024  # bytes per multipart part (S3's minimum is 5 MiB): the writer's memory

@@ -4,32 +4,50 @@ Each script names the status it expects; if the task is elsewhere it writes noth
 with the status it found. Keys arrive in KEYS[] (built by app.core.keys), never built in Lua (one exception:
 SUBMIT reads the hash of the task holding a dedup key, whose id it learns only then).
 
-The scripts never spell a status, a hash field or a stats counter themselves: a source says ``$PENDING``
-(a :class:`~app.core.states.TaskStatus`, or ``$TAKEN``, :data:`~app.core.states.CLAIM_TAKEN`), ``@status`` (a
-:class:`~app.core.keys.TaskField`) or ``&submitted`` (a field of ``keys.STATS``), and :func:`render` writes
-the Lua string literal from that one home; a name it does not know fails at import.
+Each script is a :class:`Script`, a table naming its KEYS and ARGV in order with a line on each: the one
+home of their positions. It renders them into the Lua as a preamble (``local task = KEYS[1]`` ...), so a
+body never spells a position, and builds a call's KEYS and ARGV from names (:meth:`Script.call`).
+
+Nor does a script spell a status, a hash field, a stats counter or an audit entry's field: it says
+``$PENDING`` (a :class:`~app.core.states.TaskStatus`, ``$TAKEN`` or ``$MISSING_PAYLOAD``), ``$ACTIVE`` (a
+status set of app.core.states, as a Lua table ``{['PENDING'] = true, ...}``), ``@status`` (a
+:class:`~app.core.keys.TaskField`), ``&submitted`` (a field of ``keys.STATS``) or ``!task`` (an
+:class:`~app.core.audit.EntryField`); :func:`render` writes the literal from that home, and a name it does
+not know fails at import.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, NamedTuple
 
+from app.core.audit import EntryField
 from app.core.config import Config
 from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED, STAT_SUBMITTED, TaskField
-from app.core.states import CLAIM_TAKEN, TaskStatus
+from app.core.states import ACTIVE, CLAIM_TAKEN, MISSING_PAYLOAD, TERMINAL, TaskStatus
 
-STATUS_WORDS = {**{s.name: s.value for s in TaskStatus}, "TAKEN": CLAIM_TAKEN}
+STATUS_WORDS = {**{s.name: s.value for s in TaskStatus}, "TAKEN": CLAIM_TAKEN, "MISSING_PAYLOAD": MISSING_PAYLOAD}
+STATUS_SETS = {"ACTIVE": ACTIVE, "TERMINAL": TERMINAL}
 FIELD_WORDS = {f.value: f.value for f in TaskField}
 STAT_WORDS = {name: name for name in (STAT_SUBMITTED, STAT_RETRIED, STAT_RECOVERED, *STAT_ENTERED.values())}
-_MARKER = re.compile(r"([$@&])([A-Za-z_0-9]+)")
-_TABLES = {"$": STATUS_WORDS, "@": FIELD_WORDS, "&": STAT_WORDS}
+ENTRY_WORDS = {f.value: f.value for f in EntryField}
+_MARKER = re.compile(r"([$@&!])([A-Za-z_0-9]+)")
+_TABLES = {"$": STATUS_WORDS, "@": FIELD_WORDS, "&": STAT_WORDS, "!": ENTRY_WORDS}
+
+
+def _literal(sigil: str, name: str) -> str:
+    if sigil == "$" and name in STATUS_SETS:
+        return "{" + ", ".join(f"['{s}'] = true" for s in sorted(STATUS_SETS[name])) + "}"
+    return f"'{_TABLES[sigil][name]}'"
 
 
 def render(source: str) -> str:
-    """``source`` with every ``$STATUS``, ``@field`` and ``&stat`` marker written as a Lua string literal."""
-    return _MARKER.sub(lambda m: f"'{_TABLES[m[1]][m[2]]}'", source)
+    """``source`` with every ``$STATUS`` (or status set), ``@field``, ``&stat`` and ``!entry`` marker written
+    as a Lua literal."""
+    return _MARKER.sub(lambda m: _literal(m[1], m[2]), source)
 
 
 class Command(NamedTuple):
@@ -50,29 +68,120 @@ def replay(commands: Iterable[Command]) -> tuple[list[str], list[Any]]:
         args += [command.name, len(command.args), *command.args]
     return keys_, args
 
-# The audit trail, one fragment for every script that changes a task's status: each calls
-# audit(...) once (a one-line splice) after its writes, so a transition and its audit entry are one
-# atomic step. build() puts the fragment in front of each script, with the retention rendered in.
-# KEYS: the audit stream is the LAST key of every script (TaskStore passes keys.AUDIT last)
-# ARGV: none of its own; the call passes the task's key, its id and the status it left ('' at submit).
-# Entry fields: task, member, type, from, to, code (error code or ''), attempt, payload (the SHA-256
-# of the payload JSON, written into the hash at submit): all read from the hash after the change, so
-# the entry says what the task became. The entry id is the time (ms). Trimmed with MAXLEN ~ (entries) and
-# MINID ~ (age) so trimming is cheap (whole stream nodes); 0 = no limit of that kind.
+
+class Tail(NamedTuple):
+    """A variadic tail of a script's KEYS or ARGV (after its named ones): its name and what it holds."""
+
+    name: str
+    meaning: str
+
+
+# The audit stream: every script's last key, after its named keys and any tail (TaskStore.run_script appends
+# keys.AUDIT to every call). The preamble names it; the audit fragment (AUDIT) writes to it.
+AUDIT_STREAM = "audit_stream"
+_LUA_WORDS = frozenset("and break do else elseif end false for function if in local nil not or repeat return "
+                       "then true until while".split())
+_NAME = re.compile(r"[a-z_][a-z_0-9]*")
+
+
+class ScriptCallError(TypeError):
+    """A script called with a missing or unknown key or argument name (or a tail it does not take)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Script:
+    """One Lua script and the table of what it takes: ``keys`` and ``args`` map each name, in KEYS / ARGV
+    order, to a line on what it is; ``rest_keys`` / ``rest`` name a variadic tail after them, if any.
+
+    The preamble :meth:`source` renders from the table binds ``local <name> = KEYS[i]`` / ``ARGV[i]``, a tail
+    of keys as a table ``local <name> = {...}`` and a tail of arguments as its first index
+    ``local first_<name> = i``, and :data:`AUDIT_STREAM`; the body uses these names only.
+    """
+
+    name: str
+    keys: Mapping[str, str]
+    args: Mapping[str, str]
+    body: str
+    rest_keys: Tail | None = None
+    rest: Tail | None = None
+    _key_names: frozenset[str] = field(init=False, repr=False)
+    _arg_names: frozenset[str] = field(init=False, repr=False)
+    _take_keys: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
+    _take_args: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [*self.keys, *self.args, AUDIT_STREAM, *(t.name for t in (self.rest_keys,) if t),
+                 *(f"first_{t.name}" for t in (self.rest,) if t)]
+        bad = [n for n in names if not _NAME.fullmatch(n) or n in _LUA_WORDS]
+        if bad or len(set(names)) != len(names):
+            raise ValueError(f"script {self.name}: names must be distinct Lua identifiers, not {bad or names}")
+        object.__setattr__(self, "_key_names", frozenset(self.keys))
+        object.__setattr__(self, "_arg_names", frozenset(self.args))
+        object.__setattr__(self, "_take_keys", _getter(tuple(self.keys)))
+        object.__setattr__(self, "_take_args", _getter(tuple(self.args)))
+
+    def preamble(self) -> str:
+        """The Lua that binds every name of the table to its position (the only place a position is spelt)."""
+        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(self.keys, 1)]
+        if self.rest_keys:
+            lines.append(f"local {self.rest_keys.name} = {{unpack(KEYS, {len(self.keys) + 1}, #KEYS - 1)}}")
+        lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
+        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(self.args, 1)]
+        if self.rest:
+            lines.append(f"local first_{self.rest.name} = {len(self.args) + 1}")
+        return "\n".join(lines) + "\n"
+
+    def source(self, fragment: str = "") -> str:
+        """The script as Redis runs it: the preamble, then ``fragment`` (the audit function), then the body,
+        markers rendered."""
+        return self.preamble() + fragment + render(self.body)
+
+    def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
+             rest: Sequence[Any] = ()) -> tuple[list[str], list[Any]]:
+        """(KEYS, ARGV) of a call, from ``keys`` and ``args`` by name (the audit stream not included: see
+        :data:`AUDIT_STREAM`), ``rest_keys`` / ``rest`` after them. Raises ScriptCallError, naming them, when a
+        name is missing or unknown or a tail is passed to a script that takes none. A submit's hot path:
+        the only check is a comparison of name sets."""
+        if keys.keys() != self._key_names or args.keys() != self._arg_names or (rest_keys and not self.rest_keys) \
+                or (rest and not self.rest):
+            raise self._refusal(keys, args, bool(rest_keys), bool(rest))
+        return [*self._take_keys(keys), *rest_keys], [*self._take_args(args), *rest]
+
+    def _refusal(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: bool,
+                 rest: bool) -> ScriptCallError:
+        wrong = {"missing keys": self._key_names - keys.keys(), "unknown keys": keys.keys() - self._key_names,
+                 "missing args": self._arg_names - args.keys(), "unknown args": args.keys() - self._arg_names}
+        said = [f"{what} {sorted(names)}" for what, names in wrong.items() if names]
+        said += ["it takes no tail of keys"] if rest_keys and not self.rest_keys else []
+        said += ["it takes no tail of args"] if rest and not self.rest else []
+        return ScriptCallError(f"script {self.name}: " + "; ".join(said))
+
+
+def _getter(names: Sequence[str]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """The values of ``names`` in a mapping, in that order, as a tuple (operator.itemgetter: fast)."""
+    return itemgetter(*names) if len(names) > 1 else lambda mapping: tuple(mapping[n] for n in names)
+
+
+# The audit trail, one fragment for every script that changes a task's status: each calls audit(task key,
+# id, the status it left ('' at submit)) once after its writes, so a transition and its audit entry are one
+# atomic step. build() puts it between a script's preamble (it writes to AUDIT_STREAM) and its body, with
+# the retention rendered in. The entry's fields (audit.EntryField) are read from the hash after the change,
+# so it says what the task became; its id is the time (ms). Trimmed with MAXLEN ~ (entries) and MINID ~
+# (age), cheap (whole stream nodes); 0 = no limit of that kind.
 AUDIT = """
 local function audit(task_key, id, from)
   local h = redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts, @payload_sha256)
-  local stream, maxlen, max_age_ms = KEYS[#KEYS], __AUDIT_MAXLEN__, __AUDIT_MAX_AGE_MS__
-  local cmd = {'XADD', stream}
-  if maxlen > 0 then cmd = {'XADD', stream, 'MAXLEN', '~', maxlen} end
-  local entry = {'*', 'task', id, 'member', h[1] or '', 'type', h[2] or '', 'from', from, 'to', h[3] or '',
-                 'code', h[4] or '', 'attempt', h[5] or '0', 'payload', h[6] or ''}
+  local maxlen, max_age_ms = __AUDIT_MAXLEN__, __AUDIT_MAX_AGE_MS__
+  local cmd = {'XADD', audit_stream}
+  if maxlen > 0 then cmd = {'XADD', audit_stream, 'MAXLEN', '~', maxlen} end
+  local entry = {'*', !task, id, !member, h[1] or '', !type, h[2] or '', !from, from, !to, h[3] or '',
+                 !code, h[4] or '', !attempt, h[5] or '0', !payload, h[6] or ''}
   for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
   redis.call(unpack(cmd))
   if max_age_ms > 0 then
     local t = redis.call('TIME')
     local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age_ms
-    redis.call('XTRIM', stream, 'MINID', '~', string.format('%d', oldest))
+    redis.call('XTRIM', audit_stream, 'MINID', '~', string.format('%d', oldest))
   end
 end
 """
@@ -81,163 +190,214 @@ end
 # and queue its RQ job in the same step. Atomic so that N concurrent identical submits create exactly one
 # task, so that N concurrent submits never take a member past its cap, and so that a task and its job
 # reach Redis (and its append-only file) together or not at all; a duplicate or a refusal queues nothing.
-# The per-member count of unfinished tasks (KEYS[8], a hash member -> count) goes up here and down in
-# TRANSITION when a task leaves PENDING/PROCESSING for good, so the check is one HGET.
-# The job's commands are the ones RQ itself issues to enqueue (app.core.jobs.JobQueue.job_commands, passed
-# through replay()), each on one key: the n-th of them acts on KEYS[8 + n].
-# KEYS: dedup, task, payload, history, expiry, members, stats, active, then one key per job command
-# ARGV: task_id, dedup_window_s, key_ttl_s, created_ms, expiry_ms, payload_json, member,
-#       cap (unfinished tasks the member may hold; 0 = no cap),
-#       n (how many ARGV entries the job's commands take), then per command: name, argc, args...,
-#       then field1, value1, ...  (the task hash)
-# The task hash of a duplicate's holder is the one key not passed in: its id is known only once the dedup
-# key is read. Its name is the new task's (KEYS[2]) with the holder's id in place of the new one. So a
-# duplicate costs the same one round trip as a new task.
+# The count in active goes up here and down in TRANSITION when a task leaves PENDING/PROCESSING for good,
+# so the check is one HGET. The job's commands are RQ's own enqueue (JobQueue.job_commands, through
+# replay()), each on one key: the n-th acts on command_keys[n]. A duplicate's holder hash is the one key
+# not passed in (its id is known only once the dedup key is read): the new task's name with the holder's
+# id in place of the new one, so a duplicate costs the same one round trip as a new task.
 # Returns {1} when created, {0, holder_id, the holder's HGETALL (empty once it is gone)} for a duplicate,
 # {2, unfinished_count} at the cap.
-SUBMIT = """
-local held = redis.call('GET', KEYS[1])
+SUBMIT = Script(
+    "submit",
+    keys={
+        "dedup": "string: the id of the task holding the member's dedup key (set here, for the dedup window)",
+        "task": "hash: the new task's record",
+        "payload": "string: the new task's payload JSON",
+        "history": "sorted set: the member's task ids by creation time",
+        "expiry": "sorted set: the expiry index (the task's deadline)",
+        "members": "set: every member with a history",
+        "stats": "hash: the counters (submitted)",
+        "active": "hash: member -> its unfinished tasks (the cap's count)",
+    },
+    args={
+        "task_id": "the new task's id",
+        "dedup_window_s": "the dedup key's lifetime",
+        "key_ttl_s": "the task's keys' lifetime",
+        "created_ms": "now, the creation time",
+        "expiry_ms": "when housekeeping must act on the task (its deadline)",
+        "payload_json": "the validated payload",
+        "member": "the member submitting",
+        "cap": "unfinished tasks the member may hold (0 = no cap)",
+        "job_argc": "how many ARGV entries the job's commands take",
+    },
+    rest_keys=Tail("command_keys", "one key per job command, in order"),
+    rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all), then the task "
+                         "hash's field, value pairs"),
+    body="""
+local held = redis.call('GET', dedup)
 if held then
-  local at = string.find(KEYS[2], ARGV[1], 1, true)
-  local holder = string.sub(KEYS[2], 1, at - 1) .. held .. string.sub(KEYS[2], at + #ARGV[1])
+  local at = string.find(task, task_id, 1, true)
+  local holder = string.sub(task, 1, at - 1) .. held .. string.sub(task, at + #task_id)
   return {0, held, redis.call('HGETALL', holder)}
 end
-local cap = tonumber(ARGV[8])
-local active = tonumber(redis.call('HGET', KEYS[8], ARGV[7]) or '0')
-if cap > 0 and active >= cap then return {2, active} end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-local first_field = 10 + tonumber(ARGV[9])
-local pairs = {}
-for i = first_field, #ARGV do pairs[#pairs + 1] = ARGV[i] end
-redis.call('HSET', KEYS[2], unpack(pairs))
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[3])
-redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
-redis.call('SADD', KEYS[6], ARGV[7])
-redis.call('HINCRBY', KEYS[7], &submitted, 1)
-redis.call('HINCRBY', KEYS[8], ARGV[7], 1)
-local i, k = 10, 9
+local limit = tonumber(cap)
+local unfinished = tonumber(redis.call('HGET', active, member) or '0')
+if limit > 0 and unfinished >= limit then return {2, unfinished} end
+redis.call('SET', dedup, task_id, 'EX', dedup_window_s)
+local first_field = first_command + tonumber(job_argc)
+redis.call('HSET', task, unpack(ARGV, first_field))
+redis.call('EXPIRE', task, key_ttl_s)
+redis.call('SET', payload, payload_json, 'EX', key_ttl_s)
+redis.call('ZADD', history, created_ms, task_id)
+redis.call('ZADD', expiry, expiry_ms, task_id)
+redis.call('SADD', members, member)
+redis.call('HINCRBY', stats, &submitted, 1)
+redis.call('HINCRBY', active, member, 1)
+local i, k = first_command, 1
 while i < first_field do
-  local argc = tonumber(ARGV[i + 1])
-  redis.call(ARGV[i], KEYS[k], unpack(ARGV, i + 2, i + 1 + argc))
+  local name, argc = unpack(ARGV, i, i + 1)
+  argc = tonumber(argc)
+  redis.call(name, command_keys[k], unpack(ARGV, i + 2, i + 1 + argc))
   i, k = i + 2 + argc, k + 1
 end
-audit(KEYS[2], ARGV[1], '')
+audit(task, task_id, '')
 return {1}
-"""
+""")
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
 # A task past its expires_at is EXPIRED to every reader already, so it never starts (EXPIRED is final).
-# KEYS: task, payload, running, events
-# ARGV: run_id, now_ms, task_id
 # Returns {1, payload_json, HGETALL} when started, {0, current_status} otherwise.
-START = """
-local cur = redis.call('HMGET', KEYS[1], @status, @expires_at)
+START = Script(
+    "start",
+    keys={"task": "hash: the task's record", "payload": "string: the task's payload JSON (answered)",
+          "running": "sorted set: PROCESSING task id -> last heartbeat", "events": "channel: the task's events"},
+    args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id"},
+    body="""
+local cur = redis.call('HMGET', task, @status, @expires_at)
 local status = cur[1]
 if status ~= $PENDING then return {0, status or ''} end
-if (tonumber(cur[2]) or math.huge) <= tonumber(ARGV[2]) then return {0, $EXPIRED} end
-local payload = redis.call('GET', KEYS[2])
-if not payload then return {0, 'MISSING_PAYLOAD'} end
-redis.call('HSET', KEYS[1], @status, $PROCESSING, @run_id, ARGV[1], @started_at, ARGV[2],
-           @updated_at, ARGV[2], @message, '')
-redis.call('HINCRBY', KEYS[1], @attempts, 1)
-local seq = redis.call('HINCRBY', KEYS[1], @seq, 1)
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
-redis.call('PUBLISH', KEYS[4], seq)
-audit(KEYS[1], ARGV[3], status)
-return {1, payload, redis.call('HGETALL', KEYS[1])}
-"""
+if (tonumber(cur[2]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
+local payload_json = redis.call('GET', payload)
+if not payload_json then return {0, $MISSING_PAYLOAD} end
+redis.call('HSET', task, @status, $PROCESSING, @run_id, run_id, @started_at, now_ms,
+           @updated_at, now_ms, @message, '')
+redis.call('HINCRBY', task, @attempts, 1)
+local seq = redis.call('HINCRBY', task, @seq, 1)
+redis.call('ZADD', running, now_ms, task_id)
+redis.call('PUBLISH', events, seq)
+audit(task, task_id, status)
+return {1, payload_json, redis.call('HGETALL', task)}
+""")
 
 # Progress and heartbeat of a running task: only the run that started it may write, and only while
 # PROCESSING, so a late write after a cancel, a retry or a recovery is dropped. Progress never goes down.
 # A run whose claim was taken (recovery re-queued the task, maybe another run started it) is told
 # 'TAKEN' (app.core.states.CLAIM_TAKEN), never the new run's PROCESSING; past expires_at it is told EXPIRED.
-# KEYS: task, running, events
-# ARGV: run_id, now_ms, progress ('' = heartbeat only), message, items_total, items_succeeded,
-#       items_failed  (items '' = unchanged), task_id
 # Returns the status found ('PROCESSING' when written, 'TAKEN' when another run holds the task).
-PROGRESS = """
-local cur = redis.call('HMGET', KEYS[1], @status, @run_id, @progress, @expires_at)
-if cur[1] ~= $PROCESSING or cur[2] ~= ARGV[1] then
-  if cur[1] == $PENDING or cur[1] == $PROCESSING then return $TAKEN end
+PROGRESS = Script(
+    "progress",
+    keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat (moved)",
+          "events": "channel: the task's events"},
+    args={
+        "run_id": "the run reporting", "now_ms": "now",
+        "progress": "0-100 ('' = a heartbeat only)",
+        "message": "the progress message",
+        "items_total": "how many items the task has ('' = the item counts unchanged)",
+        "items_succeeded": "how many of them succeeded so far",
+        "items_failed": "how many of them failed so far",
+        "task_id": "the task's id",
+    },
+    body="""
+local cur = redis.call('HMGET', task, @status, @run_id, @progress, @expires_at)
+if cur[1] ~= $PROCESSING or cur[2] ~= run_id then
+  local unfinished = $ACTIVE
+  if unfinished[cur[1]] then return $TAKEN end
   return cur[1] or ''
 end
-if (tonumber(cur[4]) or math.huge) <= tonumber(ARGV[2]) then return $EXPIRED end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[8])
-if ARGV[3] == '' then return $PROCESSING end
-local progress = tonumber(ARGV[3])
-if progress < (tonumber(cur[3]) or 0) then progress = tonumber(cur[3]) end
-redis.call('HSET', KEYS[1], @progress, progress, @message, ARGV[4], @updated_at, ARGV[2])
-if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], @items_total, ARGV[5], @items_succeeded, ARGV[6], @items_failed, ARGV[7])
+if (tonumber(cur[4]) or math.huge) <= tonumber(now_ms) then return $EXPIRED end
+redis.call('ZADD', running, 'XX', now_ms, task_id)
+if progress == '' then return $PROCESSING end
+local reached = tonumber(progress)
+if reached < (tonumber(cur[3]) or 0) then reached = tonumber(cur[3]) end
+redis.call('HSET', task, @progress, reached, @message, message, @updated_at, now_ms)
+if items_total ~= '' then
+  redis.call('HSET', task, @items_total, items_total, @items_succeeded, items_succeeded, @items_failed, items_failed)
 end
-local seq = redis.call('HINCRBY', KEYS[1], @seq, 1)
-redis.call('PUBLISH', KEYS[3], seq)
+local seq = redis.call('HINCRBY', task, @seq, 1)
+redis.call('PUBLISH', events, seq)
 return $PROCESSING
-"""
+""")
 
 # Every other transition: expected status(es) -> new status, with its side effects in one step.
-# KEYS: task, payload, result, running, expiry, events, stats, failures, active (see SUBMIT)
-# ARGV: expected (comma list), run_id ('' = any run), new_status, key_ttl_s ('' = keep),
-#       expiry_ms ('' = leave the expiry index), result_json for a key of its own ('' = none, or
-#       inline in the hash's 'result' field), result_ttl_s,
-#       drop ('payload' | 'all' | ''), stale_before_ms ('' = no check; else the task's heartbeat must be
-#       older, so a recovery never takes a task from a live worker), now_ms, stat ('' = none),
-#       task_id, field1, value1, ...
-# Leaving PENDING/PROCESSING for any other status counts the task off its member's unfinished tasks (once:
-# the expected-status check lets only one transition out). Every transition ends the current run: its
-# run_id is dropped. Past the task's expires_at only the move to EXPIRED is allowed (readers already see
-# EXPIRED; it is final): anything else answers EXPIRED.
+# Leaving PENDING/PROCESSING ($ACTIVE) for any other status counts the task off its member's unfinished
+# tasks (once: the expected-status check lets only one transition out). Every transition ends the current
+# run: its run_id is dropped. Past the task's expires_at only the move to EXPIRED is allowed (readers
+# already see EXPIRED; it is final): anything else answers EXPIRED.
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
-TRANSITION = """
-local cur = redis.call('HMGET', KEYS[1], @status, @run_id, @expires_at)
-local id = ARGV[12]
+TRANSITION = Script(
+    "transition",
+    keys={
+        "task": "hash: the task's record",
+        "payload": "string: the task's payload JSON (dropped with drop)",
+        "result": "string: the task's result JSON, when not inline",
+        "running": "sorted set: PROCESSING task id -> last heartbeat (the task leaves it)",
+        "expiry": "sorted set: the expiry index",
+        "events": "channel: the task's events (the sequence number)",
+        "stats": "hash: the counters (stat)",
+        "failures": "sorted set: recent failures by time",
+        "active": "hash: member -> its unfinished tasks (see SUBMIT)",
+    },
+    args={
+        "expected": "the status(es) the task must be in (comma list)",
+        "run_id": "the run that must hold the task ('' = any run)",
+        "new_status": "the status it moves to",
+        "key_ttl_s": "the task hash's new lifetime ('' = keep)",
+        "expiry_ms": "its new time in the expiry index ('' = leave the index)",
+        "result_json": "a result for a key of its own ('' = none, or inline in the hash's 'result' field)",
+        "result_ttl_s": "that key's lifetime",
+        "drop": "'payload' | 'all' (payload and result) | ''",
+        "stale_before_ms": "'' = no check; else the heartbeat must be older (a recovery never takes a live task)",
+        "now_ms": "now",
+        "stat": "the stats counter to count ('' = none)",
+        "task_id": "the task's id",
+    },
+    rest=Tail("field", "the task hash's field, value pairs to write"),
+    body="""
+local cur = redis.call('HMGET', task, @status, @run_id, @expires_at)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
-for s in string.gmatch(ARGV[1], '[^,]+') do if s == status then ok = true end end
-if not ok or (ARGV[2] ~= '' and cur[2] ~= ARGV[2]) then return {0, status} end
-if ARGV[3] ~= $EXPIRED and (tonumber(cur[3]) or math.huge) <= tonumber(ARGV[10]) then return {0, $EXPIRED} end
-if ARGV[9] ~= '' then
-  local beat = redis.call('ZSCORE', KEYS[4], id)
-  if beat and tonumber(beat) > tonumber(ARGV[9]) then return {0, status} end
+for s in string.gmatch(expected, '[^,]+') do if s == status then ok = true end end
+if not ok or (run_id ~= '' and cur[2] ~= run_id) then return {0, status} end
+if new_status ~= $EXPIRED and (tonumber(cur[3]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
+if stale_before_ms ~= '' then
+  local beat = redis.call('ZSCORE', running, task_id)
+  if beat and tonumber(beat) > tonumber(stale_before_ms) then return {0, status} end
 end
-local pairs = {@status, ARGV[3]}
-for i = 13, #ARGV do pairs[#pairs + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(pairs))
-redis.call('HDEL', KEYS[1], @run_id)
-if ARGV[4] ~= '' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
-redis.call('ZREM', KEYS[4], id)
-if ARGV[5] ~= '' then redis.call('ZADD', KEYS[5], ARGV[5], id) end
-if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
-if ARGV[8] == 'payload' or ARGV[8] == 'all' then redis.call('DEL', KEYS[2]) end
-if ARGV[8] == 'all' then
-  redis.call('DEL', KEYS[3])
-  redis.call('HDEL', KEYS[1], @result)
+redis.call('HSET', task, @status, new_status, unpack(ARGV, first_field))
+redis.call('HDEL', task, @run_id)
+if key_ttl_s ~= '' then redis.call('EXPIRE', task, key_ttl_s) end
+redis.call('ZREM', running, task_id)
+if expiry_ms ~= '' then redis.call('ZADD', expiry, expiry_ms, task_id) end
+if result_json ~= '' then redis.call('SET', result, result_json, 'EX', result_ttl_s) end
+if drop == 'payload' or drop == 'all' then redis.call('DEL', payload) end
+if drop == 'all' then
+  redis.call('DEL', result)
+  redis.call('HDEL', task, @result)
 end
-if ARGV[11] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[11], 1) end
-if ARGV[3] == $FAILED then redis.call('ZADD', KEYS[8], ARGV[10], id) end
-if (status == $PENDING or status == $PROCESSING) and ARGV[3] ~= $PENDING and ARGV[3] ~= $PROCESSING then
-  local member = redis.call('HGET', KEYS[1], @member)
-  if member and redis.call('HINCRBY', KEYS[9], member, -1) <= 0 then redis.call('HDEL', KEYS[9], member) end
+if stat ~= '' then redis.call('HINCRBY', stats, stat, 1) end
+if new_status == $FAILED then redis.call('ZADD', failures, now_ms, task_id) end
+local unfinished = $ACTIVE
+if unfinished[status] and not unfinished[new_status] then
+  local member = redis.call('HGET', task, @member)
+  if member and redis.call('HINCRBY', active, member, -1) <= 0 then redis.call('HDEL', active, member) end
 end
-local seq = redis.call('HINCRBY', KEYS[1], @seq, 1)
-redis.call('PUBLISH', KEYS[6], seq)
-audit(KEYS[1], id, status)
+local seq = redis.call('HINCRBY', task, @seq, 1)
+redis.call('PUBLISH', events, seq)
+audit(task, task_id, status)
 return {1, status}
-"""
+""")
 
-# The scripts as Redis runs them (markers rendered), without the audit fragment: build() puts it in front.
-SOURCES = {name: render(source) for name, source in
-           {"submit": SUBMIT, "start": START, "progress": PROGRESS, "transition": TRANSITION}.items()}
+SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION)}
+# The scripts as Redis runs them (preamble, markers rendered), without the audit fragment: build() adds it.
+SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 
 
 def build(max_entries: int, max_age_s: int) -> dict[str, str]:
-    """Every script with the audit fragment in front, its retention rendered in (0 = no such limit)."""
+    """Every script with the audit fragment after its preamble, its retention rendered in (0 = no such limit)."""
     fragment = render(AUDIT).replace("__AUDIT_MAXLEN__", str(int(max_entries)))
     fragment = fragment.replace("__AUDIT_MAX_AGE_MS__", str(int(max_age_s) * 1000))
-    return {name: fragment + source for name, source in SOURCES.items()}
+    return {name: script.source(fragment) for name, script in SCRIPTS.items()}
 
 
 ALL = build(*Config().audit_limits)  # with the default retention; TaskStore builds its own from its Config

@@ -18,6 +18,9 @@ class TaskStatus(StrEnum):
 # Not a status: what the progress script answers a run whose claim another run holds now (recovery
 # re-queued its task). The run stops at its next checkpoint and touches nothing of the new run.
 CLAIM_TAKEN = "TAKEN"
+# Not a status either: what the start script answers when the task's payload key is gone (the task
+# hash outlived it), so the run cannot start the task.
+MISSING_PAYLOAD = "MISSING_PAYLOAD"
 
 ACTIVE = frozenset({TaskStatus.PENDING, TaskStatus.PROCESSING})
 TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
@@ -71,4 +74,8 @@ ERROR_MESSAGES = {
     ErrorCode.RESULT_STORE: "result store unavailable: the result could not be stored, please retry later",
 }
 
-QUEUES = ("high", "default", "low")  # RQ queue names, in the order workers listen
+# RQ queue names: a task's ``priority``. Plain strings (they are Redis keys' parts and command arguments).
+HIGH_QUEUE = "high"  # only for API keys granted it (TASKPORT_API_KEYS key:member:high), and open mode
+DEFAULT_QUEUE = "default"  # a processor's when its registration names none
+LOW_QUEUE = "low"
+QUEUES = (HIGH_QUEUE, DEFAULT_QUEUE, LOW_QUEUE)  # in the order workers listen

@@ -1,12 +1,15 @@
-"""TaskStore: every read and write of a task's Redis data goes through here.
+"""TaskStore: every read and write of a task's own keys goes through here.
 
-Writes are the Lua scripts of :mod:`app.core.scripts` (one atomic compare-and-set each); reads are one
-round trip (HGETALL, or a pipeline when the result is needed too).
+A task's own keys are its hash, payload, result and events channel (``keys.task`` and the builders beside
+it). Writes are the Lua scripts of :mod:`app.core.scripts` (one atomic compare-and-set each, which
+also keeps the shared indexes and counters); reads are one round trip (HGETALL, or a pipeline when the
+result is needed too). The shared keys have owners of their own: the indexes housekeeping reads in
+:mod:`app.core.indexes`, the member histories in :mod:`app.core.history`, the counters in
+:mod:`app.core.stats`, the audit trail in :mod:`app.core.audit`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -14,10 +17,11 @@ from typing import Any, NamedTuple
 import orjson
 import redis
 
-from app.core import audit, keys, scripts
+from app.core import keys, scripts
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.ids import digest
+from app.core.indexes import ExpiryIndex
 from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED
 from app.core.keys import TaskField as F
 from app.core.scripts import Command
@@ -28,8 +32,6 @@ from app.core.task import Task
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
 # default), and a key of its own costs more than a hundred bytes of bookkeeping.
 INLINE_RESULT_MAX = 64
-# A filtered history page examines at most this many index entries per task it may return (see history).
-HISTORY_SCAN = 5
 
 
 class ActiveCapReached(Exception):
@@ -104,12 +106,6 @@ class Expired(NamedTuple):
     job: str
 
 
-@dataclass(frozen=True)
-class Page:
-    tasks: list[Task]
-    next_cursor: str | None
-
-
 def _items_fields(items: dict[str, int] | None) -> list[Any]:
     if items is None:
         return []
@@ -132,7 +128,7 @@ class TaskStore:
         store goes through here: the one seam a subclass overrides to send them its own way
         (bench.fill batches them on a pipeline).
         """
-        keys_ = [*keys_, keys.AUDIT]  # every script's last key: see scripts.AUDIT
+        keys_ = [*keys_, keys.AUDIT]  # every script's last key: scripts.AUDIT_STREAM
         if client is None:
             return self._scripts[name](keys=keys_, args=args)
         return client.eval(self._sources[name], len(keys_), *keys_, *args)
@@ -157,14 +153,15 @@ class TaskStore:
             F.PAYLOAD_SHA256, digest(body),
         ]  # fmt: skip
         job_keys, job_args = scripts.replay(job)
-        key_ttl = c.task_ttl + c.tombstone_ttl
-        answer = self.run_script(
-            "submit",
-            [keys.dedup(new.member, new.dedup_digest), keys.task(new.task_id), keys.payload(new.task_id),
-             keys.history(new.member), keys.EXPIRY, keys.MEMBERS, keys.STATS, keys.ACTIVE, *job_keys],
-            [new.task_id, c.dedup_window, key_ttl, created, created + c.task_ttl * 1000,
-             body, new.member, c.active_task_cap, len(job_args), *job_args, *fields],
-        )  # fmt: skip
+        answer = self.run_script(scripts.SUBMIT.name, *scripts.SUBMIT.call(
+            keys={"dedup": keys.dedup(new.member, new.dedup_digest), "task": keys.task(new.task_id),
+                  "payload": keys.payload(new.task_id), "history": keys.history(new.member), "expiry": keys.EXPIRY,
+                  "members": keys.MEMBERS, "stats": keys.STATS, "active": keys.ACTIVE},
+            args={"task_id": new.task_id, "dedup_window_s": c.dedup_window, "key_ttl_s": c.task_ttl + c.tombstone_ttl,
+                  "created_ms": created, "expiry_ms": created + c.task_ttl * 1000, "payload_json": body,
+                  "member": new.member, "cap": c.active_task_cap, "job_argc": len(job_args)},
+            rest_keys=job_keys, rest=[*job_args, *fields],
+        ))  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 1:
@@ -198,11 +195,11 @@ class TaskStore:
     def start(self, task_id: str, run_id: str) -> Claim:
         """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`)."""
         t = now_ms()
-        answer = self.run_script(
-            "start",
-            [keys.task(task_id), keys.payload(task_id), keys.RUNNING, keys.events(task_id)],
-            [run_id, t, task_id],
-        )
+        answer = self.run_script(scripts.START.name, *scripts.START.call(
+            keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
+                  "events": keys.events(task_id)},
+            args={"run_id": run_id, "now_ms": t, "task_id": task_id},
+        ))
         if answer[0] != 1:
             return Claim(answer[1].decode())
         started = Started(task=Task.from_hash(_pairs(answer[2]), task_id), payload=orjson.loads(answer[1]))
@@ -214,12 +211,13 @@ class TaskStore:
     ) -> str:
         """Progress (or, with progress None, a bare heartbeat). Returns the status found."""
         t = now_ms()
-        counts = [items["total"], items["succeeded"], items["failed"]] if items else ["", "", ""]
-        answer = self.run_script(
-            "progress",
-            [keys.task(task_id), keys.RUNNING, keys.events(task_id)],
-            [run_id, t, "" if progress is None else int(progress), message or "", *counts, task_id],
-        )
+        total, succeeded, failed = (items["total"], items["succeeded"], items["failed"]) if items else ("", "", "")
+        answer = self.run_script(scripts.PROGRESS.name, *scripts.PROGRESS.call(
+            keys={"task": keys.task(task_id), "running": keys.RUNNING, "events": keys.events(task_id)},
+            args={"run_id": run_id, "now_ms": t, "progress": "" if progress is None else int(progress),
+                  "message": message or "", "items_total": total, "items_succeeded": succeeded, "items_failed": failed,
+                  "task_id": task_id},
+        ))  # fmt: skip
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 
     def _transition(
@@ -227,15 +225,16 @@ class TaskStore:
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
     ) -> Transition:
-        answer = self.run_script(
-            "transition",
-            [keys.task(task_id), keys.payload(task_id), keys.result(task_id), keys.RUNNING, keys.EXPIRY,
-             keys.events(task_id), keys.STATS, keys.FAILURES, keys.ACTIVE],
-            [",".join(expected), run_id, new_status, key_ttl, expiry_ms, result, self.config.result_ttl,
-             drop, stale_before_ms, now_ms(), STAT_ENTERED.get(new_status, "") if stat is None else stat, task_id,
-             *fields],
-            client=client,
-        )  # fmt: skip
+        answer = self.run_script(scripts.TRANSITION.name, *scripts.TRANSITION.call(
+            keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
+                  "running": keys.RUNNING, "expiry": keys.EXPIRY, "events": keys.events(task_id), "stats": keys.STATS,
+                  "failures": keys.FAILURES, "active": keys.ACTIVE},
+            args={"expected": ",".join(expected), "run_id": run_id, "new_status": new_status, "key_ttl_s": key_ttl,
+                  "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
+                  "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
+                  "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id},
+            rest=fields,
+        ), client=client)  # fmt: skip
         if client is not None:
             return Transition(True, "")  # queued on a pipeline: the caller reads the answer from execute()
         return Transition(answer[0] == 1, answer[1].decode())
@@ -305,41 +304,7 @@ class TaskStore:
         return self._terminal(task_id, (TaskStatus.PENDING, TaskStatus.PROCESSING), TaskStatus.CANCELLED,
                               [F.MESSAGE, "cancelled"])
 
-    def history(
-        self, member: str, *, limit: int, cursor: str | None = None, status: str | None = None,
-        type_: str | None = None, now: int | None = None,
-    ) -> Page:
-        """The member's tasks, newest first, filtered; ``cursor`` continues a previous page.
-
-        A page costs at most ``1 + HISTORY_SCAN * limit`` Redis commands whatever the filter matches: one
-        range read of the member's index, then one HGETALL per entry it examines (in one pipeline): at
-        most ``limit`` entries unfiltered, ``HISTORY_SCAN * limit`` with a filter. So a filtered page can
-        hold fewer than ``limit`` tasks, even none, with a ``next_cursor`` to go on from; it is the last
-        page only when ``next_cursor`` is None. The position is (creation score, how many entries with
-        that score were already passed), so tasks created meanwhile never shift a page.
-        """
-        now = now if now is not None else now_ms()
-        top, skip = decode_cursor(cursor) if cursor else (None, 0)
-        window = limit * HISTORY_SCAN if status or type_ else limit
-        rows = self.redis.zrevrangebyscore(keys.history(member), "+inf" if top is None else top, "-inf",
-                                           start=skip, num=window + 1, withscores=True)
-        more, rows = len(rows) > window, rows[:window]
-        found: list[Task] = []
-        for index, ((_, score), task) in enumerate(zip(rows, self.get_many([r[0].decode() for r in rows]),
-                                                       strict=True)):
-            top, skip = (top, skip + 1) if score == top else (int(score), 1)
-            if task and _matches(task, status, type_, now):
-                found.append(task)
-                if len(found) == limit:
-                    more = more or index + 1 < len(rows)
-                    break
-        return Page(found, encode_cursor((int(top), skip)) if more and top is not None else None)
-
     # -- housekeeping ---------------------------------------------------------------------------
-    def due(self, index: str, before_ms: int, limit: int) -> list[str]:
-        """Up to ``limit`` task ids of a sorted-set index whose score is at most ``before_ms``, oldest first."""
-        return [m.decode() for m in self.redis.zrangebyscore(index, "-inf", before_ms, start=0, num=limit)]
-
     def expire_batch(self, task_ids: list[str], now: int) -> list[Expired]:
         """Act on tasks whose time in the expiry index has come. Returns those it expired.
 
@@ -356,6 +321,7 @@ class TaskStore:
         tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
         unfinished = [F.ERROR_CODE, ErrorCode.EXPIRED, F.ERROR_MESSAGE, ERROR_MESSAGES[ErrorCode.EXPIRED],
                       F.MESSAGE, ERROR_MESSAGES[ErrorCode.EXPIRED], F.UPDATED_AT, now]
+        expiry = ExpiryIndex(self.redis)
         for task_id, status in zip(task_ids, statuses, strict=True):
             if status in TERMINAL:
                 self._transition(task_id, tuple(TERMINAL), TaskStatus.EXPIRED, [F.UPDATED_AT, now], client=pipe,
@@ -363,19 +329,11 @@ class TaskStore:
             elif status in ACTIVE:
                 self._transition(task_id, tuple(ACTIVE), TaskStatus.EXPIRED, unfinished, client=pipe, **tomb)
             else:
-                pipe.zrem(keys.EXPIRY, task_id)
+                expiry.forget(task_id, pipeline=pipe)
         answers = pipe.execute()
         return [Expired(task_id, answer[1].decode(), jobs[task_id])
                 for task_id, answer in zip(task_ids, answers, strict=True)
                 if isinstance(answer, list) and answer[0] == 1]
-
-    def trim_histories(self, created_before_ms: int) -> int:
-        """Drop history entries of tasks old enough that they cannot exist any more."""
-        members = [m.decode() for m in self.redis.smembers(keys.MEMBERS)]
-        pipe = self.redis.pipeline(transaction=False)
-        for member in members:
-            pipe.zremrangebyscore(keys.history(member), "-inf", created_before_ms)
-        return sum(pipe.execute())
 
     def recover(self, task: Task, stale_before_ms: int, job: Sequence[Command] = (),
                 job_id: str | None = None) -> str | None:
@@ -404,90 +362,6 @@ class TaskStore:
         job = self.redis.hget(keys.task(task_id), F.JOB)
         return job.decode() if job else task_id
 
-    def forget_running(self, task_id: str) -> None:
-        """Drop a task from the running index (it is not PROCESSING any more, or gone)."""
-        self.redis.zrem(keys.RUNNING, task_id)
-
-    def take_lock(self, key: str, ttl_ms: int, value: int | None = None) -> bool:
-        """SET NX with a lifetime: True when this caller took ``key`` (a housekeeping pass's interval lock,
-        the failure alert's window), False when someone holds it."""
-        return bool(self.redis.set(key, now_ms() if value is None else value, nx=True, px=ttl_ms))
-
-    def slow_warned(self) -> set[str]:
-        """The PROCESSING tasks already logged as slow."""
-        return {m.decode() for m in self.redis.smembers(keys.SLOW_WARNED)}
-
-    def mark_slow(self, task_id: str) -> None:
-        self.redis.sadd(keys.SLOW_WARNED, task_id)
-
-    def unmark_slow(self, *task_ids: str) -> None:
-        self.redis.srem(keys.SLOW_WARNED, *task_ids)
-
-    def failures_since(self, start_ms: int) -> int:
-        """How many tasks failed since ``start_ms``; older entries leave the index (one round trip)."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zremrangebyscore(keys.FAILURES, "-inf", f"({start_ms}")
-        pipe.zcard(keys.FAILURES)
-        return int(pipe.execute()[1])
-
-    def orphan_sweep_position(self) -> str:
-        """The task id the result store's orphan sweep continues after ('' = from the start)."""
-        return (self.redis.get(keys.ORPHAN_SWEEP) or b"").decode()
-
-    def set_orphan_sweep_position(self, task_id: str) -> None:
-        self.redis.set(keys.ORPHAN_SWEEP, task_id)
-
-    def running(self, limit: int = 10_000) -> list[str]:
-        return [m.decode() for m in self.redis.zrange(keys.RUNNING, 0, limit - 1)]
-
-    def active(self, member: str) -> int:
-        """How many of the member's tasks are unfinished (the count the submit script checks its cap against)."""
-        return int(self.redis.hget(keys.ACTIVE, member) or 0)
-
-    def count(self, stat: str, n: int = 1) -> None:
-        """Add ``n`` to the ``keys.STATS`` counter ``stat``."""
-        self.redis.hincrby(keys.STATS, stat, n)
-
-    # -- event streams (web processes) ----------------------------------------------------------------
-    def subscribe_task_events(self) -> redis.client.PubSub:
-        """A pub/sub connection subscribed to every task's events channel (the caller closes it)."""
-        pubsub = self.redis.pubsub()
-        pubsub.psubscribe(keys.events("*"))
-        return pubsub
-
-    def open_stream_slot(self, member: str, slot: str) -> int:
-        """Count an open event stream of ``member`` (leased for ``keys.STREAM_LEASE_MS``, expired leases
-        dropped first); returns how many the member holds now, this one included (one transaction)."""
-        now = now_ms()
-        key = keys.streams(member)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.zremrangebyscore(key, "-inf", now)  # leases of processes that died without releasing
-        pipe.zadd(key, {slot: now + keys.STREAM_LEASE_MS})
-        pipe.zcard(key)
-        pipe.pexpire(key, keys.STREAM_LEASE_MS)
-        return int(pipe.execute()[2])
-
-    def close_stream_slot(self, member: str, slot: str) -> None:
-        self.redis.zrem(keys.streams(member), slot)
-
-    def renew_stream_slots(self, held: list[tuple[str, str]]) -> None:
-        """Push the lease of each (slot, member) still counted (one round trip)."""
-        until = now_ms() + keys.STREAM_LEASE_MS
-        pipe = self.redis.pipeline(transaction=False)
-        for slot, member in held:
-            pipe.zadd(keys.streams(member), {slot: until}, xx=True)  # XX: never revive a slot released meanwhile
-        for member in {m for _, m in held}:
-            pipe.pexpire(keys.streams(member), keys.STREAM_LEASE_MS)
-        pipe.execute()
-
-    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int,
-                    cursor: str | None) -> audit.AuditPage:
-        """A page of the audit trail, newest first (see :func:`app.core.audit.read`)."""
-        return audit.read(self.redis, task_id=task_id, member=member, limit=limit, cursor=cursor)
-
-    def stats(self) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(keys.STATS).items()}
-
 
 def _pairs(flat: list[Any]) -> dict[Any, Any]:
     """A hash from a script's HGETALL reply (a flat list: field, value, ...)."""
@@ -495,26 +369,3 @@ def _pairs(flat: list[Any]) -> dict[Any, Any]:
 
 
 _RESULT = F.RESULT.encode()
-
-
-def _matches(task: Task, status: str | None, type_: str | None, now: int) -> bool:
-    return (not status or task.effective_status(now) == status) and (not type_ or task.type == type_)
-
-
-# A history cursor: "<creation time in ms>-<entries with that time already passed>", in ASCII digits within
-# bounds Redis accepts (its LIMIT offset is a signed 64-bit integer; a score a double). Clients treat it as
-# opaque; the OpenAPI document states this exact pattern, so every string it allows is a cursor we accept.
-CURSOR_PATTERN = r"^(0|[1-9][0-9]{0,15})-(0|[1-9][0-9]{0,9})$"
-_CURSOR = re.compile(CURSOR_PATTERN)
-
-
-def encode_cursor(position: tuple[float, int]) -> str:
-    return f"{int(position[0])}-{int(position[1])}"
-
-
-def decode_cursor(cursor: str) -> tuple[int, int]:
-    """Raises ValueError for anything that is not a cursor this service made."""
-    match = _CURSOR.match(cursor) if len(cursor) <= 64 and cursor.isascii() and "\n" not in cursor else None
-    if match is None:
-        raise ValueError("malformed cursor")
-    return int(match[1]), int(match[2])

@@ -13,7 +13,7 @@ from typing import Any
 
 from app.core.clock import iso, iso_or_none
 from app.core.keys import TaskField
-from app.core.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core.states import ACTIVE, DEFAULT_QUEUE, ERROR_MESSAGES, ErrorCode, TaskStatus
 
 # Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash: _RAW.STATUS is
 # b"status". Plain bytes attributes, since looking an enum member up in a dict costs a Python-level hash.
@@ -80,7 +80,7 @@ class Task:
             error_message=_text(g(r.ERROR_MESSAGE)),
             attempts=int(g(r.ATTEMPTS) or 0),
             max_attempts=int(g(r.MAX_ATTEMPTS) or 1),
-            priority=(g(r.PRIORITY) or b"default").decode(),
+            priority=_text(g(r.PRIORITY)) or DEFAULT_QUEUE,
             created_at=int(h[r.CREATED_AT]),
             started_at=_int(g(r.STARTED_AT), None),
             updated_at=int(h[r.UPDATED_AT]),

@@ -7,6 +7,8 @@
                           Redis when REDIS_URL is unset (see app/launch/supervisor.py, docs/self-healing.md)
     taskport config       the configuration table (markdown)
     taskport audit        the audit trail of task transitions (--task ID, --member M)
+
+and the client commands (submit, status, result, cancel, history, watch), whose home is taskport/cli.py.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from app.core import audit
+from app.core import audit, connection
 from app.core.config import Config, ConfigError
-from app.core.connection import connect
 from app.core.logs import setup_logging
 from app.core.process import port_in_use
 from app.core.processors import ProcessorLoadError
 from app.launch.embedded import EmbeddedRedisError
+from taskport.cli import ERROR, INTERRUPTED, USAGE
+from taskport.cli import add_commands as add_client_commands
 
 # gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
 # "Serving model"; documented: docs/streams.md):
@@ -54,11 +59,10 @@ GUNICORN_GRACEFUL_TIMEOUT = 5
 GUNICORN_KEEPALIVE = 5
 GUNICORN_GEVENT_WORKER = "app.web.webworker.GeventWorker"
 GUNICORN_THREAD_WORKER = "app.web.webworker.ThreadWorker"
-# Exit codes of every command (docs/deploy.md): 0 stopped on request; 1 a runtime failure (Redis unreachable,
-# the embedded Redis or a process failed); 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
-EXIT_FAILURE = 1
-EXIT_CONFIG = 2
-EXIT_INTERRUPTED = 130
+# Exit codes of every command (docs/deploy.md), from the one table of the taskport command (taskport.cli):
+# 0 stopped on request; 1 a runtime failure (Redis unreachable, the embedded Redis or a process failed);
+# 2 a configuration or usage error (argparse's own code too); 130 Ctrl-C.
+EXIT_FAILURE, EXIT_CONFIG, EXIT_INTERRUPTED = ERROR, USAGE, INTERRUPTED
 # The worker and the scheduler run the workers package, which imports this one: like the Procfile and
 # gunicorn ("app.web:create_app()"), the CLI names their entry points and resolves them when the command
 # runs, so no module of app imports workers (the packages depend one way: workers -> app).
@@ -93,7 +97,8 @@ def _worker_flags(config: Config) -> list[str]:
 def cmd_web(args: argparse.Namespace) -> int:
     """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
     config = Config.from_env()  # fail here, readably, on a bad environment
-    connect(config)  # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
+    # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
+    connection.connect(config)
     host = config.local_host
     # gunicorn would retry, then its workers die with tracebacks. A web restarted after its master was
     # killed finds the old workers still serving their last requests: give them the grace they get.
@@ -139,6 +144,41 @@ def cmd_up(args: argparse.Namespace) -> int:
     return Launcher(config).run()
 
 
+def add_audit_command(sub: Any) -> None:
+    """Register ``taskport audit`` on the CLI's subparsers."""
+    p = sub.add_parser("audit", help="print the audit trail of task transitions, newest first")
+    p.add_argument("--task", help="only this task id")
+    p.add_argument("--member", help="only this member's tasks")
+    p.add_argument("--limit", type=int, default=100, help="at most this many entries (default 100)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(run=cmd_audit)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """``taskport audit``: print the audit stream of the Redis in REDIS_URL (app.core.audit reads it)."""
+    config = Config.from_env()
+    if not config.redis_url:
+        print("taskport: error: set REDIS_URL to the service's Redis", file=sys.stderr)
+        return EXIT_CONFIG
+    limit = max(1, min(args.limit, audit.MAX_LIMIT))
+    try:
+        page = audit.read(connection.connect(config), task_id=args.task, member=args.member, limit=limit)
+    except RedisConnectionError as exc:
+        print(f"taskport: error: Redis unreachable: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    for e in page.entries:
+        print(orjson.dumps(e).decode() if args.json else _audit_line(e))
+    if page.next_cursor:
+        print("(more: older entries exist; narrow with --task/--member or raise --limit)", file=sys.stderr)
+    return 0
+
+
+def _audit_line(e: dict[str, Any]) -> str:
+    code = "" if e["error_code"] is None else f" code={e['error_code']}"
+    return (f"{e['at']} {e['task_id']} {e['member']} {e['type']} {e['from'] or '-'} -> {e['to']}"
+            f" attempt={e['attempt']}{code} payload={e['payload_sha256']}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskport", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -150,11 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
         run=cmd_up)
     sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)
-    # -- client commands (submit, status, result, cancel, history, watch): their home is taskport/cli.py
-    from taskport.cli import add_commands as add_client_commands
-
-    add_client_commands(sub)
-    audit.add_parser(sub)
+    add_client_commands(sub)  # submit, status, result, cancel, history, watch
+    add_audit_command(sub)
     return parser
 
 

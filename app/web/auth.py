@@ -8,6 +8,7 @@ import logging
 from flask import Flask, g, request
 
 from app.core.config import Config
+from app.core.states import HIGH_QUEUE
 from app.web.errors import AppError, BadRequest, Unauthorized
 
 OPEN_MEMBER = "public"
@@ -34,7 +35,7 @@ class Members:
         """403 naming ``priority`` when the calling key may not submit ``priority: high``.
 
         Only keys listed as ``key:member:high`` may; in open mode the one trusted user (``public``) may."""
-        if priority == "high" and not self._caller()[1]:
+        if priority == HIGH_QUEUE and not self._caller()[1]:
             raise Forbidden("this API key may not submit priority high (TASKPORT_API_KEYS key:member:high)",
                             errors={"priority": ["This API key may not submit priority high."]})
 

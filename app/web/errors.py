@@ -29,15 +29,19 @@ class AppError(Exception):
     title = "Internal server error"
 
     def __init__(self, detail: str = "", *, headers: dict[str, str] | None = None, title: str | None = None,
-                 slug: str | None = None, **extra: Any) -> None:
-        """``title`` and ``slug`` replace the class's own for this instance; ``extra`` are members of the body."""
+                 slug: str | None = None, retry_after: int | None = None, **extra: Any) -> None:
+        """``title`` and ``slug`` replace the class's own for this instance; ``retry_after`` (seconds) becomes
+        the ``Retry-After`` header, so a raiser outside the views (the service) says when, not how;
+        ``extra`` are members of the body."""
         if title is not None:
             self.title = title
         if slug is not None:
             self.slug = slug
         super().__init__(detail or self.title)
         self.detail = detail or self.title
-        self.headers = headers or {}
+        self.headers = dict(headers or {})
+        if retry_after is not None:
+            self.headers["Retry-After"] = str(retry_after)  # whole seconds, the form every client here reads
         self.extra = extra
 
 
@@ -87,7 +91,7 @@ class Unavailable(AppError):
     status, slug, title = 503, "unavailable", "Service temporarily unavailable"
 
     def __init__(self, detail: str = "", **extra: Any) -> None:
-        super().__init__(detail, headers={"Retry-After": "5"}, **extra)  # seconds: a Redis restart's order
+        super().__init__(detail, retry_after=5, **extra)  # seconds: a Redis restart's order
 
 
 # Redis answers that mean "not now" rather than "not this": unreachable or timed out, full (maxmemory

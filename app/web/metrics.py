@@ -5,7 +5,7 @@ build many apps). It holds:
 
 - :class:`RedisCollector`, which on every scrape reads, in one pipelined round trip, the RQ queue
   lengths and registry sizes, the RQ worker count, the number of PROCESSING tasks and the task
-  counters of the ``keys.STATS`` hash (every field becomes ``taskport_tasks_total{event="<field>"}``,
+  counters (:class:`~app.core.stats.Stats`: every field becomes ``taskport_tasks_total{event="<field>"}``,
   whoever increments it). These describe the whole deployment: any web process answers the same.
 - :class:`HttpMetrics`, a counter and a latency histogram of the requests *this process* served,
   updated by a WSGI wrapper around the app. With several gunicorn worker processes each process counts only its
@@ -32,8 +32,9 @@ from prometheus_client.utils import floatToGoString
 from rq import Queue, Worker
 from rq.registry import CanceledJobRegistry
 
-from app.core import keys
+from app.core.indexes import RunningIndex
 from app.core.states import QUEUES
+from app.core.stats import Stats
 from app.web.readiness import housekeeping_ages, live_workers
 
 if TYPE_CHECKING:
@@ -45,13 +46,6 @@ EXTENSION = "taskport.metrics"
 # own (or "unmatched"), statuses the ones it answers.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def _number(raw: bytes) -> float | None:
-    try:
-        return float(raw)
-    except ValueError:
-        return None
 
 
 class RedisCollector:
@@ -94,8 +88,8 @@ class RedisCollector:
         for _, _, key in self.registry_keys:
             pipe.zcard(key)
         pipe.scard(Worker.redis_workers_keys)
-        pipe.zcard(keys.RUNNING)
-        pipe.hgetall(keys.STATS)
+        pipe.zcard(RunningIndex.key)
+        pipe.hgetall(Stats.key)
         return list(pipe.execute())
 
     def _families(self, values: list[Any] | None = None) -> list[Metric]:
@@ -123,10 +117,8 @@ class RedisCollector:
             registries.add_metric([name, registry], next(it))
         workers.add_metric([], next(it))
         running.add_metric([], next(it))
-        for field, raw in sorted(next(it).items()):
-            value = _number(raw)
-            if value is not None:
-                totals.add_metric([field.decode(errors="replace")], value)
+        for field, value in sorted(Stats.decode(next(it)).items()):
+            totals.add_metric([field], value)
         for name, n in next(it).items():
             listening.add_metric([name], n)
         for name, age in next(it).items():

@@ -9,7 +9,7 @@ Two facts, read from RQ's own records in Redis (nothing new is written for them)
   ended. A pass older than two housekeeping intervals means no scheduler (or no housekeeper) runs.
 
 ``/readyz`` reports both, ``/metrics`` exports them, and a submit while no worker listens on the
-task's queue gets a ``Taskport-Warning`` header (see :func:`warn_if_unserved`).
+task's queue gets a ``Taskport-Warning`` header (see :meth:`app.web.service.TaskService.unserved`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The per-app objects views use (config, service, members, result files, worker counts, readiness), built once
-in create_app. Views reach Redis only through these, never through the client itself."""
+"""The per-app objects views use (config, service, members, result files, event streams, readiness), built once
+in create_app (:meth:`Runtime.build`). Views reach Redis only through these, never through the client itself."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from app.core.config import Config
 from app.core.connection import connect
 from app.core.results import ResultStore, result_store
 from app.web.auth import Members
-from app.web.readiness import Readiness, WorkerWatch
+from app.web.readiness import Readiness
 from app.web.service import TaskService
+from app.web.streams import Streams
 
 EXTENSION = "taskport"
 
@@ -25,12 +26,14 @@ class Runtime:
     service: TaskService
     members: Members
     results: ResultStore
-    workers: WorkerWatch  # live worker counts, cached briefly (the submit warning)
+    streams: Streams  # this process's event hub and the per-member stream slots
 
     @classmethod
     def build(cls, config: Config, conn: Redis | None = None) -> Runtime:
         conn = conn if conn is not None else connect(config)
-        return cls(config, conn, TaskService(conn, config), Members(config), result_store(config), WorkerWatch(conn))
+        service = TaskService(conn, config)
+        streams = Streams(conn, service.store, config.max_streams_per_member, config.sse_poll)
+        return cls(config, conn, service, Members(config), result_store(config), streams)
 
     def readiness(self) -> Readiness:
         """What /readyz reports, read now (raises redis.RedisError while Redis is away)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from marshmallow import RAISE, Schema, fields, validate
 
+from app.core.history import CURSOR_PATTERN
 from app.core.states import QUEUES, STORED
-from app.core.store import CURSOR_PATTERN
 from app.web.urls import task_path
 
 MAX_DEDUP_KEY = 128

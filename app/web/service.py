@@ -1,6 +1,9 @@
 """Submit and cancel: the few steps that span the task store and the RQ queue.
 
-Views call this; it calls the store and the job queue; nothing here knows about HTTP.
+Views call this; it calls the store and the job queue; nothing here knows about HTTP. It raises the typed
+errors of :mod:`app.web.errors`, which render them (a refusal gives its retry delay in seconds, not a
+header), and says whether a new task's queue is unserved (:meth:`TaskService.unserved`); the view sets
+the warning header.
 """
 
 from __future__ import annotations
@@ -11,17 +14,19 @@ from typing import Any
 import orjson
 import redis
 
-from app.core import processors
-from app.core.audit import AuditPage
+from app.core import audit, processors
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.history import Histories, Page, decode_cursor
 from app.core.ids import digest, is_task_id, new_task_id
 from app.core.jobs import JobQueue
 from app.core.logs import task_logger
 from app.core.states import ACTIVE, TaskStatus
-from app.core.store import ActiveCapReached, Created, NewTask, Page, TaskStore, Transition, WithResult, decode_cursor
+from app.core.stats import Stats
+from app.core.store import ActiveCapReached, Created, NewTask, TaskStore, Transition, WithResult
 from app.core.task import Task
 from app.web.errors import Conflict, TooManyRequests, task_not_found
+from app.web.readiness import STAT_UNSERVED, WorkerWatch
 
 log = logging.getLogger(__name__)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
@@ -43,8 +48,12 @@ class BadCursor(ValueError):
 class TaskService:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
         self.config = config
+        self.redis = conn
         self.store = TaskStore(conn, config)
+        self.histories = Histories(self.store)
+        self.stats = Stats(conn)
         self.jobs = JobQueue(conn, config)
+        self.workers = WorkerWatch(conn)  # live worker counts, cached briefly (the no-worker warning)
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
                priority: str | None, submitted: dict[str, Any] | None = None) -> Created:
@@ -68,14 +77,27 @@ class TaskService:
             raise TooManyRequests(
                 f"you have {exc.active} unfinished tasks, the most one member may have "
                 "(TASKPORT_MAX_ACTIVE_TASKS): wait for some to finish or cancel some",
-                headers={"Retry-After": str(ACTIVE_CAP_RETRY_AFTER)}, limit="max_active_tasks", cap=exc.cap,
-                active=exc.active) from None
+                retry_after=ACTIVE_CAP_RETRY_AFTER, limit="max_active_tasks", cap=exc.cap, active=exc.active,
+            ) from None
         tlog = task_logger(log, outcome.task_id)
         if outcome.created:
             tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
         else:
             tlog.info("duplicate submit of %s by %s", task_type, member)
         return outcome
+
+    def unserved(self, queue: str, task_id: str) -> bool:
+        """Whether no worker listens on ``queue``, asked for a task just accepted on it (it stays PENDING until
+        one starts): when so it is counted (``STAT_UNSERVED``) and logged. False when Redis cannot say: the
+        task was accepted, the warning is a courtesy."""
+        try:
+            if queue not in self.workers.unserved():
+                return False
+            self.stats.count(STAT_UNSERVED)
+        except redis.RedisError:
+            return False
+        task_logger(log, task_id).warning("submitted while no worker listens on queue %s", queue)
+        return True
 
     def find(self, member: str, task_id: str) -> Task:
         """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""
@@ -92,15 +114,16 @@ class TaskService:
 
     def history(self, member: str, *, limit: int, cursor: str | None, status: str | None, type_: str | None,
                 now: int) -> Page:
-        """A page of the member's tasks (see :meth:`app.core.store.TaskStore.history`); BadCursor, before any
+        """A page of the member's tasks (see :meth:`app.core.history.Histories.page`); BadCursor, before any
         read, for a cursor this service did not make."""
         if cursor:
             check_cursor(cursor)
-        return self.store.history(member, limit=limit, cursor=cursor, status=status, type_=type_, now=now)
+        return self.histories.page(member, limit=limit, cursor=cursor, status=status, type_=type_, now=now)
 
-    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int, cursor: str | None) -> AuditPage:
+    def audit_trail(self, *, task_id: str | None, member: str | None, limit: int,
+                    cursor: str | None) -> audit.AuditPage:
         """A page of the audit trail (operators), newest first, of one task or member or all."""
-        return self.store.audit_trail(task_id=task_id, member=member, limit=limit, cursor=cursor)
+        return audit.read(self.redis, task_id=task_id, member=member, limit=limit, cursor=cursor)
 
     def cancel(self, member: str, task_id: str) -> None:
         status = self.find(member, task_id).effective_status(now_ms())

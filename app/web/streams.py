@@ -40,14 +40,12 @@ import uuid
 from collections.abc import Callable, Iterable
 
 import redis
-from flask import Flask
 from redis.backoff import ExponentialBackoff
 
 from app.core import keys
+from app.core.clock import now_ms
 from app.core.store import TaskStore
 from app.core.task import Task
-from app.web.runtime import EXTENSION as RUNTIME
-from app.web.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +55,6 @@ MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero 
 # seconds the hub keeps collecting announcements after the first one before it reads and delivers:
 # changes that land together cost one pipeline and one wake-up of each stream (measured in bench/README.md)
 COALESCE = 0.05
-
-
-def _task_id(channel: bytes) -> str | None:
-    """The task id in an events channel name (``tp:task:{<id>}:events``)."""
-    start, end = channel.find(b"{"), channel.rfind(b"}")
-    return channel[start + 1:end].decode() if 0 <= start < end else None
 
 
 class Reading:
@@ -119,10 +111,11 @@ class Watch:
 
 
 class StreamSlots:
-    """Open streams per member, counted in Redis across every web process (see the module docstring)."""
+    """Open streams per member, counted in Redis across every web process (see the module docstring): the
+    owner of ``keys.streams(member)``, a sorted set of slot id -> when its lease runs out."""
 
-    def __init__(self, store: TaskStore, cap: int) -> None:
-        self.store = store
+    def __init__(self, conn: redis.Redis, cap: int) -> None:
+        self.redis = conn
         self.cap = cap
         self._mine: dict[str, str] = {}  # slot id -> member, of this process's open streams
         self._lock = threading.Lock()
@@ -130,9 +123,9 @@ class StreamSlots:
     def acquire(self, member: str) -> str | None:
         """A slot id for a new stream of ``member``, or None when the member already holds ``cap``."""
         slot = f"{os.getpid()}:{uuid.uuid4().hex}"
-        count = self.store.open_stream_slot(member, slot)
+        count = self._open(member, slot)
         if count > self.cap:  # added first, then counted: of two racing opens at the cap the later one yields
-            self.store.close_stream_slot(member, slot)
+            self._close(member, slot)
             return None
         with self._lock:
             self._mine[slot] = member
@@ -145,7 +138,7 @@ class StreamSlots:
         if member is None:
             return
         try:
-            self.store.close_stream_slot(member, slot)
+            self._close(member, slot)
         except redis.RedisError as exc:
             log.info("stream slot of %s left to expire: redis error: %s", member, exc)
 
@@ -153,8 +146,30 @@ class StreamSlots:
         """Push the lease of every slot this process holds (raises RedisError when Redis is away)."""
         with self._lock:
             held = list(self._mine.items())
-        if held:
-            self.store.renew_stream_slots(held)
+        if not held:
+            return
+        until = now_ms() + keys.STREAM_LEASE_MS
+        pipe = self.redis.pipeline(transaction=False)
+        for slot, member in held:
+            pipe.zadd(keys.streams(member), {slot: until}, xx=True)  # XX: never revive a slot released meanwhile
+        for member in {m for _, m in held}:
+            pipe.pexpire(keys.streams(member), keys.STREAM_LEASE_MS)
+        pipe.execute()
+
+    def _open(self, member: str, slot: str) -> int:
+        """Count an open stream of ``member`` (leased for ``keys.STREAM_LEASE_MS``, expired leases dropped
+        first); returns how many the member holds now, this one included (one transaction)."""
+        now = now_ms()
+        key = keys.streams(member)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zremrangebyscore(key, "-inf", now)  # leases of processes that died without releasing
+        pipe.zadd(key, {slot: now + keys.STREAM_LEASE_MS})
+        pipe.zcard(key)
+        pipe.pexpire(key, keys.STREAM_LEASE_MS)
+        return int(pipe.execute()[2])
+
+    def _close(self, member: str, slot: str) -> None:
+        self.redis.zrem(keys.streams(member), slot)
 
 
 class EventHub:
@@ -163,7 +178,9 @@ class EventHub:
     Its thread (a greenlet under gevent) starts with the first watch and ends soon after the last one.
     """
 
-    def __init__(self, store: TaskStore, slots: StreamSlots, poll: float, coalesce: float = COALESCE) -> None:
+    def __init__(self, conn: redis.Redis, store: TaskStore, slots: StreamSlots, poll: float,
+                 coalesce: float = COALESCE) -> None:
+        self.redis = conn  # for its one pub/sub connection; the tasks are read through ``store``
         self.store = store
         self.slots = slots
         self.poll = max(poll, MIN_INTERVAL)
@@ -224,7 +241,8 @@ class EventHub:
 
     def _serve(self) -> None:
         """Subscribe, catch up every watch, then deliver announced changes until idle or a Redis error."""
-        pubsub = self.store.subscribe_task_events()
+        pubsub = self.redis.pubsub()
+        pubsub.psubscribe(keys.events("*"))  # every task's events channel
         try:
             self._read_and_deliver(self._watched())  # whatever changed while unsubscribed
             if self._failures:
@@ -252,7 +270,7 @@ class EventHub:
         until = time.monotonic() + self.coalesce
         while message is not None and len(announced) < BATCH:
             if message.get("type") == "pmessage":
-                task_id = _task_id(message["channel"])
+                task_id = keys.events_task_id(message["channel"])
                 if task_id is not None:
                     announced.add(task_id)
             message = pubsub.get_message(ignore_subscribe_messages=True, timeout=max(until - time.monotonic(), 0.0))
@@ -275,20 +293,9 @@ class EventHub:
                     w.deliver(reading)
 
 
-EXTENSION = "taskport.streams"
-
-
 class Streams:
-    """The web process's hub and slot counter, built once per app (``init_app``)."""
+    """The web process's hub and slot counter, built once per app (:meth:`app.web.runtime.Runtime.build`)."""
 
-    def __init__(self, store: TaskStore, cap: int, poll: float) -> None:
-        self.slots = StreamSlots(store, cap)
-        self.hub = EventHub(store, self.slots, poll)
-
-
-def init_app(app: Flask) -> Streams:
-    """Give the app its :class:`Streams` (the runtime must be attached already)."""
-    rt: Runtime = app.extensions[RUNTIME]
-    streams = Streams(rt.service.store, rt.config.max_streams_per_member, rt.config.sse_poll)
-    app.extensions[EXTENSION] = streams
-    return streams
+    def __init__(self, conn: redis.Redis, store: TaskStore, cap: int, poll: float) -> None:
+        self.slots = StreamSlots(conn, cap)
+        self.hub = EventHub(conn, store, self.slots, poll)

@@ -19,8 +19,9 @@ import redis
 import requests
 
 from app.core.config import Config
+from app.core.history import HISTORY_SCAN, Histories
 from app.core.process import free_port
-from app.core.store import HISTORY_SCAN, NewTask, TaskStore
+from app.core.store import NewTask, TaskStore
 from tests.integration.harness import TASKS, Api, RedisServer, Stack
 
 MAX_BODY = 20_000
@@ -117,7 +118,7 @@ def test_a_history_page_costs_o_limit_commands(redis_conn: redis.Redis, tmp_path
     figures = []
     for limit, status in ((1, "FAILED"), (1, None), (50, "FAILED"), (50, None), (200, "FAILED")):
         before = commands(redis_conn)
-        page = store.history("public", limit=limit, status=status)
+        page = Histories(store).page("public", limit=limit, status=status)
         after = commands(redis_conn)
         spent = sum(v - before.get(k, 0) for k, v in after.items() if k != "info")
         bound = 1 + (HISTORY_SCAN * limit if status else limit)

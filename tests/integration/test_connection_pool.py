@@ -28,15 +28,15 @@ def _blocked(conn: redis.Redis) -> list[dict[str, object]]:
 
 def test_a_timed_out_command_leaves_no_reply_behind_for_the_next(lean: redis.Redis, redis_conn: redis.Redis) -> None:
     with pytest.raises(redis.exceptions.TimeoutError):
-        lean.blpop(["tp:test:list"], timeout=5)  # the server answers in 5 s; the client gives up at 0.2 s
+        lean.blpop(["{tp}:test:list"], timeout=5)  # the server answers in 5 s; the client gives up at 0.2 s
     # The interrupted connection was closed, so the server dropped the blocked BLPOP with it ...
     wait_until(lambda: not _blocked(redis_conn), timeout=5, message="the abandoned BLPOP to be dropped")
-    redis_conn.rpush("tp:test:list", "item")
-    assert redis_conn.llen("tp:test:list") == 1  # ... and nothing took this item for a caller long gone
+    redis_conn.rpush("{tp}:test:list", "item")
+    assert redis_conn.llen("{tp}:test:list") == 1  # ... and nothing took this item for a caller long gone
     # the next command on the pool gets its own reply, not one meant for the BLPOP
-    redis_conn.set("tp:test:key", "value")
-    assert lean.get("tp:test:key") == b"value"
-    assert lean.lpop("tp:test:list") == b"item"
+    redis_conn.set("{tp}:test:key", "value")
+    assert lean.get("{tp}:test:key") == b"value"
+    assert lean.lpop("{tp}:test:list") == b"item"
 
 
 def test_an_exception_inside_a_read_closes_the_connection_before_it_goes_back(
@@ -55,10 +55,10 @@ def test_an_exception_inside_a_read_closes_the_connection_before_it_goes_back(
 
     monkeypatch.setattr(conn._parser, "read_response", interrupted)
     with pytest.raises(Interrupted):
-        lean.set("tp:test:key", "sent, reply never read")
+        lean.set("{tp}:test:key", "sent, reply never read")
     monkeypatch.undo()
     assert conn._sock is None  # disconnected: the unread reply went with the socket
-    assert lean.get("tp:test:key") == b"sent, reply never read"  # reconnected on the next checkout
+    assert lean.get("{tp}:test:key") == b"sent, reply never read"  # reconnected on the next checkout
 
 
 def test_the_pool_stays_bounded_and_waits_for_a_free_connection(lean: redis.Redis) -> None:

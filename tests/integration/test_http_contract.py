@@ -27,7 +27,7 @@ DOC_KEYS = {"task_id", "type", "status", "progress", "message", "items", "error"
             "started_at", "updated_at", "completed_at", "expires_at", "links"}
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
-LEAKS = re.compile(r"\btp:|traceback|redis", re.IGNORECASE)
+LEAKS = re.compile(r"\{tp\}:|traceback|redis", re.IGNORECASE)
 EXPORT_HEADER = ["order_code", "order_date", "customer", "items", "amount", "currency", "status"]
 
 

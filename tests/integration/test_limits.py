@@ -118,6 +118,6 @@ def test_a_burst_of_submits_stops_at_the_active_task_cap(server: RedisServer, tm
             stack.start_worker()  # the worker finishes alice's tasks; each gives its slot back
             wait_until(lambda: alice.submit("demo.sleep", {}, dedup_key="one-more").status_code == 202,
                        timeout=30, interval=0.1, message="a slot to free up as alice's tasks complete")
-            assert int(stack.redis().hget("tp:active", "bob") or 0) == 1  # bob's hour-long task, counted apart
+            assert int(stack.redis().hget("{tp}:active", "bob") or 0) == 1  # bob's hour-long task, counted apart
     finally:
         stack.teardown()

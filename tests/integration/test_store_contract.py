@@ -20,8 +20,11 @@ from rq.job import Job
 from app.core import keys
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.history import Histories
+from app.core.indexes import ExpiryIndex
 from app.core.jobs import JobQueue, attempt_job_id
 from app.core.states import CLAIM_TAKEN, TaskStatus
+from app.core.stats import Stats
 from app.core.store import Created, NewTask, ResultNotStorable, TaskStore
 from app.core.task import Task
 from tests.integration.harness import RedisServer, redis_proper, wait_until
@@ -101,7 +104,7 @@ class TestTaskStoreContract:
         assert lifetime - 5 <= conn.ttl(keys.task(new.task_id)) <= lifetime
         assert lifetime - 5 <= conn.ttl(keys.payload(new.task_id)) <= lifetime
         assert config.dedup_window - 5 <= conn.ttl(keys.dedup("public", new.dedup_digest)) <= config.dedup_window
-        assert store.stats()["submitted"] == 1
+        assert Stats(store.redis).read()["submitted"] == 1
 
     def test_create_queues_the_rq_job_in_the_same_transaction(self, store: TaskStore, conn: redis.Redis,
                                                               config: Config) -> None:
@@ -122,7 +125,7 @@ class TestTaskStoreContract:
         assert not conn.exists(keys.task(second.task_id), keys.payload(second.task_id))
         assert conn.zscore(keys.history("public"), second.task_id) is None
         assert conn.zscore(keys.EXPIRY, second.task_id) is None
-        assert store.stats()["submitted"] == 1
+        assert Stats(store.redis).read()["submitted"] == 1
 
     def test_dedup_is_per_member_and_outlives_the_task(self, store: TaskStore) -> None:
         first = new_task(member="a", digest="d")
@@ -258,7 +261,7 @@ class TestTaskStoreContract:
         doc = read(store, new.task_id).to_doc(now_ms())
         assert doc["status"] == TaskStatus.FAILED and doc["error"] == {"code": 10001, "message": "bill unpaid"}
         assert conn.zscore(keys.FAILURES, new.task_id) is not None
-        assert store.stats()["retried"] == 1 and store.stats()["failed"] == 1
+        assert Stats(store.redis).read()["retried"] == 1 and Stats(store.redis).read()["failed"] == 1
 
     def test_scripts_survive_an_emptied_script_cache(self, store: TaskStore, conn: redis.Redis) -> None:
         new = new_task()
@@ -294,7 +297,7 @@ class TestTaskStoreContract:
         store.complete(done.task_id, run_id, {"ok": 1}, items=None, failures=[], error_code=None)
         create(store, pending)
         later = now_ms() + 10 * config.task_ttl * 1000
-        assert sorted(store.due(keys.EXPIRY, later, 10)) == sorted([done.task_id, pending.task_id])
+        assert sorted(ExpiryIndex(conn).due(later, 10)) == sorted([done.task_id, pending.task_id])
         assert sorted(store.expire_batch([done.task_id, pending.task_id], later)) == sorted(
             [(done.task_id, TaskStatus.COMPLETED, done.task_id),
              (pending.task_id, TaskStatus.PENDING, pending.task_id)])
@@ -314,14 +317,14 @@ class TestTaskStoreContract:
             create(store, new)
             made.append(new.task_id)
         now = 1_800_000_100_000  # after the tasks were made, before they expire
-        page = store.history("public", limit=3, now=now)
+        page = Histories(store).page("public", limit=3, now=now)
         assert [t.id for t in page.tasks] == made[::-1][:3] and page.next_cursor
-        rest = store.history("public", limit=10, cursor=page.next_cursor, now=now)
+        rest = Histories(store).page("public", limit=10, cursor=page.next_cursor, now=now)
         assert [t.id for t in rest.tasks] == made[::-1][3:] and rest.next_cursor is None
-        only = store.history("public", limit=10, type_="orders.split", now=now)
+        only = Histories(store).page("public", limit=10, type_="orders.split", now=now)
         assert [t.id for t in only.tasks] == made[::-2]
-        assert store.history("public", limit=10, status=TaskStatus.COMPLETED, now=now).tasks == []
-        assert store.history("someone-else", limit=10, now=now).tasks == []
+        assert Histories(store).page("public", limit=10, status=TaskStatus.COMPLETED, now=now).tasks == []
+        assert Histories(store).page("someone-else", limit=10, now=now).tasks == []
 
     def test_history_cursor_is_stable_within_one_millisecond(self, store: TaskStore,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -330,7 +333,7 @@ class TestTaskStoreContract:
         seen: list[str] = []
         cursor = None
         while True:
-            page = store.history("public", limit=4, cursor=cursor, now=0)
+            page = Histories(store).page("public", limit=4, cursor=cursor, now=0)
             seen += [t.id for t in page.tasks]
             if not (cursor := page.next_cursor):
                 break

@@ -17,7 +17,8 @@ import redis
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from app.core.clock import now_ms
-from app.core.store import HISTORY_SCAN, NewTask, TaskStore
+from app.core.history import HISTORY_SCAN, Histories
+from app.core.store import NewTask, TaskStore
 
 PROBLEM = "application/problem+json"
 
@@ -106,7 +107,7 @@ def test_a_chunked_body_over_the_limit_is_413_not_cut(app, config, conn):
         assert got == status
         if status == 413:
             assert headers["Content-Type"] == PROBLEM
-    assert len(TaskStore(conn, config).history("public", limit=10).tasks) == 1
+    assert len(Histories(TaskStore(conn, config)).page("public", limit=10).tasks) == 1
 
 
 def test_made_up_methods_share_one_metrics_series(client):
@@ -137,7 +138,7 @@ def test_a_history_page_reads_o_limit_hashes(store, monkeypatch, limit, status, 
     read: list[int] = []
     get_many = store.get_many
     monkeypatch.setattr(store, "get_many", lambda ids: read.append(len(ids)) or get_many(ids))
-    page = store.history("public", limit=limit, status=status)
+    page = Histories(store).page("public", limit=limit, status=status)
     assert read == [most]  # one pipeline, of at most HISTORY_SCAN * limit hashes
     assert page.next_cursor is not None
 
@@ -150,7 +151,7 @@ def test_a_filtered_walk_finds_every_match_through_partial_pages(store):
     pages = 0
     cursor = None
     while True:
-        page = store.history("public", limit=2, type_="orders.split", cursor=cursor, now=now_ms())
+        page = Histories(store).page("public", limit=2, type_="orders.split", cursor=cursor, now=now_ms())
         pages += 1
         seen += [t.id for t in page.tasks]
         if not (cursor := page.next_cursor):

@@ -10,8 +10,9 @@ from rq.job import Job, JobStatus
 from rq.registry import CanceledJobRegistry
 from rq.utils import current_timestamp
 
-from app.core.jobs import CANCELED_JOB_TTL, JobQueue, cancel_aware, register_queues
+from app.core.jobs import CANCELED_JOB_TTL, JobQueue, register_queues
 from app.core.states import QUEUES
+from workers.worker import cancel_aware
 
 
 @pytest.fixture

@@ -250,7 +250,7 @@ def open_slots(conn, member: str = "public") -> int:
 
 
 def hub(app) -> EventHub:
-    return app.extensions[streams.EXTENSION].hub
+    return app.extensions[EXTENSION].streams.hub
 
 
 def test_the_watch_and_slot_are_released_when_the_client_goes_away(app, client, conn, task_id):
@@ -309,7 +309,7 @@ def test_a_slot_whose_lease_ran_out_no_longer_counts(config, conn, task_id):
 
 
 def test_open_slots_have_their_lease_renewed(conn):
-    slots = StreamSlots(TaskStore(conn, Config()), cap=5)
+    slots = StreamSlots(conn, cap=5)
     slot = slots.acquire("public")
     conn.zadd(keys.streams("public"), {slot: 1})  # as if the lease were about to run out
     slots.renew()
@@ -393,8 +393,8 @@ class ScriptedPubSub:
 
 
 def test_the_hub_keeps_collecting_announcements_for_its_coalescing_window(app, conn):
-    found = app.extensions[streams.EXTENSION]
-    hub = EventHub(app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.25)
+    rt = app.extensions[EXTENSION]
+    hub = EventHub(rt.redis, rt.service.store, rt.streams.slots, poll=LONG, coalesce=0.25)
     pubsub = ScriptedPubSub("a", "b", "a")
     assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
     first, *then = pubsub.timeouts
@@ -404,8 +404,8 @@ def test_the_hub_keeps_collecting_announcements_for_its_coalescing_window(app, c
 
 
 def test_without_a_coalescing_window_the_hub_takes_only_what_is_queued(app, conn):
-    found = app.extensions[streams.EXTENSION]
-    hub = EventHub(app.extensions[EXTENSION].service.store, found.slots, poll=LONG, coalesce=0.0)
+    rt = app.extensions[EXTENSION]
+    hub = EventHub(rt.redis, rt.service.store, rt.streams.slots, poll=LONG, coalesce=0.0)
     pubsub = ScriptedPubSub("a", "b")
     assert hub._drain(pubsub, timeout=LONG) == {"a", "b"}
     assert pubsub.timeouts == [LONG, 0.0, 0.0]
@@ -441,7 +441,7 @@ def chunk_of(event: bytes) -> bytes:
 
 
 def open_task_stream(app, conn, task_id: str, sock: RecordingSocket) -> tuple[TaskStream, Iterator[bytes]]:
-    found = app.extensions[streams.EXTENSION]
+    found = app.extensions[EXTENSION].streams
     slot = found.slots.acquire("public")
     stream = TaskStream(found.hub, found.slots, task_id, slot, heartbeat=LONG, lifetime=LONG * 60)
     stream.sock = sock

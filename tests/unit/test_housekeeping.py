@@ -109,7 +109,7 @@ def test_stalled_task_is_requeued_while_attempts_remain(hk, conn, config):
     again = hk.store.start(task_id, "run-2").started
     assert again is not None and again.task.attempts == 2
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # never the new run's PROCESSING
-    assert hk.store.stats()["recovered"] == 1
+    assert hk.stats.read()["recovered"] == 1
 
 
 def test_stalled_task_without_attempts_left_fails_minus_3(hk, config):
@@ -145,7 +145,7 @@ def test_failures_over_the_threshold_alert_once_per_window(hk, conn, config, cap
         assert pass_(hk, "monitor", now_ms()).counts["alerts"] == 1
         assert "alerts" not in pass_(hk, "monitor", now_ms()).counts
     assert any("ALERT" in r.getMessage() for r in caplog.records)
-    assert hk.store.stats()["failed"] == config.alert_failures
+    assert hk.stats.read()["failed"] == config.alert_failures
 
 
 def test_webhook_alert_is_queued_not_sent_inline(conn, tmp_path):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -31,8 +33,10 @@ ALLOWED = {
     "app.web": {"app.core"},
     "app.launch": {"app.core", "taskport"},
     "workers": {"app.core"},
-    "taskport": set(),
+    "taskport": {"app.core"},  # app.core.states only: see test_the_client_package_imports_only_the_core_names
 }
+# The one module of the core the client package may import: names and codes, importing nothing of ours.
+CLIENT_SHARED = "app.core.states"
 
 
 def unit_of(module: str) -> str | None:
@@ -122,6 +126,25 @@ def test_there_is_no_import_cycle_between_packages():
 def test_the_cycle_check_finds_a_cycle():
     assert cycles({"app": {"workers"}, "workers": {"app"}})[0] == ["app", "workers", "app"]
     assert cycles({"workers": {"app"}, "app": {"taskport"}}) == []
+
+
+def test_the_client_package_imports_only_the_core_names():
+    def shared(target: str) -> bool:  # the module, a name in it, or a package on its path (``from app.core import``)
+        return f"{target}.".startswith(f"{CLIENT_SHARED}.") or CLIENT_SHARED.startswith(f"{target}.")
+
+    strays = [f"{module_name(path)} imports {target}" for path in sorted((ROOT / "taskport").rglob("*.py"))
+              for target in imported(path) if unit_of(target) not in (None, "taskport") and not shared(target)]
+    assert strays == []
+
+
+def test_the_client_package_imports_without_flask_and_pulls_only_the_names_module():
+    code = ("import sys\n"
+            "sys.modules['flask'] = None  # any import of flask now fails\n"
+            "import taskport, taskport.client, taskport.cli, taskport.errors, taskport.render\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.partition('.')[0] in ('app', 'workers'))))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["app", "app.core", CLIENT_SHARED]
 
 
 def test_imports_are_read_wherever_they_stand(tmp_path: Path):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.core import processors
-from app.core.store import encode_cursor
+from app.core.history import encode_cursor
 from app.web import create_app
 from app.web.api import docs
 

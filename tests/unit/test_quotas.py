@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from app.core.config import KEYED_MAX_ACTIVE_TASKS, Config, ConfigError
+from app.core.indexes import ActiveCounts
 from app.core.scripts import Command
 from app.core.states import ErrorCode, TaskStatus
 from app.core.store import ActiveCapReached, NewTask, TaskStore
@@ -51,7 +52,7 @@ def test_the_cap_refuses_writing_nothing_and_every_way_out_frees_a_slot(conn, tm
     keys_before = set(conn.keys())
     refused = new_task()
     with pytest.raises(ActiveCapReached) as caught:
-        store.create(refused, [Command("SET", "tp:job-marker", (1,))])
+        store.create(refused, [Command("SET", "{tp}:job-marker", (1,))])
     assert (caught.value.cap, caught.value.active) == (3, 3)
     assert set(conn.keys()) == keys_before  # no task, no dedup key, no job command
     assert store.create(new_task("bob"))[0]  # another member's count is its own
@@ -59,24 +60,24 @@ def test_the_cap_refuses_writing_nothing_and_every_way_out_frees_a_slot(conn, tm
     # cancel (PENDING), complete, fail, expire: each frees exactly one slot, once
     assert store.cancel(a.task_id)[0]
     assert not store.cancel(a.task_id)[0]
-    assert store.active("alice") == 2
+    assert ActiveCounts(store.redis).of("alice") == 2
     run = uuid.uuid4().hex
     assert store.start(b.task_id, run).started is not None
-    assert store.active("alice") == 2  # PENDING -> PROCESSING is still unfinished
+    assert ActiveCounts(store.redis).of("alice") == 2  # PENDING -> PROCESSING is still unfinished
     assert store.retry(b.task_id, run, "again")  # and back to PENDING too
-    assert store.active("alice") == 2
+    assert ActiveCounts(store.redis).of("alice") == 2
     assert store.start(b.task_id, run).started is not None
     assert store.complete(b.task_id, run, {"ok": 1}, items=None, failures=[], error_code=None)
-    assert store.active("alice") == 1
+    assert ActiveCounts(store.redis).of("alice") == 1
     d = new_task()
     assert store.create(d)[0]
     assert store.expire_batch([c.task_id, a.task_id, b.task_id], now=10**15)  # terminal -> EXPIRED: no change
-    assert store.active("alice") == 1
+    assert ActiveCounts(store.redis).of("alice") == 1
     run = uuid.uuid4().hex
     assert store.start(d.task_id, run).started is not None
     assert store.fail(d.task_id, run, ErrorCode.WORKER_LOST, "lost")
-    assert store.active("alice") == 0
-    assert conn.hget("tp:active", "alice") is None  # a member with none is no field at all
+    assert ActiveCounts(store.redis).of("alice") == 0
+    assert conn.hget("{tp}:active", "alice") is None  # a member with none is no field at all
 
 
 def test_a_duplicate_at_the_cap_is_still_answered_as_a_duplicate(conn, tmp_path) -> None:
@@ -97,7 +98,7 @@ def test_unfinished_tasks_expiring_free_their_slots(conn, tmp_path) -> None:
     store.start(running.task_id, "r1")
     left = store.expire_batch([pending.task_id, running.task_id], now=10**15)
     assert {status for _, status, _ in left} == {TaskStatus.PENDING, TaskStatus.PROCESSING}
-    assert store.active("alice") == 0
+    assert ActiveCounts(store.redis).of("alice") == 0
 
 
 def test_over_the_cap_is_429_problem_naming_it_with_retry_after(tmp_path, conn) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import uuid
 from pathlib import Path
 
@@ -139,3 +140,11 @@ def test_a_run_writes_and_removes_only_its_own_folder(store: LocalResultStore, t
             store.for_run(bad)
     with pytest.raises(ValueError):
         store.prune(task_id)
+
+
+def test_the_stores_depend_one_way_results_on_s3store_never_back() -> None:
+    """results imports s3store (its factory); s3store takes the shared pieces from resultbase, not results."""
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "app" / "core" / "s3store.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    assert "app.core.results" not in imported and "app.core.resultbase" in imported

@@ -38,7 +38,7 @@ def test_submit_creates_the_task_and_queues_its_job_in_one_step(service, conn):
     assert queued(conn) == [outcome.task_id]
     job = Job.fetch(outcome.task_id, connection=conn)
     assert job.args == (outcome.task_id,) and job.timeout == processors.get("demo.sleep").timeout
-    assert service.store.stats()["submitted"] == 1
+    assert service.stats.read()["submitted"] == 1
 
 
 def test_a_duplicate_names_and_reads_the_holder_and_queues_nothing(service, conn):
@@ -46,7 +46,7 @@ def test_a_duplicate_names_and_reads_the_holder_and_queues_nothing(service, conn
     again = submit(service, {"steps": 2, "seconds": 0})  # same canonical JSON
     assert not again.created and again.task_id == first.task_id
     assert again.task == service.store.get(first.task_id)  # the holder's record, from the submit's own answer
-    assert queued(conn) == [first.task_id] and service.store.stats()["submitted"] == 1
+    assert queued(conn) == [first.task_id] and service.stats.read()["submitted"] == 1
     by_key = submit(service, {"seconds": 1}, key="k-1")
     assert submit(service, {"seconds": 2}, key="k-1").task_id == by_key.task_id  # the key, not the payload
     assert submit(service, {"seconds": 0, "steps": 2}, member="bob").created  # dedup is per member

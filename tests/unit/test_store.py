@@ -13,12 +13,14 @@ from collections.abc import Callable
 
 import fakeredis
 import pytest
+from redis.crc import key_slot
 
 from app.core import keys, scripts
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.history import decode_cursor, encode_cursor
 from app.core.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
-from app.core.store import NewTask, TaskStore, decode_cursor, encode_cursor
+from app.core.store import NewTask, TaskStore
 
 
 def new_task(member: str = "public", digest: str | None = None, type_: str = "demo.sleep") -> NewTask:
@@ -145,22 +147,22 @@ def test_every_transition_in_the_table_is_performed_by_the_store(performed, tran
     assert transition in performed, f"no store move performs {transition}: drop it from app.core.states.TRANSITIONS"
 
 
-# every function of app.core.keys builds a key, except all_static and the STATS field names (*_stat)
+# every function of app.core.keys builds a key, except all_static, the STATS field names (*_stat) and
+# events_task_id (it reads a channel name)
 KEY_BUILDERS = {name: fn for name, fn in vars(keys).items()
-                if inspect.isfunction(fn) and fn.__module__ == keys.__name__ and name != "all_static"
-                and not name.endswith("_stat")}
+                if inspect.isfunction(fn) and fn.__module__ == keys.__name__
+                and name not in {"all_static", "events_task_id"} and not name.endswith("_stat")}
 STATIC_KEYS = {name: value for name, value in vars(keys).items()
                if name.isupper() and isinstance(value, str) and value.startswith(keys.PREFIX) and value != keys.PREFIX}
 
 
 @pytest.mark.parametrize("name", sorted(KEY_BUILDERS))
-def test_every_key_builder_gives_a_prefixed_key_and_a_task_s_keys_share_its_hash_tag(name):
+def test_every_key_builder_gives_a_prefixed_key_on_the_prefix_s_one_hash_slot(name):
     builder = KEY_BUILDERS[name]
     params = list(inspect.signature(builder).parameters)
     key = builder(*(f"<{param}>" for param in params))
     assert key.startswith(keys.PREFIX)
-    if params == ["task_id"]:
-        assert "{<task_id>}" in key
+    assert key_slot(key.encode()) == key_slot(keys.PREFIX.encode())  # the prefix's {tp} is the key's one hash tag
 
 
 def test_all_static_lists_every_fixed_key_once():
@@ -179,15 +181,14 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
 
 def test_the_script_sources_spell_no_status_field_or_stat_by_hand():
     """Statuses, hash fields and stats counters reach the Lua as markers rendered from their one home."""
-    hand_written = set(re.findall(r"'([A-Za-z_]{2,})'", " ".join([scripts.SUBMIT, scripts.START, scripts.PROGRESS,
-                                                                    scripts.TRANSITION])))
+    hand_written = set(re.findall(r"'([A-Za-z_]{2,})'", " ".join(s.body for s in scripts.SCRIPTS.values())))
     homes = set(scripts.STATUS_WORDS.values()) | set(scripts.FIELD_WORDS) | set(scripts.STAT_WORDS)
     assert not hand_written & homes
-    audit_words = set(re.findall(r"'([A-Za-z_]{2,})'", scripts.AUDIT))  # its stream entry names are its own
+    audit_words = set(re.findall(r"'([A-Za-z_]{2,})'", scripts.AUDIT))  # its entry names: markers too (!task)
     assert not audit_words & set(scripts.STATUS_WORDS.values())
     rendered = " ".join(scripts.SOURCES.values())
     assert "'PENDING'" in rendered and "'status'" in rendered and "'submitted'" in rendered
-    assert not re.search(r"[$@&][A-Za-z_]", rendered)  # every marker rendered
+    assert not re.search(r"[$@&!][A-Za-z_]", rendered)  # every marker rendered
 
 
 def test_a_marker_outside_its_home_fails_at_render():

@@ -41,17 +41,15 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import orjson
-from flask import Blueprint, Response, current_app, request
-from flask.blueprints import BlueprintSetupState
+from flask import Blueprint, Response, request
 
 from app.core.clock import now_ms
 from app.core.states import TERMINAL, TaskStatus
 from app.core.task import Task
-from app.web import streams
 from app.web.api import json_response
 from app.web.errors import TooManyRequests, ValidationFailed
 from app.web.runtime import runtime
-from app.web.streams import EventHub, Reading, Streams, StreamSlots, Watch
+from app.web.streams import EventHub, Reading, StreamSlots, Watch
 from app.web.urls import API_PREFIX, status_document
 from app.web.webworker import direct_socket, on_hang_up
 
@@ -64,13 +62,8 @@ RECONNECT = b": reconnect\n\n"  # the stream reached its lifetime: resume with L
 FINAL = TERMINAL | {TaskStatus.EXPIRED}
 MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero never busy-loops
 MAX_EVENT_ID = 2**63 - 1  # seq is a Redis integer
-FULL_RETRY_AFTER = "10"  # seconds: a hint for a member at its stream cap (streams end as tasks end)
+FULL_RETRY_AFTER = 10  # seconds: a hint for a member at its stream cap (streams end as tasks end)
 LAST_EVENT_ID = "Last-Event-ID"
-
-
-@bp.record
-def _setup(state: BlueprintSetupState) -> None:
-    streams.init_app(state.app)  # type: ignore[arg-type]  # always a Flask app here
 
 
 @bp.get("/tasks/<task_id>/events")
@@ -83,12 +76,12 @@ def events(task_id: str) -> Response:
     now = now_ms()
     if task.effective_status(now) == TaskStatus.EXPIRED:
         return json_response(status_document(task, now), 410)
-    found: Streams = current_app.extensions[streams.EXTENSION]
-    slot = found.slots.acquire(member)
+    streams = rt.streams
+    slot = streams.slots.acquire(member)
     if slot is None:
-        raise TooManyRequests(f"at most {found.slots.cap} open event streams per member; close one or retry later",
-                              headers={"Retry-After": FULL_RETRY_AFTER})
-    stream = TaskStream(found.hub, found.slots, task_id, slot, rt.config.sse_heartbeat,
+        raise TooManyRequests(f"at most {streams.slots.cap} open event streams per member; close one or retry later",
+                              retry_after=FULL_RETRY_AFTER)
+    stream = TaskStream(streams.hub, streams.slots, task_id, slot, rt.config.sse_heartbeat,
                         rt.config.sse_max_minutes * 60)
     try:
         snapshot = rt.service.snapshot(task_id)  # after the watch: a change from now on reaches the stream
