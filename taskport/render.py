@@ -35,6 +35,15 @@ def counts(doc: Doc) -> str:
     return f"{items['succeeded']} ok, {items['failed']} failed of {items['total']}"
 
 
+def resumed(doc: Doc) -> str:
+    """``2 times from a checkpoint`` when the task's runs resumed, else an empty string (the row is left out:
+    a task that never stopped midway, and a service older than the field, show nothing)."""
+    times = doc.get("resumed") or 0
+    if times <= 0:
+        return ""
+    return f"{times} time{'' if times == 1 else 's'} from a checkpoint"
+
+
 def progress(docs: Iterable[Doc], console: Console) -> Doc | None:
     """Show a live bar (percent, status, item counts, message) while ``docs`` come; return the last."""
     columns = (TextColumn("{task.fields[status]:<10}"), BarColumn(bar_width=30), TaskProgressColumn(),
@@ -55,7 +64,7 @@ def status(doc: Doc, console: Console | None = None) -> None:
     error = doc.get("error")
     rows = [("task", doc["task_id"]), ("type", doc["type"]), ("status", doc["status"]),
             ("progress", f"{doc['progress']}%"), ("message", doc.get("message") or ""), ("items", counts(doc)),
-            ("error", f"{error['code']}: {error['message']}" if error else ""),
+            ("error", f"{error['code']}: {error['message']}" if error else ""), ("resumed", resumed(doc)),
             ("created", doc.get("created_at") or ""), ("updated", doc.get("updated_at") or ""),
             ("expires", doc.get("expires_at") or "")]
     for name, value in rows:

@@ -4,7 +4,13 @@ The runner builds one :class:`TaskContext` per task run and passes it a ``report
 writes ``(progress, message, items)`` to Redis and answers the task's current status. The context
 keeps that traffic small (writes are throttled to one per ``interval`` seconds, the latest values
 are always remembered and :meth:`TaskContext.flush` pushes them) and turns any answer other than
-``PROCESSING`` into a cancellation that the next checkpoint raises as :class:`TaskCancelled`.
+``PROCESSING`` into a cancellation that the next cancellation point raises as :class:`TaskCancelled`.
+
+With each write goes the run's durable checkpoint (:mod:`workers.checkpoint`): how far the item runs got
+and the processor's own cursor. A context built with a :class:`~workers.checkpoint.Resume` continues from
+it: the items already done are skipped (their outcomes counted once, their results handed back), the
+cursor is there to read. A worker that must stop (SIGTERM) calls :meth:`TaskContext.mark_interrupted`:
+the next cancellation point raises :class:`TaskInterrupted`, and the runner saves and re-queues the task.
 
 Thread model: the processor runs in one thread; the runner's heartbeat thread may call
 :meth:`TaskContext.mark_cancelled` and :meth:`TaskContext.flush` at any time. A lock serialises
@@ -18,26 +24,25 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from rq.timeouts import BaseTimeoutException
+import orjson
 
-from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
-from workers.exceptions import ItemError, TaskCancelled, TaskError
+from app.core.states import TaskStatus
+from workers.checkpoint import MAX_FAILURES, Pending, Resume, Saved
+from workers.exceptions import TaskCancelled, TaskInterrupted
+from workers.items import PROPAGATE, ItemRun, ItemScope, length
 
 if TYPE_CHECKING:
     from app.core.results import ResultStore
 
-# At most this many failure records are kept per task (the counts stay exact), so a batch where
-# every item fails cannot blow up the result stored in Redis.
-MAX_FAILURES = 1000
+# MAX_FAILURES (workers.checkpoint): at most this many failure records are kept per task (the counts
+# stay exact), so a batch where every item fails cannot blow up the result stored in Redis.
+__all__ = ["MAX_FAILURES", "ItemScope", "TaskContext"]
 # Longest single sleep inside TaskContext.sleep: a cancellation is noticed within this much time.
 SLEEP_SLICE = 0.1
-# Never caught as an item failure: they end the whole task (a timeout must stay a timeout).
-PROPAGATE: tuple[type[BaseException], ...] = (TaskCancelled, TaskError, BaseTimeoutException)
 
-Report = Callable[[int | None, str, dict | None], str]
+Report = Callable[[int | None, str, dict | None, Saved | None], str]
 _Snapshot = tuple[int, str, tuple[int, int, int] | None]
 
 log = logging.getLogger(__name__)
@@ -56,6 +61,7 @@ class TaskContext:
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger | logging.LoggerAdapter | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        resume: Resume | None = None,
     ) -> None:
         self.task_id = task_id
         self.results = results
@@ -66,11 +72,21 @@ class TaskContext:
         self._sleep = sleep
         self._lock = threading.RLock()
         self._cancelled = threading.Event()
+        self._interrupted = False  # a plain flag: set from a signal handler, which must take no lock
         self._progress = 0
         self._message = ""
         self._counts: list[int] | None = None  # [total, succeeded, failed] once items are processed
         self._failures: list[dict[str, Any]] = []
         self._error_code: int | None = None
+        self._resume = resume
+        self._cursor: Any = None
+        self._item_runs = 0  # item runs (each/items calls) begun so far: the next one's number
+        self._pending = Pending()
+        if resume is not None:
+            self._counts = list(resume.counts) if resume.counts is not None else None
+            self._failures = list(resume.failures)
+            self._error_code = resume.error_code
+            self._cursor = resume.cursor
         # The start transition wrote progress 0 and an empty message: that is the first write, so a
         # task that ends within one interval writes no progress at all (its completion says it all).
         self._reported: _Snapshot | None = (0, "", None)
@@ -87,10 +103,41 @@ class TaskContext:
         """Note that the task is no longer ours; the next checkpoint raises. Thread-safe."""
         self._cancelled.set()
 
+    def mark_interrupted(self) -> None:
+        """Note that this worker is stopping: the next cancellation point raises :class:`TaskInterrupted`
+        (the runner saves the checkpoint and re-queues the task). Safe in a signal handler and any thread."""
+        self._interrupted = True
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupted
+
     def check_cancelled(self) -> None:
-        """Checkpoint: raise :class:`TaskCancelled` if the task is no longer ours."""
+        """Cancellation point: raise :class:`TaskCancelled` if the task is no longer ours, or
+        :class:`TaskInterrupted` if this worker is stopping (a cancel wins over a stop)."""
         if self._cancelled.is_set():
             raise TaskCancelled(self.task_id)
+        if self._interrupted:
+            raise TaskInterrupted(self.task_id)
+
+    # -- the processor's own cursor ---------------------------------------------------------------
+
+    @property
+    def cursor(self) -> Any:
+        """The cursor this task's processor last saved (:meth:`save_cursor`), in this run or an earlier one;
+        None when it never saved one. A processor resumes from it: skip the rows, pages or days it covers."""
+        return self._cursor
+
+    def save_cursor(self, value: Any) -> None:
+        """Save the processor's own position (any JSON value: a file offset, a page token, a date), durably
+        with the next progress write, or the heartbeat's flush (at most a heartbeat away), and at once when
+        the run stops. Save it once what it covers is durable (flushed, uploaded): the next run starts from
+        it. This is a cancellation point; it writes nothing itself."""
+        encoded = orjson.dumps(value)
+        with self._lock:
+            self._cursor = value
+            self._pending.cursor = encoded
+        self.check_cancelled()
 
     def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` in slices of at most ``SLEEP_SLICE``, checking for cancellation between."""
@@ -120,7 +167,7 @@ class TaskContext:
         """Write the latest values now if they differ from the last written ones. Never raises
         TaskCancelled (it only marks the context); safe to call from any thread at any time."""
         with self._lock:
-            if self._snapshot() != self._reported:
+            if self._snapshot() != self._reported or self._pending.take(self._counts, self._error_code):
                 self._report()
 
     def _update(self, percent: float | None, message: str | None) -> None:
@@ -144,14 +191,17 @@ class TaskContext:
         at the next write: progress is best effort, the runner's final status write is not."""
         snapshot = self._snapshot()
         self._reported_at = self._clock()
+        saved = self._pending.take(self._counts, self._error_code)
         try:
-            status = self._report_fn(snapshot[0], snapshot[1], self.item_counts)
+            status = self._report_fn(snapshot[0], snapshot[1], self.item_counts, saved)
         except PROPAGATE:
             raise
         except Exception:
             self.log.warning("task %s: progress write failed", self.task_id, exc_info=True)
             return
         self._reported = snapshot
+        if saved is not None:
+            self._pending.clear(saved)
         if status != TaskStatus.PROCESSING:
             self.mark_cancelled()
 
@@ -199,11 +249,12 @@ class TaskContext:
         timeout end the whole task. A failure names the item by ``str(key(item))``, or by its index
         when there is no ``key``. ``total`` defaults to ``len(items)`` when there is one.
         """
-        results: list[Any] = []
-        for scope, item in self.items(items, key=key, total=total):
+        run = ItemRun(self, key, total if total is not None else length(items), keeps_results=True)
+        for scope, item in run.walk(items):
             with scope:
-                results.append(fn(item))
-        return results
+                scope.result = fn(item)
+        assert run.results is not None  # an each run keeps its results
+        return run.results
 
     def items(
         self,
@@ -221,18 +272,21 @@ class TaskContext:
         the item's exception, so the loop goes on. Leaving a scope unused is a programming error
         (RuntimeError), because that item would be counted neither way.
         """
-        declared = total if total is not None else _length(iterable)
-        run = _ItemRun(self, key, declared)
-        seen = 0
-        for index, item in enumerate(iterable):
-            self.check_cancelled()
-            seen += 1
-            run.start(seen)
-            scope = ItemScope(run, index, item)
-            yield scope, item
-            if not scope.finished:
-                raise RuntimeError("ctx.items(): do each item's work inside `with scope:`")
-        run.end(seen)
+        run = ItemRun(self, key, total if total is not None else length(iterable), keeps_results=False)
+        yield from run.walk(iterable)
+
+    def _begin_run(self) -> tuple[int, Any]:
+        """The next item run's number, and what an earlier run of the task saved of it (None: nothing)."""
+        with self._lock:
+            number = self._item_runs
+            self._item_runs += 1
+        saved = self._resume.runs.get(number) if self._resume is not None else None
+        return number, saved
+
+    def _item_done(self, run: ItemRun, result: Any, succeeded: bool) -> None:
+        with self._lock:
+            keep = run.results is not None and succeeded
+            self._pending.item_done(run.number, run.declared, run.done + 1, result, keep, run.results is not None)
 
     def _begin_items(self, declared: int | None) -> None:
         with self._lock:
@@ -252,95 +306,6 @@ class TaskContext:
             if code > 0 or self._error_code is None or self._error_code <= 0:
                 self._error_code = code  # see error_code: a business code is never replaced by a service code
             if len(self._failures) < MAX_FAILURES:
-                self._failures.append({"item": item, "code": code, "message": message})
-
-
-class _ItemRun:
-    """Bookkeeping of one ``each``/``items`` call: its declared total and how far it got."""
-
-    def __init__(self, ctx: TaskContext, key: Callable[[Any], Any] | None, declared: int | None) -> None:
-        self.ctx = ctx
-        self.key = key
-        self.declared = declared
-        self.done = 0
-        ctx._begin_items(declared)
-
-    def start(self, seen: int) -> None:
-        """An item was drawn: count it in the total unless the declared total already did."""
-        if self.declared is None or seen > self.declared:
-            self.ctx._count(0)
-
-    def end(self, seen: int) -> None:
-        """The iterable ran out: a declared total that was too large shrinks to what was seen."""
-        if self.declared is not None and seen < self.declared:
-            self.ctx._count(0, seen - self.declared)
-
-    def succeeded(self) -> None:
-        self.ctx._count(1)
-        self._advance()
-
-    def failed(self, index: int, item: Any, exc: BaseException) -> None:
-        ident = self._ident(index, item)
-        if isinstance(exc, ItemError):
-            code, message = exc.code, exc.message
-        else:
-            code, message = ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL]
-            self.ctx.log.error(
-                "task %s: item %s failed",
-                self.ctx.task_id,
-                ident,
-                exc_info=(type(exc), exc, exc.__traceback__),
-            )
-        self.ctx._record_failure(ident, code, message)
-        self._advance()
-
-    def _ident(self, index: int, item: Any) -> str:
-        if self.key is None:
-            return str(index)
-        try:
-            return str(self.key(item))
-        except Exception:  # a broken key function must not hide the item's own failure
-            return str(index)
-
-    def _advance(self) -> None:
-        self.done += 1
-        if self.declared:
-            self.ctx.progress(self.done, self.declared, f"item {self.done} of {self.declared}")
-        else:
-            self.ctx.check_cancelled()
-            self.ctx._update(None, f"item {self.done}")
-            self.ctx.check_cancelled()
-
-
-class ItemScope:
-    """Context manager around one item's work (see :meth:`TaskContext.items`)."""
-
-    __slots__ = ("_run", "index", "item", "finished")
-
-    def __init__(self, run: _ItemRun, index: int, item: Any) -> None:
-        self._run = run
-        self.index = index
-        self.item = item
-        self.finished = False
-
-    def __enter__(self) -> ItemScope:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        self.finished = True
-        if exc is None:
-            self._run.succeeded()
-            return False
-        if isinstance(exc, PROPAGATE) or not isinstance(exc, Exception):
-            return False
-        self._run.failed(self.index, self.item, exc)
-        return True
-
-
-def _length(iterable: Iterable[Any]) -> int | None:
-    try:
-        return len(iterable)  # type: ignore[arg-type]
-    except TypeError:
-        return None
+                record = {"item": item, "code": code, "message": message}
+                self._failures.append(record)
+                self._pending.failures.append(record)

@@ -31,3 +31,9 @@ class ItemError(_CodedError):
 
 class TaskCancelled(Exception):
     """The task is no longer ours to run (cancelled, expired or taken over): stop now, write nothing."""
+
+
+class TaskInterrupted(TaskCancelled):
+    """The worker is stopping (SIGTERM: a deploy, a restart): stop now; the runner saves the checkpoint and
+    puts the task back on its queue without using an attempt, and the next run resumes where this one
+    stopped. A subclass of TaskCancelled, so code that stops on a cancel stops on this too."""

@@ -23,7 +23,7 @@ from app.core.config import Config
 from app.core.connection import connect
 from app.core.history import Histories
 from app.core.indexes import ExpiryIndex, FailureIndex, Locks, RunningIndex, SlowTasks
-from app.core.jobs import JobQueue, attempt_job_id
+from app.core.jobs import JobQueue, attempt_job_id, resume_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
 from app.core.schedule import QUEUE
@@ -128,7 +128,7 @@ class Housekeeper:
             timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
             # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
             # (result_ttl 0), and must not take the re-queued one with it
-            job = attempt_job_id(task.id, task.attempts)
+            job = resume_job_id(task.id, task.seq) if task.resumable else attempt_job_id(task.id, task.attempts)
             outcome = self.store.recover(task, cutoff, self.jobs.job_commands(task.id, task.priority, timeout, job),
                                          job_id=job)
             if outcome:

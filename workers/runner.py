@@ -11,6 +11,14 @@ job id; if the old run wakes up, its next heartbeat or progress write is answere
 next checkpoint stops it. Its files live in a result folder of its own (app.core.results), so what it
 writes or removes on its way out never touches the files of the run that took over; its RQ job is
 not the re-queued one, so RQ's cleanup of it does not take the new job along.
+
+A run resumes from the checkpoint earlier runs saved (workers.checkpoint): its context skips the items
+they did, its processor reads back their cursor, and it works in the result folder of the run that saved
+the checkpoint (so a half-written export is there to continue). When the worker stops (SIGTERM: a deploy, a
+restart), :meth:`Runner.interrupt` makes the run stop at its next cancellation point; the run saves its
+checkpoint and puts the task back on its queue without using an attempt. A run that does not get there
+within the stop grace (``TASKPORT_STOP_GRACE``) is put back all the same, from its last checkpoint, and its
+process ends.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -31,14 +40,16 @@ from app.core import processors
 from app.core.config import Config
 from app.core.connection import connect
 from app.core.ids import new_run_id
+from app.core.jobs import JobQueue, resume_job_id
 from app.core.logs import task_logger
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, result_store, spill
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import ResultNotStorable, Started, TaskStore
 from app.core.task import Task
+from workers.checkpoint import Resume, Saved
 from workers.context import TaskContext
-from workers.exceptions import TaskCancelled, TaskError
+from workers.exceptions import TaskCancelled, TaskError, TaskInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +59,8 @@ log = logging.getLogger(__name__)
 # platform's process manager) starts a new worker; with the fork worker it is the work horse that ends.
 CANCEL_GRACE = 1.0
 ABANDONED_EXIT = 75
+# The exit code of a process whose run did not stop within the stop grace (the task was put back first).
+INTERRUPTED_EXIT = 0
 
 
 class Runner:
@@ -56,6 +69,7 @@ class Runner:
     def __init__(self, config: Config, conn: redis.Redis | None = None, results: ResultStore | None = None) -> None:
         self.config = config
         self.store = TaskStore(conn if conn is not None else connect(config), config)
+        self.jobs = JobQueue(self.store.redis, config)
         self.results = results if results is not None else result_store(config)
         self.owner_pid = os.getpid()
         self.current: Heartbeat | None = None  # the run in progress in this process
@@ -72,20 +86,59 @@ class Runner:
             tlog.info("delivery ignored: task is %s", claim.status or "gone")
             return None
         task = started.task
-        tlog.info("started %s, attempt %d of %d", task.type, task.attempts, task.max_attempts)
-        ctx = TaskContext(
-            task_id,
-            lambda progress, message, items: self.store.report(task_id, run_id, progress, message, items),
-            results=self.results.for_run(run_id), interval=self.config.progress_interval, logger=tlog,
-        )
-        if task.attempts > 1:
+        resume = Resume.parse(started.checkpoint, started.cursor)
+        tlog.info("started %s, attempt %d of %d%s", task.type, task.attempts, task.max_attempts,
+                  f", resuming from its checkpoint ({resume.items_done} items done)" if resume else "")
+        ctx = self._context(task, run_id, resume, tlog)
+        if task.attempts > 1 or resume is not None:
             self._prune(task_id, ctx, tlog)
-        with Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval) as beat:
+        beat = Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval,
+                         put_back=lambda why: self._put_back(task, run_id, ctx, why))
+        with beat:
             self.current = beat
             try:
                 return self._execute(started, run_id, ctx, tlog)
             finally:
                 self.current = None
+
+    def _context(self, task: Task, run_id: str, resume: Resume | None, tlog: logging.LoggerAdapter) -> TaskContext:
+        """The run's context: resumed from ``resume``, in the result folder of the run that saved it."""
+        folder = task.checkpoint_run if resume is not None and task.checkpoint_run else run_id
+
+        def report(progress: int | None, message: str, items: dict | None, saved: Saved | None) -> str:
+            if saved is None:
+                return self.store.report(task.id, run_id, progress, message, items)
+            return self.store.report(task.id, run_id, progress, message, items, checkpoint=saved.line,
+                                     cursor=saved.cursor)
+
+        return TaskContext(task.id, report, results=self.results.for_run(folder),
+                           interval=self.config.progress_interval, logger=tlog, resume=resume)
+
+    def interrupt(self) -> None:
+        """The worker is stopping: the run in progress stops at its next cancellation point and is put back
+        on its queue; if it is not back within ``Config.stop_grace`` seconds, it is put back anyway and this
+        process ends. Takes no lock: safe in a signal handler."""
+        beat = self.current
+        if beat is not None:
+            beat.interrupt(self.config.stop_grace)
+
+    def _put_back(self, task: Task, run_id: str, ctx: TaskContext, why: str) -> bool:
+        """Save the run's checkpoint and put its task back on its queue, without using an attempt."""
+        tlog = task_logger(log, task.id)
+        ctx.flush()
+        proc = processors.get(task.type)
+        timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
+        job = resume_job_id(task.id, task.seq)
+        commands = self.jobs.job_commands(task.id, task.priority, timeout, job)
+        done_items = ctx.item_counts
+        where = f" after {done_items['succeeded'] + done_items['failed']} items" if done_items else ""
+        message = f"interrupted by a worker stop{where}; resumes from its checkpoint"
+        if not self.store.interrupted(task.id, run_id, message, commands, job):
+            tlog.info("%s, but the task was cancelled, expired or taken over meanwhile", why)
+            return False
+        tlog.info("%s: put back on queue %s%s, resumes from its checkpoint (no attempt used)", why, task.priority,
+                  where)
+        return True
 
     def _adopt_work_horse(self) -> None:
         """In a forked work horse (once per horse: each runs one job): die with the worker, since an
@@ -95,7 +148,11 @@ class Runner:
         job = get_current_job()
         if job is not None:
             self.store = TaskStore(job.connection, self.config)
+            self.jobs = JobQueue(job.connection, self.config)
         self.owner_pid = os.getpid()
+        # RQ's horse dies on SIGTERM; here it stops the run gracefully instead (the worker forwards its own
+        # SIGTERM, and a platform may signal the whole process group)
+        signal.signal(signal.SIGTERM, lambda signum, frame: self.interrupt())
 
     def _execute(self, started: Started, run_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> Retry | None:
         task = started.task
@@ -104,6 +161,9 @@ class Runner:
             if proc is None:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
             output = proc.func(started.payload, ctx)
+        except TaskInterrupted:
+            self._put_back(task, run_id, ctx, "stopped at a checkpoint")
+            return None
         except TaskCancelled:
             return self._stopped(task.id, ctx, tlog)
         except TaskError as exc:
@@ -206,12 +266,37 @@ class Heartbeat:
     processor is busy in one long step; a run that does not stop within CANCEL_GRACE of that ends its
     process (see :meth:`abandon`)."""
 
-    def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
+    def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float,
+                 put_back: Callable[[str], bool] | None = None) -> None:
         self._stop = threading.Event()
         self._args = (store, task_id, run_id, ctx, interval)
         self._ctx = ctx
         self._task_id = task_id
         self._abandoning = threading.Lock()
+        self._put_back = put_back
+        self._interrupting = False
+
+    def interrupt(self, grace: float) -> None:
+        """The worker is stopping: the processor stops at its next cancellation point (the runner puts the
+        task back); if the run has not ended ``grace`` seconds later, put the task back from here, from its
+        last checkpoint, and end the process. Takes no lock (a signal handler calls it); a second call changes
+        nothing."""
+        if self._interrupting:
+            return
+        self._interrupting = True
+        self._ctx.mark_interrupted()
+        _thread.start_new_thread(self._overdue, (grace,))
+
+    def _overdue(self, grace: float) -> None:
+        if self._stop.wait(grace) or self._put_back is None:
+            return  # the run ended in time
+        try:
+            self._put_back(f"did not reach a checkpoint within the {grace:g} s stop grace")
+        except Exception as exc:  # the exit must happen regardless; recovery takes the task over then
+            task_logger(log, self._task_id).warning("could not put the task back: %s", exc)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(INTERRUPTED_EXIT)
 
     def abandon(self, reason: str) -> None:
         """The run is no longer the task's: tell the processor (its next checkpoint raises TaskCancelled),
@@ -285,6 +370,14 @@ def stop_current(job_id: str | None) -> None:
     beat = runner.current if runner is not None else None
     if beat is not None:
         beat.abandon(f"job {job_id} was stopped")
+
+
+def interrupt_current() -> None:
+    """The worker is stopping (SIGTERM): the run in progress in this process, if any, stops gracefully (see
+    :meth:`Runner.interrupt`). Called from a signal handler: takes no lock."""
+    runner = _runner
+    if runner is not None:
+        runner.interrupt()
 
 
 def on_stopped(job: Any, connection: Any) -> None:

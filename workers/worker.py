@@ -2,8 +2,9 @@
 and the RQ worker classes it runs (``WORKER_CLASSES``, one per value of ``TASKPORT_WORKER_CLASS``).
 
 It runs RQ's own scheduler alongside (``with_scheduler=True``): a retry with backoff is a scheduled
-job, and without a scheduler it would never come back. SIGTERM is RQ's warm shutdown (finish the
-current job, then exit); a second SIGTERM is the cold one.
+job, and without a scheduler it would never come back. SIGTERM or SIGINT is a graceful stop
+(workers.stopping): the running task is put back on its queue from its checkpoint, and the worker exits;
+a second signal changes nothing.
 
 While Redis is unreachable every Redis command waits for it to come back (``ride_out_outages``), so the
 worker, its work horse and RQ's scheduler ride out a restart of the embedded redis-server.
@@ -31,6 +32,7 @@ from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, register_queues
 from app.core.logs import setup_logging
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
+from workers.stopping import GracefulStop
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,9 @@ class CancelAware:
 
 
 def cancel_aware(worker_class: type[Any]) -> type[Any]:
-    """``worker_class`` with :class:`CancelAware` mixed in (same name, so RQ's listings read as before)."""
-    return type(worker_class.__name__, (CancelAware, worker_class), {})
+    """``worker_class`` with :class:`CancelAware` and the graceful stop mixed in (same name, so RQ's listings
+    read as before)."""
+    return type(worker_class.__name__, (GracefulStop, CancelAware, worker_class), {})
 
 
 # Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
@@ -73,7 +76,7 @@ Worker = cancel_aware(RQWorker)
 SpawnWorker = cancel_aware(RQSpawnWorker)
 
 
-class StoppableSimpleWorker(SimpleWorker):
+class StoppableSimpleWorker(GracefulStop, SimpleWorker):
     """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
     command stops the run in progress: at its next checkpoint, or by ending this process after
     ``workers.runner.CANCEL_GRACE`` if it never checkpoints (the supervisor starts a new worker).

@@ -41,7 +41,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 POSITIVE = ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result",
             "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes", "inline_result_max",
-            "result_store_timeout")
+            "result_store_timeout", "stop_grace")
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
 HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
@@ -96,6 +96,9 @@ class Config:
         "TASKPORT_HEARTBEAT_INTERVAL", 1.0, "seconds between heartbeats (and cancel checks) of a task")
     retry_backoff: str = _setting("TASKPORT_RETRY_BACKOFF", "1,5,30", "seconds before retry 1, 2, 3...")
     stall_timeout: float = _setting("TASKPORT_STALL_TIMEOUT", 30.0, "seconds without heartbeat = worker lost")
+    stop_grace: float = _setting(
+        "TASKPORT_STOP_GRACE", 20.0, "seconds a stopping worker gives its run to reach a checkpoint before it "
+        "puts the task back anyway (under Heroku's 30)")
     slow_task_warn: float = _setting("TASKPORT_SLOW_TASK_WARN", 1800.0, "seconds PROCESSING before a warning")
     housekeeping_interval: int = _setting("TASKPORT_HOUSEKEEPING_INTERVAL", 60, "seconds between passes")
     scheduler_interval: float = _setting(

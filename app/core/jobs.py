@@ -47,6 +47,13 @@ def attempt_job_id(task_id: str, attempt: int) -> str:
     return f"{task_id}_{attempt}"
 
 
+def resume_job_id(task_id: str, seq: int) -> str:
+    """The RQ job id under which a task goes back on its queue to resume from its checkpoint (a graceful stop,
+    or a lost run whose checkpoint advanced): unique per run (``seq`` grows with every write), so it never
+    names the job of the run that is still ending."""
+    return f"{task_id}_r{seq}"
+
+
 TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
 
 

@@ -50,6 +50,10 @@ class TaskField(StrEnum):
     PAYLOAD_SHA256 = "payload_sha256"  # of the payload JSON, for the audit trail
     JOB = "job"  # the current RQ job id when it is not the task id (a recovery re-queued it)
     RESULT = "result"  # a short result's JSON, inline (see app.core.store.INLINE_RESULT_MAX)
+    RESUMED = "resumed"  # runs that continued from a checkpoint (the status document's "resumed")
+    CHECKPOINTS = "checkpoints"  # checkpoint writes so far (see checkpoint())
+    CHECKPOINT_RUN = "checkpoint_run"  # the run that wrote the last checkpoint: its result folder holds the files
+    RESUME_MARK = "resume_mark"  # CHECKPOINTS when a lost run was last resumed for free (see TaskStore.recover)
 
 
 def payload(task_id: str) -> str:
@@ -61,6 +65,17 @@ def result(task_id: str) -> str:
     """String: the result JSON ({"result", "failures", "error_code", "run"}) of a COMPLETED task ("run": the
     run whose result folder holds its files, when it wrote any)."""
     return f"{PREFIX}task:{task_id}:result"
+
+
+def checkpoint(task_id: str) -> str:
+    """String: the task's checkpoint log, one JSON line appended per checkpoint write (workers.checkpoint);
+    lives as long as the task's hash, dropped when the task ends."""
+    return f"{PREFIX}task:{task_id}:checkpoint"
+
+
+def cursor(task_id: str) -> str:
+    """String: the JSON of the cursor the task's processor saved last (``ctx.save_cursor``); as checkpoint()."""
+    return f"{PREFIX}task:{task_id}:cursor"
 
 
 def events(task_id: str) -> str:
@@ -106,6 +121,7 @@ ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's
 STAT_SUBMITTED = "submitted"
 STAT_RETRIED = "retried"
 STAT_RECOVERED = "recovered"
+STAT_INTERRUPTED = "interrupted"  # runs put back on their queue by a graceful stop (no attempt used)
 STAT_ENTERED: dict[str, str] = {
     TaskStatus.COMPLETED: "completed",
     TaskStatus.FAILED: "failed",

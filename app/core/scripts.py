@@ -256,11 +256,14 @@ return {1}
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
 # A task past its expires_at is EXPIRED to every reader already, so it never starts (EXPIRED is final).
-# Returns {1, payload_json, HGETALL} when started, {0, current_status} otherwise.
+# A run that finds a checkpoint resumes from it, and counts in @resumed.
+# Returns {1, payload_json, HGETALL, checkpoint log or nil, cursor or nil} when started, {0, current_status}
+# otherwise.
 START = Script(
     "start",
     keys={"task": "hash: the task's record", "payload": "string: the task's payload JSON (answered)",
-          "running": "sorted set: PROCESSING task id -> last heartbeat", "events": "channel: the task's events"},
+          "running": "sorted set: PROCESSING task id -> last heartbeat", "events": "channel: the task's events",
+          "checkpoint": "string: the task's checkpoint log (answered)", "cursor": "string: its cursor (answered)"},
     args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id"},
     body="""
 local cur = redis.call('HMGET', task, @status, @expires_at)
@@ -272,22 +275,28 @@ if not payload_json then return {0, $MISSING_PAYLOAD} end
 redis.call('HSET', task, @status, $PROCESSING, @run_id, run_id, @started_at, now_ms,
            @updated_at, now_ms, @message, '')
 redis.call('HINCRBY', task, @attempts, 1)
+local log, saved = redis.call('GET', checkpoint), redis.call('GET', cursor)
+if log or saved then redis.call('HINCRBY', task, @resumed, 1) end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('ZADD', running, now_ms, task_id)
 redis.call('PUBLISH', events, seq)
 audit(task, task_id, status)
-return {1, payload_json, redis.call('HGETALL', task)}
+return {1, payload_json, redis.call('HGETALL', task), log, saved}
 """)
 
 # Progress and heartbeat of a running task: only the run that started it may write, and only while
 # PROCESSING, so a late write after a cancel, a retry or a recovery is dropped. Progress never goes down.
 # A run whose claim was taken (recovery re-queued the task, maybe another run started it) is told
 # 'TAKEN' (app.core.states.CLAIM_TAKEN), never the new run's PROCESSING; past expires_at it is told EXPIRED.
+# With the progress goes the run's checkpoint (workers.checkpoint), in the same step: a line appended to
+# the log and the cursor, living as long as the task's hash; @checkpoints counts these writes and
+# @checkpoint_run names the run whose result folder holds what they cover.
 # Returns the status found ('PROCESSING' when written, 'TAKEN' when another run holds the task).
 PROGRESS = Script(
     "progress",
     keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat (moved)",
-          "events": "channel: the task's events"},
+          "events": "channel: the task's events", "checkpoint": "string: the task's checkpoint log (appended)",
+          "cursor": "string: the cursor the processor saved last"},
     args={
         "run_id": "the run reporting", "now_ms": "now",
         "progress": "0-100 ('' = a heartbeat only)",
@@ -296,6 +305,8 @@ PROGRESS = Script(
         "items_succeeded": "how many of them succeeded so far",
         "items_failed": "how many of them failed so far",
         "task_id": "the task's id",
+        "checkpoint_line": "a line for the checkpoint log ('' = none)",
+        "cursor_json": "the processor's cursor ('' = unchanged)",
     },
     body="""
 local cur = redis.call('HMGET', task, @status, @run_id, @progress, @expires_at)
@@ -312,6 +323,19 @@ if reached < (tonumber(cur[3]) or 0) then reached = tonumber(cur[3]) end
 redis.call('HSET', task, @progress, reached, @message, message, @updated_at, now_ms)
 if items_total ~= '' then
   redis.call('HSET', task, @items_total, items_total, @items_succeeded, items_succeeded, @items_failed, items_failed)
+end
+if checkpoint_line ~= '' or cursor_json ~= '' then
+  local ttl = redis.call('PTTL', task)
+  if checkpoint_line ~= '' then
+    redis.call('APPEND', checkpoint, checkpoint_line .. '\\n')
+    if ttl > 0 then redis.call('PEXPIRE', checkpoint, ttl) end
+  end
+  if cursor_json ~= '' then
+    redis.call('SET', cursor, cursor_json)
+    if ttl > 0 then redis.call('PEXPIRE', cursor, ttl) end
+  end
+  redis.call('HINCRBY', task, @checkpoints, 1)
+  redis.call('HSET', task, @checkpoint_run, run_id)
 end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)
@@ -336,6 +360,8 @@ TRANSITION = Script(
         "stats": "hash: the counters (stat)",
         "failures": "sorted set: recent failures by time",
         "active": "hash: member -> its unfinished tasks (see SUBMIT)",
+        "checkpoint": "string: the task's checkpoint log (dropped with the payload)",
+        "cursor": "string: the processor's cursor (dropped with the payload)",
     },
     args={
         "expected": "the status(es) the task must be in (comma list)",
@@ -350,6 +376,7 @@ TRANSITION = Script(
         "now_ms": "now",
         "stat": "the stats counter to count ('' = none)",
         "task_id": "the task's id",
+        "refund": "'1' = give back the attempt the run used (an interruption is not a retry) | ''",
     },
     rest=Tail("field", "the task hash's field, value pairs to write"),
     body="""
@@ -370,7 +397,8 @@ if key_ttl_s ~= '' then redis.call('EXPIRE', task, key_ttl_s) end
 redis.call('ZREM', running, task_id)
 if expiry_ms ~= '' then redis.call('ZADD', expiry, expiry_ms, task_id) end
 if result_json ~= '' then redis.call('SET', result, result_json, 'EX', result_ttl_s) end
-if drop == 'payload' or drop == 'all' then redis.call('DEL', payload) end
+if drop == 'payload' or drop == 'all' then redis.call('DEL', payload, checkpoint, cursor) end
+if refund ~= '' then redis.call('HINCRBY', task, @attempts, -1) end
 if drop == 'all' then
   redis.call('DEL', result)
   redis.call('HDEL', task, @result)

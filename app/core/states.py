@@ -33,7 +33,7 @@ TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
         (TaskStatus.PENDING, TaskStatus.PROCESSING),
         (TaskStatus.PENDING, TaskStatus.CANCELLED),
         (TaskStatus.PENDING, TaskStatus.EXPIRED),
-        (TaskStatus.PROCESSING, TaskStatus.PENDING),  # retry, or recovery after a lost worker
+        (TaskStatus.PROCESSING, TaskStatus.PENDING),  # retry, recovery after a lost worker, or a graceful stop
         (TaskStatus.PROCESSING, TaskStatus.COMPLETED),
         (TaskStatus.PROCESSING, TaskStatus.FAILED),
         (TaskStatus.PROCESSING, TaskStatus.CANCELLED),

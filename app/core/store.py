@@ -22,7 +22,7 @@ from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.ids import digest
 from app.core.indexes import ExpiryIndex
-from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED
+from app.core.keys import STAT_ENTERED, STAT_INTERRUPTED, STAT_RECOVERED, STAT_RETRIED
 from app.core.keys import TaskField as F
 from app.core.scripts import Command
 from app.core.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
@@ -68,10 +68,13 @@ class Created(NamedTuple):
 
 @dataclass(frozen=True)
 class Started:
-    """What a worker needs once it owns a task."""
+    """What a worker needs once it owns a task: the task, its payload, and the checkpoint log and cursor
+    earlier runs saved (None when there are none; see workers.checkpoint)."""
 
     task: Task
     payload: dict[str, Any]
+    checkpoint: bytes | None = None
+    cursor: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -197,26 +200,30 @@ class TaskStore:
         t = now_ms()
         answer = self.run_script(scripts.START.name, *scripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
-                  "events": keys.events(task_id)},
+                  "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
+                  "cursor": keys.cursor(task_id)},
             args={"run_id": run_id, "now_ms": t, "task_id": task_id},
         ))
         if answer[0] != 1:
             return Claim(answer[1].decode())
-        started = Started(task=Task.from_hash(_pairs(answer[2]), task_id), payload=orjson.loads(answer[1]))
+        started = Started(task=Task.from_hash(_pairs(answer[2]), task_id), payload=orjson.loads(answer[1]),
+                          checkpoint=answer[3], cursor=answer[4])
         return Claim(TaskStatus.PROCESSING, started)
 
     def report(
         self, task_id: str, run_id: str, progress: int | None, message: str | None = None,
-        items: dict[str, int] | None = None,
+        items: dict[str, int] | None = None, *, checkpoint: bytes = b"", cursor: bytes | None = None,
     ) -> str:
-        """Progress (or, with progress None, a bare heartbeat). Returns the status found."""
+        """Progress (or, with progress None, a bare heartbeat), with the run's checkpoint: a line for the log
+        and the cursor's JSON (b"" and None: nothing to save). Returns the status found."""
         t = now_ms()
         total, succeeded, failed = (items["total"], items["succeeded"], items["failed"]) if items else ("", "", "")
         answer = self.run_script(scripts.PROGRESS.name, *scripts.PROGRESS.call(
-            keys={"task": keys.task(task_id), "running": keys.RUNNING, "events": keys.events(task_id)},
+            keys={"task": keys.task(task_id), "running": keys.RUNNING, "events": keys.events(task_id),
+                  "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id)},
             args={"run_id": run_id, "now_ms": t, "progress": "" if progress is None else int(progress),
                   "message": message or "", "items_total": total, "items_succeeded": succeeded, "items_failed": failed,
-                  "task_id": task_id},
+                  "task_id": task_id, "checkpoint_line": checkpoint, "cursor_json": cursor or ""},
         ))  # fmt: skip
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 
@@ -224,15 +231,18 @@ class TaskStore:
         self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
+        refund: bool = False,
     ) -> Transition:
         answer = self.run_script(scripts.TRANSITION.name, *scripts.TRANSITION.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
                   "running": keys.RUNNING, "expiry": keys.EXPIRY, "events": keys.events(task_id), "stats": keys.STATS,
-                  "failures": keys.FAILURES, "active": keys.ACTIVE},
+                  "failures": keys.FAILURES, "active": keys.ACTIVE, "checkpoint": keys.checkpoint(task_id),
+                  "cursor": keys.cursor(task_id)},
             args={"expected": ",".join(expected), "run_id": run_id, "new_status": new_status, "key_ttl_s": key_ttl,
                   "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
-                  "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id},
+                  "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id,
+                  "refund": "1" if refund else ""},
             rest=fields,
         ), client=client)  # fmt: skip
         if client is not None:
@@ -338,29 +348,59 @@ class TaskStore:
     def recover(self, task: Task, stale_before_ms: int, job: Sequence[Command] = (),
                 job_id: str | None = None) -> str | None:
         """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with the
-        commands ``job`` that queue RQ job ``job_id``, recorded as the task's job) while attempts remain,
-        else FAILED -3. Returns the new status, or None when the task was not stalled after all (a
-        heartbeat came in, or it finished)."""
-        if task.attempts < task.max_attempts:
-            pipe = self.redis.pipeline(transaction=True)
-            fields = [F.MESSAGE, "worker lost; retrying", F.UPDATED_AT, now_ms()]
-            if job_id is not None:
-                fields += [F.JOB, job_id]
-            self._transition(task.id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields,
-                             stale_before_ms=stale_before_ms, stat=STAT_RECOVERED, client=pipe)
-            for command in job:
-                pipe.execute_command(command.name, command.key, *command.args)
-            return TaskStatus.PENDING if pipe.execute()[0][0] == 1 else None
-        lost = ERROR_MESSAGES[ErrorCode.WORKER_LOST]
+        commands ``job`` that queue RQ job ``job_id``, recorded as the task's job), else FAILED -3. A run
+        whose checkpoint advanced since the task's last free resumption is resumed without using an attempt
+        (and the mark moves up to it); otherwise the re-queue uses an attempt, while attempts remain. So a
+        poison item that kills its worker every time, with no checkpoint in between, ends FAILED -3. Returns
+        the new status, or None when the task was not stalled after all (a heartbeat came in, or it
+        finished)."""
+        advanced = task.resumable
+        if advanced or task.attempts < task.max_attempts:
+            fields: list[Any] = [F.MESSAGE, "worker lost; resuming from its checkpoint" if advanced
+                                 else "worker lost; retrying", F.UPDATED_AT, now_ms()]
+            if advanced:
+                fields += [F.RESUME_MARK, task.checkpoints]
+            done = self.requeue(task.id, fields, job, job_id, stale_before_ms=stale_before_ms, stat=STAT_RECOVERED,
+                                refund=advanced)
+            return TaskStatus.PENDING if done else None
+        lost = ERROR_MESSAGES[ErrorCode.WORKER_LOST] + _where(task)
         failed: list[Any] = [F.ERROR_CODE, ErrorCode.WORKER_LOST, F.ERROR_MESSAGE, lost, F.MESSAGE, lost]
         done = self._terminal(task.id, (TaskStatus.PROCESSING,), TaskStatus.FAILED, failed,
                               stale_before_ms=stale_before_ms).done
         return TaskStatus.FAILED if done else None
 
+    def interrupted(self, task_id: str, run_id: str, message: str, job: Sequence[Command], job_id: str) -> bool:
+        """PROCESSING -> PENDING for this run, which stopped for a worker stop: back on its queue as RQ job
+        ``job_id``, the attempt it used given back (an interruption is not a retry)."""
+        return self.requeue(task_id, [F.MESSAGE, message, F.UPDATED_AT, now_ms()], job, job_id, run_id=run_id,
+                            stat=STAT_INTERRUPTED, refund=True)
+
+    def requeue(self, task_id: str, fields: list[Any], job: Sequence[Command], job_id: str | None, *,
+                run_id: str = "", stale_before_ms: int | str = "", stat: str, refund: bool) -> bool:
+        """PROCESSING -> PENDING and queued again as RQ job ``job_id`` (the commands ``job``), in one MULTI;
+        ``refund`` gives back the attempt the run used: the path of :meth:`interrupted` and :meth:`recover`.
+        True when it moved the task."""
+        pipe = self.redis.pipeline(transaction=True)
+        if job_id is not None:
+            fields = [*fields, F.JOB, job_id]
+        self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
+                         stale_before_ms=stale_before_ms, stat=stat, client=pipe, refund=refund)
+        for command in job:
+            pipe.execute_command(command.name, command.key, *command.args)
+        return bool(pipe.execute()[0][0] == 1)
+
     def job_id(self, task_id: str) -> str:
         """The id of the task's current RQ job: the task id, unless a recovery re-queued it under another."""
         job = self.redis.hget(keys.task(task_id), F.JOB)
         return job.decode() if job else task_id
+
+
+def _where(task: Task) -> str:
+    """Where a lost run died, when its items tell (the message of a FAILED -3)."""
+    if not task.items:
+        return ""
+    done = task.items["succeeded"] + task.items["failed"]
+    return f" (at item {done + 1} of {task.items['total']}, after the last checkpoint)"
 
 
 def _pairs(flat: list[Any]) -> dict[Any, Any]:

@@ -46,6 +46,7 @@ class Task:
     error_message: str | None
     attempts: int
     max_attempts: int
+    resumed: int  # runs that continued from a checkpoint
     priority: str
     created_at: int  # ms since the epoch, like every time here
     started_at: int | None
@@ -54,6 +55,9 @@ class Task:
     expires_at: int
     run_id: str | None
     seq: int
+    checkpoints: int = 0  # checkpoint writes so far (see TaskStore.recover)
+    resume_mark: int = 0
+    checkpoint_run: str | None = None  # the run whose result folder the checkpoint's files are in
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
@@ -80,6 +84,7 @@ class Task:
             error_message=_text(g(r.ERROR_MESSAGE)),
             attempts=int(g(r.ATTEMPTS) or 0),
             max_attempts=int(g(r.MAX_ATTEMPTS) or 1),
+            resumed=int(g(r.RESUMED) or 0),
             priority=_text(g(r.PRIORITY)) or DEFAULT_QUEUE,
             created_at=int(h[r.CREATED_AT]),
             started_at=_int(g(r.STARTED_AT), None),
@@ -88,7 +93,16 @@ class Task:
             expires_at=int(h[r.EXPIRES_AT]),
             run_id=_text(g(r.RUN_ID)),
             seq=int(g(r.SEQ) or 0),
+            checkpoints=int(g(r.CHECKPOINTS) or 0),
+            resume_mark=int(g(r.RESUME_MARK) or 0),
+            checkpoint_run=_text(g(r.CHECKPOINT_RUN)),
         )
+
+    @property
+    def resumable(self) -> bool:
+        """Whether a lost run of the task may resume without using an attempt: its checkpoint advanced since
+        the last such resumption (see TaskStore.recover)."""
+        return self.checkpoints > self.resume_mark
 
     def effective_status(self, now: int) -> str:
         """The status a reader sees at ``now`` (ms): EXPIRED once ``expires_at`` has passed, before
@@ -116,6 +130,7 @@ class Task:
             "items": self.items,
             "error": self.error(now),
             "attempts": self.attempts,
+            "resumed": self.resumed,
             "created_at": iso(self.created_at),
             "started_at": iso_or_none(self.started_at),
             "updated_at": iso(self.updated_at),

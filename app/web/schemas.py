@@ -61,6 +61,9 @@ class StatusDocumentSchema(Schema):
     items = fields.Nested(ItemsSchema, allow_none=True)
     error = fields.Nested(ErrorSchema, allow_none=True)
     attempts = fields.Integer()
+    resumed = fields.Integer(required=True, validate=validate.Range(min=0), metadata={
+        "description": "runs that continued from a checkpoint (after a graceful stop or a lost worker), 0 at "
+                       "first; an interruption is not a retry, so `attempts` does not count it"})
     created_at = fields.String()
     started_at = fields.String(allow_none=True)
     updated_at = fields.String()

@@ -19,6 +19,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from app.core import keys
 from taskport import Client
 from tests.integration.harness import REPO_ROOT, Stack
 from tests.integration.proxy import DroppingProxy
@@ -125,7 +126,25 @@ def test_when_the_event_stream_fails_polling_takes_over(page: Chrome, artifacts:
     assert by_id(page, "mode").get_attribute("data-mode") == "polling"
     assert text(page, "status") == "COMPLETED" and text(page, "percent") == "100%"
     assert int(text(page, "attempts") or 0) == 1
+    assert not by_id(page, "resumed").is_displayed()  # resumed 0: nothing beside the attempts
     page.save_screenshot(str(artifacts / "polling.png"))
+
+
+def test_a_resumed_task_shows_how_often_beside_its_attempts(page: Chrome, stack: Stack, artifacts: Path) -> None:
+    """What the page shows of ``resumed`` (runs that continued from a checkpoint): the count is written into the
+    record here, as a resume would (a real one: tests/integration), and the page polls it (the stream only
+    speaks on a write the task's run makes)."""
+    page.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/events"]})
+    task_id = submit(page, "demo.sleep", {"seconds": 60, "steps": 600})
+    until(page, lambda b: text(b, "status") == "PROCESSING", what="the task to run")
+    assert not by_id(page, "resumed").is_displayed()
+    stack.redis().hset(keys.task(task_id), keys.TaskField.RESUMED, 2)
+    until(page, lambda b: by_id(b, "resumed").is_displayed() and text(b, "resumed") == "resumed 2",
+          what="resumed 2 beside the attempts")
+    assert int(text(page, "attempts") or 0) == 1
+    page.save_screenshot(str(artifacts / "resumed.png"))
+    with Client(stack.base_url) as client:
+        client.cancel(task_id)
 
 
 def test_the_attempt_limit_ends_in_still_running_check_the_history_later(page: Chrome, stack: Stack) -> None:

@@ -217,3 +217,21 @@ def test_download_keeps_a_bare_file_name(naps: list[float], tmp_path: Path) -> N
 ])
 def test_exit_codes_of_documents(document: dict[str, Any], code: int) -> None:
     assert exit_code(document) == code
+
+
+def test_the_status_view_shows_resumed_only_when_a_run_resumed() -> None:
+    from rich.console import Console
+
+    from taskport import render
+
+    def shown(document: dict[str, Any]) -> list[str]:
+        console = Console(record=True, width=200)
+        render.status(document, console)
+        return console.export_text().splitlines()
+
+    fresh = shown(doc(attempts=1, resumed=0))
+    assert fresh[:3] == [f"task      {TID}", "type      demo.sleep", "status    PROCESSING"]
+    assert not any(line.startswith("resumed") for line in fresh)
+    assert not any(line.startswith("resumed") for line in shown(doc()))  # a document without the field
+    assert "resumed   1 time from a checkpoint" in shown(doc(attempts=1, resumed=1))
+    assert "resumed   3 times from a checkpoint" in shown(doc("COMPLETED", 100, attempts=1, resumed=3))

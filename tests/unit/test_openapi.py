@@ -215,3 +215,15 @@ def test_the_document_states_what_the_server_enforces(spec) -> None:
         for method, operation in operations.items():
             if method != "parameters":
                 assert {"414", "431"} <= set(operation["responses"]), (path, method)
+
+
+def test_the_status_document_lists_exactly_the_fields_the_server_sends(app, spec) -> None:
+    schema = spec["components"]["schemas"]["StatusDocument"]
+    resumed = schema["properties"]["resumed"]
+    assert "resumed" in schema["required"] and resumed["type"] == "integer" and resumed["minimum"] == 0
+    assert "checkpoint" in resumed["description"]
+    client = app.test_client()
+    sent = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {"seconds": 0}}).get_json()
+    assert set(sent) == set(schema["properties"]) and sent["resumed"] == 0
+    read = client.get(f"/api/v1/tasks/{sent['task_id']}").get_json()
+    assert set(read) == set(schema["properties"]) and read["resumed"] == 0

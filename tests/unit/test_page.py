@@ -65,3 +65,13 @@ def test_the_client_exports_its_api_both_ways_and_writes_no_html(client):
     assert 'from "/static/taskport.mjs"' in page
     for script in (classic, page):
         assert "innerHTML" not in script and "fetch(\"http" not in script  # textContent only; same origin only
+
+
+def test_the_task_view_has_a_place_for_each_shown_field_and_resumed_beside_attempts(client):
+    html = client.get("/").get_data(as_text=True)
+    with client.get("/static/page.js") as r:
+        page = r.get_data(as_text=True)
+    for field in ("status", "progress", "message", "succeeded", "failed", "total", "attempts", "created", "updated"):
+        assert f'id="{field}"' in html and f'$("{field}")' in page, field
+    assert '<span id="attempts">–</span> <span id="resumed" class="muted" hidden></span>' in html
+    assert "doc.resumed" in page and '"resumed " + resumed' in page and '$("resumed").hidden = resumed <= 0' in page

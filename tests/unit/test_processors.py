@@ -55,6 +55,7 @@ def test_sleep_defaults():
         "seconds": 0,
         "steps": 10,
         "items": 0,
+        "item_seconds": 0,
         "fail_items": [],
         "fail_code": None,
     }

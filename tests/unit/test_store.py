@@ -19,6 +19,7 @@ from app.core import keys, scripts
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import decode_cursor, encode_cursor
+from app.core.keys import STAT_INTERRUPTED
 from app.core.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
 from app.core.store import NewTask, TaskStore
 
@@ -101,6 +102,10 @@ STORE_MOVES: dict[str, Callable[[TaskStore, str, str], object]] = {
     "recover": lambda store, task_id, run: store.recover(store.get(task_id), now_ms() + 60_000),
     "recover the last attempt": lambda store, task_id, run: store.recover(
         dataclasses.replace(store.get(task_id), max_attempts=1), now_ms() + 60_000),
+    "recover from a checkpoint": lambda store, task_id, run: store.recover(
+        dataclasses.replace(store.get(task_id), max_attempts=1, checkpoints=1), now_ms() + 60_000),
+    "graceful stop": lambda store, task_id, run: store.requeue(
+        task_id, [], (), None, run_id=run, stat=STAT_INTERRUPTED, refund=True),
 }
 REACHED_BY = {TaskStatus.COMPLETED: "complete", TaskStatus.FAILED: "fail", TaskStatus.CANCELLED: "cancel",
               TaskStatus.EXPIRED: "expire"}
@@ -176,7 +181,7 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
     assert CLAIM_TAKEN in words and TaskStatus.EXPIRED in words
     assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
                               "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD",
-                              "TIME", "XADD", "XTRIM", "MAXLEN", "MINID"}
+                              "TIME", "XADD", "XTRIM", "MAXLEN", "MINID", "APPEND", "PTTL", "PEXPIRE"}
 
 
 def test_the_script_sources_spell_no_status_field_or_stat_by_hand():

@@ -3,8 +3,11 @@
 Its payload is fixed by the API contract ("Built-in task types").
 
 It sleeps ``seconds`` in ``steps`` equal steps (cancellable within ``SLEEP_SLICE``), reporting progress
-after each step; then processes ``items`` items, failing those in ``fail_items`` with 10002; then,
-with ``fail_code`` set, fails the whole task with that code.
+after each step; then processes ``items`` items of ``item_seconds`` each, failing those in ``fail_items``
+with 10002; then, with ``fail_code`` set, fails the whole task with that code.
+
+It resumes where a stopped run left off: the steps by its cursor (the last step done), the items by the
+context's checkpoint (workers.checkpoint).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from workers.exceptions import ItemError, TaskError
 
 MAX_SECONDS = 3600
 MAX_ITEMS = 100000
+MAX_ITEM_SECONDS = 60
 
 
 class JsonNumber(fields.Float):
@@ -35,6 +39,7 @@ class SleepSchema(Schema):
     seconds = JsonNumber(load_default=0, validate=validate.Range(0, MAX_SECONDS))
     steps = fields.Integer(strict=True, load_default=10, validate=validate.Range(1, 10000))
     items = fields.Integer(strict=True, load_default=0, validate=validate.Range(0, MAX_ITEMS))
+    item_seconds = JsonNumber(load_default=0, validate=validate.Range(0, MAX_ITEM_SECONDS))
     # at most one entry per item; the bound keeps a payload's size in step with what it can mean
     fail_items = fields.List(fields.Integer(strict=True, validate=INT64), load_default=list,
                              validate=validate.Length(max=MAX_ITEMS))
@@ -48,20 +53,24 @@ def sleep(payload: dict, ctx: TaskContext) -> dict:
     """Sleep, process dummy items, optionally fail: see the module docstring."""
     seconds = _plain_number(payload["seconds"])
     steps = payload["steps"]
-    for step in range(1, steps + 1):
+    done = (ctx.cursor or {}).get("step", 0)
+    for step in range(done + 1, steps + 1):
         ctx.sleep(seconds / steps)
+        ctx.save_cursor({"step": step})
         ctx.progress(step, steps, f"step {step} of {steps}")
     count = payload["items"]
     if count:
-        failing = set(payload["fail_items"])
-        ctx.each(range(count), lambda index: _item(index, failing))
+        failing, pause = set(payload["fail_items"]), payload["item_seconds"]
+        ctx.each(range(count), lambda index: _item(index, failing, pause, ctx))
     if payload["fail_code"] is not None:
         code = payload["fail_code"]
         raise TaskError(code, f"demo failure requested with code {code}")
     return {"slept": seconds, "items": count}
 
 
-def _item(index: int, failing: set[int]) -> int:
+def _item(index: int, failing: set[int], pause: float, ctx: TaskContext) -> int:
+    if pause:
+        ctx.sleep(pause)
     if index in failing:
         raise ItemError(BusinessCode.INVALID_QUANTITY, f"demo item {index} failed as requested")
     return index

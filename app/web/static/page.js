@@ -143,6 +143,9 @@ function render(doc) {
   $("failed").textContent = items.failed;
   $("total").textContent = items.total;
   $("attempts").textContent = String(doc.attempts);
+  const resumed = doc.resumed || 0; // runs that continued from a checkpoint: shown only when some did
+  $("resumed").textContent = resumed > 0 ? "resumed " + resumed : "";
+  $("resumed").hidden = resumed <= 0;
   $("created").textContent = doc.created_at;
   $("updated").textContent = doc.updated_at;
   $("cancel").disabled = TERMINAL.includes(doc.status);

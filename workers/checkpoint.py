@@ -1,0 +1,136 @@
+"""Durable checkpoints: how far a run got, saved with its progress, so the next run resumes there.
+
+Not to be confused with a *cancellation point* (``ctx.check_cancelled()``, and every ``ctx.progress``,
+``ctx.sleep`` and item boundary), where a run notices that it must stop. A checkpoint is what a run leaves
+behind for the next one:
+
+- the item runs (each ``ctx.each`` / ``ctx.items`` call of the processor, numbered in the order the
+  processor makes them): how many items each has done, the results of the items ``ctx.each`` returns, the
+  item counts, the failure records and the result's error code;
+- the processor's own cursor (``ctx.save_cursor(value)``, read back as ``ctx.cursor``): a file offset,
+  a page token, a date; any JSON value.
+
+The context hands a :class:`Saved` to its ``report`` callable with the throttled progress write (at least
+once a second while items advance), and the progress script writes both in one atomic step
+(app.core.scripts): the checkpoint never says more than the progress, nor the other way round.
+
+On the wire a checkpoint is a log of JSON lines, one appended per write (``APPEND``: a write costs what
+changed, not what the run did so far): ``{"c": [total, succeeded, failed], "e": error_code, "f":
+[failures since the last line], "r": [[run, declared, done, results], ...]}``, where ``results`` is the
+list of results since the last line, or the number of them when they are all ``null`` (what most
+processors return for an item), or absent for a ``ctx.items`` run (it returns nothing). The cursor is a
+key of its own, overwritten. Both live in the task's own keys and go when the task ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# The failure records kept per task (the counts stay exact): see TaskContext.failures.
+MAX_FAILURES = 1000
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What one progress write saves besides the progress: a line for the log (b"" = nothing new) and the
+    cursor's JSON (None = unchanged)."""
+
+    line: bytes
+    cursor: bytes | None
+
+
+@dataclass
+class SavedRun:
+    """One item run as earlier runs left it."""
+
+    declared: int | None
+    done: int
+    results: list[Any] | None  # None: a ctx.items run, which keeps no results
+
+
+@dataclass
+class Resume:
+    """What earlier runs of the task saved, as the next run restores it."""
+
+    counts: list[int] | None = None
+    error_code: int | None = None
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    runs: dict[int, SavedRun] = field(default_factory=dict)
+    cursor: Any = None
+
+    @classmethod
+    def parse(cls, log: bytes | None, cursor: bytes | None) -> Resume | None:
+        """The checkpoint stored as ``log`` and ``cursor``, or None when there is none."""
+        if not log and not cursor:
+            return None
+        resume = cls(cursor=orjson.loads(cursor) if cursor else None)
+        for line in (log or b"").splitlines():
+            if line:
+                resume._apply(orjson.loads(line))
+        return resume
+
+    def _apply(self, line: dict[str, Any]) -> None:
+        self.counts = line["c"]
+        self.error_code = line.get("e")
+        room = MAX_FAILURES - len(self.failures)
+        self.failures.extend(line.get("f", [])[:room])
+        for run, declared, done, *results in line.get("r", []):
+            saved = self.runs.setdefault(run, SavedRun(declared, 0, [] if results else None))
+            saved.declared, saved.done = declared, done
+            if results and saved.results is not None:
+                new = results[0]
+                saved.results.extend([None] * new if isinstance(new, int) else new)
+
+    @property
+    def items_done(self) -> int:
+        """Items done so far over every item run (what a log line can name when a run is lost)."""
+        return sum(run.done for run in self.runs.values())
+
+
+class Pending:
+    """What the context learned since its last successful write, waiting for the next one."""
+
+    def __init__(self) -> None:
+        self.failures: list[dict[str, Any]] = []
+        self.runs: dict[int, list[Any]] = {}  # run -> [declared, done, new results or None]
+        self.cursor: bytes | None = None
+
+    def item_done(self, run: int, declared: int | None, done: int, result: Any, keep: bool,
+                  keeps_results: bool) -> None:
+        """Item ``done`` of item run ``run`` finished; ``keep`` its result (a succeeded item of an each)."""
+        entry = self.runs.setdefault(run, [declared, done, [] if keeps_results else None])
+        entry[0], entry[1] = declared, done
+        if keep:
+            entry[2].append(result)
+
+    def line(self, counts: list[int] | None, error_code: int | None) -> bytes:
+        """The log line for everything pending (b"" when no item moved)."""
+        if not self.runs and not self.failures:
+            return b""
+        runs = []
+        for run, (declared, done, results) in self.runs.items():
+            entry: list[Any] = [run, declared, done]
+            if results is not None:
+                entry.append(len(results) if all(r is None for r in results) else results)
+            runs.append(entry)
+        doc: dict[str, Any] = {"c": counts or [0, 0, 0], "e": error_code, "r": runs}
+        if self.failures:
+            doc["f"] = self.failures
+        return orjson.dumps(doc)
+
+    def take(self, counts: list[int] | None, error_code: int | None) -> Saved | None:
+        """The pending write as a :class:`Saved` (None when there is nothing to save); :meth:`clear` it once
+        the write went through, so a failed write is retried with the next one."""
+        line = self.line(counts, error_code)
+        if not line and self.cursor is None:
+            return None
+        return Saved(line, self.cursor)
+
+    def clear(self, saved: Saved) -> None:
+        if saved.line:
+            self.failures, self.runs = [], {}
+        if saved.cursor is not None and saved.cursor is self.cursor:
+            self.cursor = None

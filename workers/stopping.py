@@ -1,0 +1,52 @@
+"""A worker's graceful stop: SIGTERM or SIGINT puts the running task back on its queue instead of failing it.
+
+RQ's own warm shutdown waits for the running job to end, and a second signal turns it into a cold one
+that kills it; a platform stops a process with SIGTERM (Heroku: 30 s before SIGKILL, and it may send
+SIGTERM more than once; so does make). Here the first signal asks the run in progress to stop at its next
+cancellation point (its checkpoint saved, the task put back without using an attempt: workers.runner), the
+worker exits once the run is back, and later signals change nothing. A run that does not stop within the
+stop grace is put back from its last checkpoint anyway, and its process ends.
+
+The handler takes no lock and does no I/O but RQ's own bookkeeping of a stop: a signal may arrive while the
+same thread holds any lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from types import FrameType
+from typing import Any
+
+from rq.utils import now
+
+
+class GracefulStop:
+    """Mixin for an RQ worker class (before it in the bases): the graceful stop of the module docstring."""
+
+    _stopping = False
+
+    def _install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGINT, self._stop_gracefully)
+        signal.signal(signal.SIGTERM, self._stop_gracefully)
+
+    def _stop_gracefully(self, signum: int, frame: FrameType | None) -> None:
+        if self._stopping:
+            return  # the stop is under way: a second signal is no reason to kill the run
+        self._stopping = True
+        worker: Any = self
+        worker._shutdown_requested_date = now()
+        worker.handle_warm_shutdown_request()
+        self._interrupt_run()
+        worker._shutdown()  # RQ's: stop after the current job, or at once (StopRequested) when idle
+
+    def _interrupt_run(self) -> None:
+        horse = getattr(self, "horse_pid", 0)
+        if horse:  # fork and spawn: the run is in the work horse, whose SIGTERM stops it gracefully
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(horse, signal.SIGTERM)
+            return
+        from workers import runner  # the in-process run of a simple worker
+
+        runner.interrupt_current()
