@@ -100,7 +100,7 @@ class TaskContext:
         return self._cancelled.is_set()
 
     def mark_cancelled(self) -> None:
-        """Note that the task is no longer ours; the next checkpoint raises. Thread-safe."""
+        """Note that the task is no longer ours; the next cancellation point raises. Thread-safe."""
         self._cancelled.set()
 
     def mark_interrupted(self) -> None:

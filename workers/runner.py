@@ -8,7 +8,7 @@ exceptions, and it records every one of them.
 A run owns the task only while its claim (the run id in the task) holds. Housekeeping takes the claim
 of a run whose heartbeat went stale (a stopped or starved process) and re-queues the task under a new
 job id; if the old run wakes up, its next heartbeat or progress write is answered "taken" and its
-next checkpoint stops it. Its files live in a result folder of its own (app.core.results), so what it
+next cancellation point stops it. Its files live in a result folder of its own (app.core.results), so what it
 writes or removes on its way out never touches the files of the run that took over; its RQ job is
 not the re-queued one, so RQ's cleanup of it does not take the new job along.
 
@@ -54,8 +54,8 @@ from workers.exceptions import TaskCancelled, TaskError, TaskInterrupted
 log = logging.getLogger(__name__)
 
 # Seconds a run that is no longer the task's (cancelled, expired, taken over) may take to reach a
-# checkpoint before its process is ended (exit code ABANDONED_EXIT): the guarantee that a cancel stops a
-# processor which never checkpoints, in the in-process (simple) worker too. The supervisor (or the
+# cancellation point before its process is ended (exit code ABANDONED_EXIT): the guarantee that a cancel
+# stops a processor which never reaches one, in the in-process (simple) worker too. The supervisor (or the
 # platform's process manager) starts a new worker; with the fork worker it is the work horse that ends.
 CANCEL_GRACE = 1.0
 ABANDONED_EXIT = 75
@@ -291,7 +291,7 @@ class Heartbeat:
         if self._stop.wait(grace) or self._put_back is None:
             return  # the run ended in time
         try:
-            self._put_back(f"did not reach a checkpoint within the {grace:g} s stop grace")
+            self._put_back(f"did not reach a cancellation point within the {grace:g} s stop grace")
         except Exception as exc:  # the exit must happen regardless; recovery takes the task over then
             task_logger(log, self._task_id).warning("could not put the task back: %s", exc)
         for handler in logging.getLogger().handlers:
@@ -299,7 +299,7 @@ class Heartbeat:
         os._exit(INTERRUPTED_EXIT)
 
     def abandon(self, reason: str) -> None:
-        """The run is no longer the task's: tell the processor (its next checkpoint raises TaskCancelled),
+        """The run is no longer the task's: tell the processor (its next cancellation point raises TaskCancelled),
         and if it has not returned CANCEL_GRACE seconds later, remove this run's files and end the
         process. Called by the heartbeat thread, or by the worker on RQ's stop-job command."""
         if not self._abandoning.acquire(blocking=False):

@@ -78,8 +78,8 @@ SpawnWorker = cancel_aware(RQSpawnWorker)
 
 class StoppableSimpleWorker(GracefulStop, SimpleWorker):
     """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
-    command stops the run in progress: at its next checkpoint, or by ending this process after
-    ``workers.runner.CANCEL_GRACE`` if it never checkpoints (the supervisor starts a new worker).
+    command stops the run in progress: at its next cancellation point, or by ending this process after
+    ``workers.runner.CANCEL_GRACE`` if it never reaches a cancellation point (the supervisor starts a new worker).
 
     Also coalesces RQ's worker heartbeats. RQ sends one, unpipelined (three round trips: HSET, EXPIRE,
     EXPIRE), before each dequeue, after it and after each job: 9 of the ~30 round trips of a no-op

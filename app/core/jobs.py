@@ -198,7 +198,7 @@ class JobQueue:
         try:
             send_stop_job_command(self.redis, job_id)
         except (NoSuchJobError, InvalidJobOperation):
-            pass  # not running (anymore): the processor's next checkpoint sees the cancel
+            pass  # not running (anymore): the processor's next cancellation point sees the cancel
 
 
 def register_queues(conn: redis.Redis) -> None:

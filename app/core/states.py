@@ -16,7 +16,7 @@ class TaskStatus(StrEnum):
 
 
 # Not a status: what the progress script answers a run whose claim another run holds now (recovery
-# re-queued its task). The run stops at its next checkpoint and touches nothing of the new run.
+# re-queued its task). The run stops at its next cancellation point and touches nothing of the new run.
 CLAIM_TAKEN = "TAKEN"
 # Not a status either: what the start script answers when the task's payload key is gone (the task
 # hash outlived it), so the run cannot start the task.

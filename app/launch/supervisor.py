@@ -13,7 +13,9 @@ The policy written into the generated ``supervisord.conf``:
   ``up`` exits 1 -- a worker that cannot import its processors is a configuration error, not a blip;
 - the embedded redis-server runs first and stops last, on the same port and data dir each time;
 - Ctrl-C or SIGTERM to ``up`` stops the web, the workers and the scheduler together (SIGTERM, then
-  SIGKILL to the process group after ``STOP_WAIT`` s), then Redis (which flushes its AOF).
+  SIGKILL to the process group after ``STOP_WAIT`` s), then Redis (which flushes its AOF). Another
+  SIGTERM meanwhile (make forwards the one its process group got; platforms repeat theirs) changes
+  nothing: the stop goes on as it began, and whatever is left after ``STOP_DEADLINE`` s is killed.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
+import select
 import shlex
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -31,7 +36,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -48,6 +53,10 @@ START_SECS = 3  # a process that dies within this many seconds of its start fail
 START_RETRIES = 3  # failed starts in a row (1 + 2 + 3 s of backoff) before supervisor gives up
 STOP_WAIT = 5  # seconds between SIGTERM and SIGKILL: gunicorn's graceful timeout, RQ's warm shutdown
 REDIS_STOP_WAIT = 10  # seconds redis-server gets to flush its append-only file on SIGTERM
+# seconds from the stop request to SIGKILL of supervisord's group: its own two waits, and its 1 s ticks
+STOP_DEADLINE = STOP_WAIT + REDIS_STOP_WAIT + 5  # after the workers' stop grace: see stop_deadline()
+TICK = 1.0  # seconds between two looks at supervisord when nothing woke `up` (a signal or its exit does)
+POLL = 0.1  # the same without a pidfd (not Linux), where only a look tells that supervisord exited
 WEB_ENV = "web-env.json"  # in the state dir, 0600: the settings only the web process gets
 WEB_ENV_FLAG = "--web-env"
 READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
@@ -88,6 +97,17 @@ class Program:
         return "\n".join(lines)
 
 
+def worker_stop_wait(config: Config) -> int:
+    """Seconds supervisord gives a worker between SIGTERM and SIGKILL: its stop grace, by the end of which its
+    run is back on its queue (workers.stopping), and STOP_WAIT more for the rest of its stop."""
+    return math.ceil(config.stop_grace) + STOP_WAIT
+
+
+def stop_deadline(config: Config) -> float:
+    """Seconds from a stop request until whatever ``up`` started is killed: the workers' grace, then the rest."""
+    return config.stop_grace + STOP_DEADLINE
+
+
 def web_only_environ(config: Config) -> dict[str, str]:
     """The settings only the web gets (API keys, operator credentials...): see Config.child_environ."""
     shared = config.child_environ("worker")
@@ -108,7 +128,7 @@ def programs(config: Config, redis_command: list[str] | None, state_dir: Path) -
     web = [sys.executable, "-m", "app.launch.supervisor", WEB_ENV_FLAG, str(state_dir / WEB_ENV), *role, "web"]
     found = [
         Program("web", web, priority=10),
-        Program("worker", [*role, "worker"], priority=10, numprocs=config.workers),
+        Program("worker", [*role, "worker"], priority=10, numprocs=config.workers, stop_wait=worker_stop_wait(config)),
         Program("scheduler", [*role, "scheduler"], priority=10),
     ]
     if redis_command:
@@ -168,8 +188,12 @@ class Launcher:
         self.state_dir = Path(config.data_dir) / "supervisor"
         self.embedded = None if config.redis_url else EmbeddedRedis(config)
         self.proc: subprocess.Popen[bytes] | None = None
-        self.stopping = threading.Event()  # set once `up` is on its way out, for whatever reason
-        self.requested = False  # a Ctrl-C or SIGTERM asked for the stop
+        self.stopping = threading.Event()  # set once `up` is on its way out, for whatever reason (never by a handler)
+        self.requested = False  # a Ctrl-C or SIGTERM asked for the stop: all the signal handler does
+        self.stop_asked: float | None = None  # when supervisord was asked to stop (time.monotonic())
+        self._wakeup: socket.socket | None = None  # the read end of the signal wakeup socket pair
+        self._wakeup_writer: socket.socket | None = None
+        self._previous_wakeup_fd = -1
 
     def run(self) -> int:
         """Run until Ctrl-C/SIGTERM (0), or until supervisor gave up on a process or died itself (1)."""
@@ -177,6 +201,7 @@ class Launcher:
         if self.embedded is not None:
             self.embedded.claim()
             config = replace(config, redis_url=self.embedded.url)
+        rc = 0
         try:
             _append_to_stdout()
             self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -185,20 +210,13 @@ class Launcher:
             _write_private(conf, render(config, self.state_dir, self.embedded.command() if self.embedded else None))
             _write_private(self.state_dir / WEB_ENV, json.dumps(web_only_environ(config)))
             self._install_signal_handlers()
-            self._start(conf, config)
-            self._await_redis()
-            threading.Thread(target=announce_when_ready, args=(config, self.stopping), daemon=True).start()
-            assert self.proc is not None
-            rc = self.proc.wait()
+            if not self.requested:  # a stop asked for already: start nothing
+                self._start(conf, config)
+                self._await_redis()
+                threading.Thread(target=announce_when_ready, args=(config, self.stopping), daemon=True).start()
+                rc = self._supervise()
         finally:
-            self.stopping.set()
-            self._stop()
-            if self.embedded is not None:
-                self.embedded.stop_leftover()  # cleanly (AOF flushed), should supervisord have died first
-            if self.proc is not None:
-                kill_session(self.proc.pid)  # and whatever else it left: its children share its session
-            if self.embedded is not None:
-                self.embedded.release()
+            self._shut_down()
         return self._exit_code(rc)
 
     def _start(self, conf: Path, config: Config) -> None:
@@ -216,7 +234,7 @@ class Launcher:
         client = self.embedded.client(timeout=1.0)
         deadline = time.monotonic() + 30
         with contextlib.closing(client):
-            while not self.stopping.is_set() and self.proc is not None and self.proc.poll() is None:
+            while not self.requested and self.proc is not None and self.proc.poll() is None:
                 with contextlib.suppress(redis.exceptions.ConnectionError):
                     if client.ping():
                         pid = self.embedded.server_pid()
@@ -228,26 +246,83 @@ class Launcher:
                 time.sleep(0.05)
 
     def _install_signal_handlers(self) -> None:
-        def stop(signum: int, frame: FrameType | None) -> None:
-            self.requested = True
-            self.stopping.set()
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)  # supervisord's orderly shutdown
-            else:
-                raise SystemExit(0)
+        """Ctrl-C and SIGTERM ask for the stop; the main loop (``_supervise``) carries it out.
 
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        The handler sets a flag and does nothing else: a second signal can run it again in the middle of
+        its first run (make forwards the SIGTERM its process group got; platforms send more than one), and
+        whatever takes a lock there (``Event.set``, logging, ``print``) would then wait for itself forever.
+        What wakes the loop is the wakeup socket: the interpreter writes a byte to it on every signal, at
+        C level, before any Python handler runs."""
+        self._wakeup, self._wakeup_writer = socket.socketpair()
+        self._wakeup.setblocking(False)
+        self._wakeup_writer.setblocking(False)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(self._wakeup_writer.fileno(), warn_on_full_buffer=False)
+        signal.signal(signal.SIGINT, self._request_stop)
+        signal.signal(signal.SIGTERM, self._request_stop)
+
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """The SIGINT/SIGTERM handler: one attribute set and no call, so re-entering it cannot block."""
+        self.requested = True
+
+    def _supervise(self) -> int:
+        """Wait for supervisord to end and return its status, asking it to stop (once) when a signal asked
+        ``up`` to. Woken by a signal (the wakeup socket) and by supervisord's exit (a pidfd), else every TICK s.
+        Should supervisord still run ``STOP_DEADLINE`` s after the request, return: ``_stop`` kills it."""
+        assert self.proc is not None and self._wakeup is not None
+        with _exit_watch(self.proc.pid) as exited:
+            while (rc := self.proc.poll()) is None:
+                if self.requested:
+                    self._ask_stop()
+                timeout = TICK if exited else POLL
+                if (left := self._stop_time_left()) is not None:
+                    if left <= 0:
+                        break
+                    timeout = min(timeout, left)
+                select.select([self._wakeup.fileno(), *exited], [], [], timeout)
+                _drain(self._wakeup)
+        return rc if rc is not None else 0
+
+    def _ask_stop(self) -> None:
+        """SIGTERM to supervisord, its orderly stop, the first time only: a later request changes nothing."""
+        if self.stop_asked is None and self.proc is not None:
+            self.stop_asked = time.monotonic()
+            self.stopping.set()
+            self.proc.send_signal(signal.SIGTERM)
+
+    def _stop_time_left(self) -> float | None:
+        """Seconds until the stop asked for must be over (None: no stop asked for yet)."""
+        return None if self.stop_asked is None else self.stop_asked + stop_deadline(self.config) - time.monotonic()
+
+    def _shut_down(self) -> None:
+        """However the run ended: supervisord stopped, then whatever it left, then the data dir given up."""
+        self.stopping.set()
+        self._stop()
+        if self.embedded is not None:
+            self.embedded.stop_leftover()  # cleanly (AOF flushed), should supervisord have died first
+        if self.proc is not None:
+            kill_session(self.proc.pid)  # and whatever else it left: its children share its session
+        if self.embedded is not None:
+            self.embedded.release()
+        self._close_wakeup()
 
     def _stop(self) -> None:
+        """Have supervisord stop everything, and SIGKILL its process group if that outlasts STOP_DEADLINE."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        self._ask_stop()
         try:
-            self.proc.wait(STOP_WAIT + REDIS_STOP_WAIT + 5)
+            self.proc.wait(max(0.0, self._stop_time_left() or 0.0))
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+    def _close_wakeup(self) -> None:
+        """Hand the signal wakeup fd back (the handlers stay: a late SIGTERM must not kill `up` mid-exit)."""
+        if self._wakeup is not None and self._wakeup_writer is not None:
+            signal.set_wakeup_fd(self._previous_wakeup_fd)
+            self._wakeup.close()
+            self._wakeup_writer.close()
+            self._wakeup = self._wakeup_writer = None
 
     def _exit_code(self, supervisord_rc: int) -> int:
         gave_up = self.state_dir / GAVE_UP
@@ -259,6 +334,27 @@ class Launcher:
             return 0
         print(f"taskport: supervisord ended by itself (status {supervisord_rc}): everything is stopped", flush=True)
         return 1
+
+
+@contextlib.contextmanager
+def _exit_watch(pid: int) -> Iterator[list[int]]:
+    """A pidfd of ``pid`` (readable once it exited: Linux 5.3+) in a list to select on; elsewhere none."""
+    try:
+        fds = [os.pidfd_open(pid)]
+    except (AttributeError, OSError):
+        fds = []
+    try:
+        yield fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _drain(wakeup: socket.socket) -> None:
+    """Read away the signal bytes the wakeup socket holds, so the next select waits again."""
+    with contextlib.suppress(BlockingIOError):
+        while wakeup.recv(4096):
+            pass
 
 
 def _append_to_stdout() -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -22,6 +25,7 @@ from app.launch.supervisor import (
     START_SECS,
     STOP_WAIT,
     WEB_ENV_FLAG,
+    Launcher,
     render,
     secret_free,
     watch,
@@ -59,7 +63,9 @@ def test_every_process_is_restarted_and_redis_runs_first_and_stops_last(tmp_path
         proc = processes[name]
         assert proc.command.endswith(f"-m app.launch.cli {name.split('.')[0]}")
         assert proc.autorestart is not False and proc.startsecs == START_SECS
-        assert proc.startretries == START_RETRIES and proc.stopwaitsecs == STOP_WAIT
+        assert proc.startretries == START_RETRIES
+        # a worker's run is back on its queue within its stop grace: supervisord waits longer than that
+        assert proc.stopwaitsecs == (STOP_WAIT if name != "worker.1" else math.ceil(Config().stop_grace) + STOP_WAIT)
         assert proc.stopasgroup and proc.killasgroup  # gunicorn's workers, RQ's scheduler child
     assert processes["redis"].stopwaitsecs > STOP_WAIT  # time to flush the append-only file
     assert options.pidfile == str(tmp_path / "state%dir" / "supervisord.pid")
@@ -139,3 +145,106 @@ def test_the_web_env_file_reaches_the_web_command_exactly(tmp_path: Path) -> Non
                            sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == settings
+
+
+# -- the stop signal handler: re-entered by a second SIGTERM, it must take no lock ---------------
+
+
+def test_the_stop_handler_calls_nothing(tmp_path: Path) -> None:
+    launcher = Launcher(Config.from_env({}, data_dir=tmp_path))
+    handler = Launcher._request_stop.__code__
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        caller = frame if event.startswith("c_") else frame.f_back
+        if event in ("call", "c_call") and caller is not None and caller.f_code is handler:
+            calls.append(getattr(arg, "__qualname__", frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        launcher._request_stop(signal.SIGTERM, None)
+    finally:
+        sys.setprofile(None)
+    assert launcher.requested
+    assert calls == []  # no Event.set, no logging, no print: nothing that could wait for a lock it holds
+
+
+def test_the_stop_handler_reentered_at_any_point_returns_at_once(tmp_path: Path) -> None:
+    """A second signal runs the handler again at any bytecode boundary of the first run, in any function it
+    calls (how Event.set once deadlocked `taskport up`): here it is re-entered at every one of them."""
+    launcher = Launcher(Config.from_env({}, data_dir=tmp_path))
+    nested: list[int] = []
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            nested.append(1)
+            launcher._request_stop(signal.SIGTERM, None)  # untraced: a trace function is not traced itself
+        return trace
+
+    def first_signal() -> None:
+        sys.settrace(trace)
+        try:
+            launcher._request_stop(signal.SIGTERM, None)
+        finally:
+            sys.settrace(None)
+
+    runner = threading.Thread(target=first_signal, daemon=True)
+    runner.start()
+    runner.join(timeout=5)
+    assert not runner.is_alive(), "the re-entered handler blocked"
+    assert nested and launcher.requested
+
+
+SUPERVISE = """
+import json, os, signal, subprocess, sys, threading, time
+from app.core.config import Config
+from app.launch import supervisor
+supervisor.STOP_DEADLINE = 1.0
+mode, data_dir = sys.argv[1:]
+launcher = supervisor.Launcher(Config.from_env({}, data_dir=data_dir, stop_grace=0.01))
+launcher._install_signal_handlers()
+launcher.proc = subprocess.Popen([sys.executable, "-c", sys.stdin.read(), mode], stdout=subprocess.PIPE,
+                                 start_new_session=True, text=True)
+assert launcher.proc.stdout.readline() == "ready\\n"
+for delay in (0.0, 0.0001, 0.1, 0.2):  # two at once, two while supervisord stops
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)).start()
+started = time.monotonic()
+rc = launcher._supervise()
+launcher._stop()
+print(json.dumps({"rc": rc, "child": launcher.proc.returncode, "took": time.monotonic() - started,
+                  "terms": int(launcher.proc.stdout.read() or 0)}))
+"""
+
+FAKE_SUPERVISORD = """
+import signal, sys, time
+terms = []
+signal.signal(signal.SIGTERM, lambda signum, frame: terms.append(signum))
+print("ready", flush=True)
+while not terms or sys.argv[1] == "stuck":
+    time.sleep(0.01)
+time.sleep(0.5)  # its orderly stop, during which the launcher gets more SIGTERMs
+print(len(terms), flush=True)
+"""
+
+
+def supervise(mode: str, tmp_path: Path) -> dict[str, Any]:
+    """Launcher._supervise over a fake supervisord (``clean``: stops 0.5 s after its first SIGTERM;
+    ``stuck``: never stops), while four SIGTERMs reach the launcher."""
+    done = subprocess.run([sys.executable, "-c", SUPERVISE, mode, str(tmp_path)], input=FAKE_SUPERVISORD,
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_repeated_sigterms_ask_supervisord_to_stop_once_and_wait_for_it(tmp_path: Path) -> None:
+    found = supervise("clean", tmp_path)
+    assert found["terms"] == 1  # the repeats are not passed on: the stop goes on as it began, nothing killed
+    assert found["rc"] == found["child"] == 0
+    assert found["took"] < 5, found
+
+
+def test_a_supervisord_that_does_not_stop_within_the_deadline_is_killed(tmp_path: Path) -> None:
+    found = supervise("stuck", tmp_path)
+    assert found["child"] == -signal.SIGKILL
+    assert 1.0 <= found["took"] < 5, found  # stop_deadline (about 1 s here) after the first SIGTERM
