@@ -24,7 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import envelope, measure_http, measure_peers, measure_redis, measure_watchers, measure_workers, report
+from bench import (
+    checkpoint,
+    envelope,
+    measure_http,
+    measure_peers,
+    measure_redis,
+    measure_watchers,
+    measure_workers,
+    report,
+)
 from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
 
@@ -118,33 +127,31 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
     if "memory" in only:
         out["memory"] = phase("memory per finished task", lambda: measure_redis.memory_per_task(
             stack, n=args.memory_tasks), timings)
+        out["checkpoint"] = phase("checkpoint bytes per 10,000 items done", lambda: checkpoint.measure(
+            stack.client(), stack.config), timings)
     if "housekeeping" in only:
         out["housekeeping"] = phase("housekeeping expiry pass", lambda: measure_redis.housekeeping(
             stack, live=args.live_tasks), timings)
     return out
 
 
+# Each part of the run's output that makes rows, and how (in the table's order).
+ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
+    ("http", lambda out: report.http_rows(out["http"], out["loadgen_ceiling"])),
+    ("e2e", lambda out: report.peer_rows(out.get("http"), out["celery"], out["e2e"])),
+    ("e2e_by_workers", lambda out: report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])),
+    ("watchers", lambda out: report.watcher_rows(out["watchers"])),
+    ("workers", lambda out: report.worker_rows(out["workers"])),
+    ("round_trips", lambda out: report.trips_rows(out["round_trips"], out["delivery_round_trips"])),
+    ("envelope", lambda out: report.envelope_rows(out["envelope"])),
+    ("memory", lambda out: report.memory_rows(out["memory"])),
+    ("checkpoint", lambda out: report.checkpoint_rows(out["checkpoint"])),
+    ("housekeeping", lambda out: report.housekeeping_rows(out["housekeeping"])),
+]
+
+
 def table(out: dict[str, Any]) -> list[report.Row]:
-    rows: list[report.Row] = []
-    if "http" in out:
-        rows += report.http_rows(out["http"], out["loadgen_ceiling"])
-    if "e2e" in out:
-        rows += report.peer_rows(out.get("http"), out["celery"], out["e2e"])
-    if "e2e_by_workers" in out:
-        rows += report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])
-    if "watchers" in out:
-        rows += report.watcher_rows(out["watchers"])
-    if "workers" in out:
-        rows += report.worker_rows(out["workers"])
-    if "round_trips" in out:
-        rows += report.trips_rows(out["round_trips"], out["delivery_round_trips"])
-    if "envelope" in out:
-        rows += report.envelope_rows(out["envelope"])
-    if "memory" in out:
-        rows += report.memory_rows(out["memory"])
-    if "housekeeping" in out:
-        rows += report.housekeeping_rows(out["housekeeping"])
-    return rows
+    return [row for part, make in ROW_MAKERS if part in out for row in make(out)]
 
 
 def environment(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:

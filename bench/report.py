@@ -183,6 +183,10 @@ def memory_rows(memory: dict[str, Any]) -> list[Row]:
                 f"{per_task:,.0f} B", target=f"≤ {KIB} B", verdict=_check(per_task <= KIB))]
 
 
+def checkpoint_rows(checkpoint: dict[str, int]) -> list[Row]:
+    return [Row(f"checkpoint log per 10,000 items done ({case})", f"{size:,} B") for case, size in checkpoint.items()]
+
+
 def housekeeping_rows(housekeeping: dict[str, Any]) -> list[Row]:
     fin, unfin = housekeeping["finished"], housekeeping["unfinished"]
     live = f"{housekeeping['live_tasks']:,}"

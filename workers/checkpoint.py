@@ -18,12 +18,17 @@ On the wire a checkpoint is a log of JSON lines, one appended per write (``APPEN
 changed, not what the run did so far): ``{"c": [total, succeeded, failed], "e": error_code, "f":
 [failures since the last line], "r": [[run, declared, done, results], ...]}``, where ``results`` is the
 list of results since the last line, or the number of them when they are all ``null`` (what most
-processors return for an item), or absent for a ``ctx.items`` run (it returns nothing). The cursor is a
-key of its own, overwritten. Both live in the task's own keys and go when the task ends.
+processors return for an item), or absent for a ``ctx.items`` run (it returns nothing). Every
+``COMPACT_EVERY`` lines the log is replaced by one line that says it all (every run with all its results,
+every failure record kept), so a log holds at most that many lines: its size is bounded by the results
+``ctx.each`` returns and the failure records, not by how long the task runs (bench/checkpoint.py measures
+it). The cursor is a key of its own, overwritten. Both live in the task's own keys and go when the task
+ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +36,20 @@ import orjson
 
 # The failure records kept per task (the counts stay exact): see TaskContext.failures.
 MAX_FAILURES = 1000
+# Lines appended to a checkpoint log before the next write replaces it with one line that says it all.
+COMPACT_EVERY = 50
+
+Snapshot = Callable[[], tuple[list[list[Any]], list[dict[str, Any]]]]  # every run's entry, every failure
 
 
 @dataclass(frozen=True)
 class Saved:
-    """What one progress write saves besides the progress: a line for the log (b"" = nothing new) and the
-    cursor's JSON (None = unchanged)."""
+    """What one progress write saves besides the progress: a line for the log (b"" = nothing new), whether it
+    replaces the log (a line that says it all), and the cursor's JSON (None = unchanged)."""
 
     line: bytes
     cursor: bytes | None
+    replace: bool = False
 
 
 @dataclass
@@ -97,6 +107,7 @@ class Pending:
         self.failures: list[dict[str, Any]] = []
         self.runs: dict[int, list[Any]] = {}  # run -> [declared, done, new results or None]
         self.cursor: bytes | None = None
+        self.lines = 0  # lines appended since the log was last replaced
 
     def item_done(self, run: int, declared: int | None, done: int, result: Any, keep: bool,
                   keeps_results: bool) -> None:
@@ -110,27 +121,40 @@ class Pending:
         """The log line for everything pending (b"" when no item moved)."""
         if not self.runs and not self.failures:
             return b""
-        runs = []
-        for run, (declared, done, results) in self.runs.items():
-            entry: list[Any] = [run, declared, done]
-            if results is not None:
-                entry.append(len(results) if all(r is None for r in results) else results)
-            runs.append(entry)
-        doc: dict[str, Any] = {"c": counts or [0, 0, 0], "e": error_code, "r": runs}
-        if self.failures:
-            doc["f"] = self.failures
-        return orjson.dumps(doc)
+        runs = [entry(run, declared, done, results) for run, (declared, done, results) in self.runs.items()]
+        return _line(counts, error_code, runs, self.failures)
 
-    def take(self, counts: list[int] | None, error_code: int | None) -> Saved | None:
-        """The pending write as a :class:`Saved` (None when there is nothing to save); :meth:`clear` it once
-        the write went through, so a failed write is retried with the next one."""
+    def take(self, counts: list[int] | None, error_code: int | None, snapshot: Snapshot) -> Saved | None:
+        """The pending write as a :class:`Saved` (None when there is nothing to save): a line to append, or
+        every ``COMPACT_EVERY`` lines one from ``snapshot`` that replaces the log; :meth:`clear` it once the
+        write went through, so a failed write is retried with the next one."""
         line = self.line(counts, error_code)
         if not line and self.cursor is None:
             return None
+        if line and self.lines >= COMPACT_EVERY:
+            runs, failures = snapshot()
+            return Saved(_line(counts, error_code, runs, failures), self.cursor, replace=True)
         return Saved(line, self.cursor)
 
     def clear(self, saved: Saved) -> None:
         if saved.line:
             self.failures, self.runs = [], {}
+            self.lines = 1 if saved.replace else self.lines + 1
         if saved.cursor is not None and saved.cursor is self.cursor:
             self.cursor = None
+
+
+def entry(run: int, declared: int | None, done: int, results: list[Any] | None) -> list[Any]:
+    """One item run's entry in a log line: its results as a count when they are all null."""
+    found: list[Any] = [run, declared, done]
+    if results is not None:
+        found.append(len(results) if all(r is None for r in results) else results)
+    return found
+
+
+def _line(counts: list[int] | None, error_code: int | None, runs: list[list[Any]],
+          failures: list[dict[str, Any]]) -> bytes:
+    doc: dict[str, Any] = {"c": counts or [0, 0, 0], "e": error_code, "r": runs}
+    if failures:
+        doc["f"] = failures
+    return orjson.dumps(doc)

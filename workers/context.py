@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from app.core.states import TaskStatus
-from workers.checkpoint import MAX_FAILURES, Pending, Resume, Saved
+from workers.checkpoint import MAX_FAILURES, Pending, Resume, Saved, entry
 from workers.exceptions import TaskCancelled, TaskInterrupted
 from workers.items import PROPAGATE, ItemRun, ItemScope, length
 
@@ -80,7 +80,7 @@ class TaskContext:
         self._error_code: int | None = None
         self._resume = resume
         self._cursor: Any = None
-        self._item_runs = 0  # item runs (each/items calls) begun so far: the next one's number
+        self._item_runs: dict[int, ItemRun] = {}  # the item runs (each/items calls) begun, by number
         self._pending = Pending()
         if resume is not None:
             self._counts = list(resume.counts) if resume.counts is not None else None
@@ -121,6 +121,12 @@ class TaskContext:
             raise TaskInterrupted(self.task_id)
 
     # -- the processor's own cursor ---------------------------------------------------------------
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two progress writes (``TASKPORT_PROGRESS_INTERVAL``), so between two checkpoint saves:
+        a processor whose cursor costs something to make (a file synced) need not make it more often."""
+        return self._interval
 
     @property
     def cursor(self) -> Any:
@@ -167,7 +173,8 @@ class TaskContext:
         """Write the latest values now if they differ from the last written ones. Never raises
         TaskCancelled (it only marks the context); safe to call from any thread at any time."""
         with self._lock:
-            if self._snapshot() != self._reported or self._pending.take(self._counts, self._error_code):
+            if self._snapshot() != self._reported or self._pending.cursor is not None or self._pending.runs \
+                    or self._pending.failures:
                 self._report()
 
     def _update(self, percent: float | None, message: str | None) -> None:
@@ -191,7 +198,7 @@ class TaskContext:
         at the next write: progress is best effort, the runner's final status write is not."""
         snapshot = self._snapshot()
         self._reported_at = self._clock()
-        saved = self._pending.take(self._counts, self._error_code)
+        saved = self._pending.take(self._counts, self._error_code, self._snapshot_runs)
         try:
             status = self._report_fn(snapshot[0], snapshot[1], self.item_counts, saved)
         except PROPAGATE:
@@ -275,13 +282,25 @@ class TaskContext:
         run = ItemRun(self, key, total if total is not None else length(iterable), keeps_results=False)
         yield from run.walk(iterable)
 
-    def _begin_run(self) -> tuple[int, Any]:
-        """The next item run's number, and what an earlier run of the task saved of it (None: nothing)."""
+    def _begin_run(self, run: ItemRun) -> Any:
+        """Number ``run`` (the item runs in the order the processor makes them) and return what an earlier run
+        of the task saved of it (None: nothing)."""
         with self._lock:
-            number = self._item_runs
-            self._item_runs += 1
-        saved = self._resume.runs.get(number) if self._resume is not None else None
-        return number, saved
+            run.number = len(self._item_runs)
+            self._item_runs[run.number] = run
+        return self._resume.runs.get(run.number) if self._resume is not None else None
+
+    def _snapshot_runs(self) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+        """Every item run's log entry, with all its results, and every failure record kept: the line that
+        replaces a checkpoint log (workers.checkpoint.COMPACT_EVERY). The caller holds the lock."""
+        saved = self._resume.runs if self._resume is not None else {}
+        runs = []
+        for number in sorted(set(saved) | set(self._item_runs)):
+            now = self._item_runs.get(number)
+            state = (now.declared, now.done, now.results) if now is not None else \
+                (saved[number].declared, saved[number].done, saved[number].results)
+            runs.append(entry(number, *state))
+        return runs, list(self._failures)
 
     def _item_done(self, run: ItemRun, result: Any, succeeded: bool) -> None:
         with self._lock:

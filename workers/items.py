@@ -32,7 +32,8 @@ class ItemRun:
         self.ctx = ctx
         self.key = key
         self.declared = declared
-        self.number, saved = ctx._begin_run()
+        self.number = 0
+        saved = ctx._begin_run(self)
         self.results: list[Any] | None = [] if keeps_results else None
         self.skip = 0
         if saved is None:

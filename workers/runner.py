@@ -44,7 +44,7 @@ from app.core.jobs import JobQueue, resume_job_id
 from app.core.logs import task_logger
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, result_store, spill
-from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import ResultNotStorable, Started, TaskStore
 from app.core.task import Task
 from workers.checkpoint import Resume, Saved
@@ -109,7 +109,7 @@ class Runner:
             if saved is None:
                 return self.store.report(task.id, run_id, progress, message, items)
             return self.store.report(task.id, run_id, progress, message, items, checkpoint=saved.line,
-                                     cursor=saved.cursor)
+                                     cursor=saved.cursor, files_run=folder, replace=saved.replace)
 
         return TaskContext(task.id, report, results=self.results.for_run(folder),
                            interval=self.config.progress_interval, logger=tlog, resume=resume)
@@ -135,6 +135,7 @@ class Runner:
         message = f"interrupted by a worker stop{where}; resumes from its checkpoint"
         if not self.store.interrupted(task.id, run_id, message, commands, job):
             tlog.info("%s, but the task was cancelled, expired or taken over meanwhile", why)
+            self._discard(task.id, ctx)
             return False
         tlog.info("%s: put back on queue %s%s, resumes from its checkpoint (no attempt used)", why, task.priority,
                   where)
@@ -165,7 +166,8 @@ class Runner:
             self._put_back(task, run_id, ctx, "stopped at a checkpoint")
             return None
         except TaskCancelled:
-            return self._stopped(task.id, ctx, tlog)
+            self._stopped(task.id, ctx, tlog)
+            return None
         except TaskError as exc:
             self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
             return None
@@ -176,7 +178,8 @@ class Runner:
             return self._store_down(task, run_id, exc, ctx, tlog)
         except Exception:
             if self._claim_lost(task.id, run_id, ctx):  # e.g. a later run removed what this one was writing
-                return self._stopped(task.id, ctx, tlog)
+                self._stopped(task.id, ctx, tlog)
+                return None
             tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
             return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
         return self._complete(task, run_id, output, ctx, tlog)
@@ -202,10 +205,15 @@ class Runner:
         tlog.error("output of %s cannot be stored: %s", task_id, exc)  # a known condition: no traceback
         self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
 
-    @staticmethod
-    def _stopped(task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
+    def _stopped(self, task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
         tlog.info("stopped: the task was cancelled, expired or taken over by another run")
-        ctx.results.delete(task_id)  # this run's own folder only
+        self._discard(task_id, ctx)
+
+    def _discard(self, task_id: str, ctx: TaskContext) -> None:
+        """Remove this run's files, unless the next run of the task resumes in the same folder (a resumed run
+        works in the folder of the run that saved the checkpoint: see _context)."""
+        if not _resumes_in(self.store, task_id, ctx.results.run_id):
+            ctx.results.delete(task_id)
 
     def _claim_lost(self, task_id: str, run_id: str, ctx: TaskContext) -> bool:
         """Whether the task is no longer this run's (asked of Redis unless the context knows already)."""
@@ -220,7 +228,7 @@ class Runner:
                   tlog: logging.LoggerAdapter) -> Retry | None:
         try:
             output = spill(ctx.results, task.id, output, self.config.inline_result_max)  # large JSON: a reference
-            files_run = run_id if ctx.results.has_files(task.id) else None
+            files_run = ctx.results.run_id if ctx.results.has_files(task.id) else None  # a resumed run's: the folder
         except StoreUnavailable as exc:
             return self._store_down(task, run_id, exc, ctx, tlog)
         except orjson.JSONEncodeError as exc:  # not JSON
@@ -314,7 +322,8 @@ class Heartbeat:
         tlog.warning("%s, but the processor ignored it for %.1f s: ending process %d (a new worker takes its place)",
                      reason, CANCEL_GRACE, os.getpid())
         try:
-            self._ctx.results.delete(self._task_id)  # this run's own folder only
+            if not _resumes_in(self._args[0], self._task_id, self._ctx.results.run_id):
+                self._ctx.results.delete(self._task_id)  # this run's folder, unless a resumed run goes on in it
         except Exception as exc:  # the orphan sweep removes what is left; the exit must happen regardless
             tlog.warning("could not remove the run's files (left to the orphan sweep): %s", exc)
         for handler in logging.getLogger().handlers:
@@ -341,6 +350,12 @@ class Heartbeat:
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
+
+
+def _resumes_in(store: TaskStore, task_id: str, folder: str | None) -> bool:
+    """Whether a run of the task that is not over yet resumes in result folder ``folder`` (so it must stay)."""
+    task = store.get(task_id)
+    return task is not None and task.status in ACTIVE and folder is not None and task.checkpoint_run == folder
 
 
 _runner: Runner | None = None  # the process's Runner: see use()

@@ -41,7 +41,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 POSITIVE = ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result",
             "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes", "inline_result_max",
-            "result_store_timeout", "stop_grace")
+            "result_store_timeout", "stop_grace", "result_part_size")
+MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest multipart part (but the last)
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
 HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
@@ -130,6 +131,9 @@ class Config:
         "TASKPORT_RESULT_STORE", "", "file:///dir or s3://bucket/prefix; empty = TASKPORT_DATA_DIR/results on disk")
     result_store_timeout: float = _setting(
         "TASKPORT_RESULT_STORE_TIMEOUT", 5.0, "connect and read timeout of s3:// result store calls, seconds")
+    result_part_size: int = _setting(
+        "TASKPORT_RESULT_PART_SIZE", 8 * 1024 * 1024, "bytes per part of an s3:// upload (at least 5 MiB): a "
+        "writer's memory, and how far back a stopped export resumes from")
     inline_result_max: int = _setting(
         "TASKPORT_INLINE_RESULT_MAX", 64 * 1024, "JSON results longer than this many bytes go to the result store")
     audit_retention: str = _setting(
@@ -190,6 +194,8 @@ class Config:
                 raise ConfigError(f"{self.env_name(name)} must be positive")
         if self.worker_max_jobs < 0:
             raise ConfigError("TASKPORT_WORKER_MAX_JOBS must be 0 (never) or positive")
+        if self.result_part_size < MIN_PART_SIZE:
+            raise ConfigError(f"TASKPORT_RESULT_PART_SIZE must be at least {MIN_PART_SIZE} (S3's smallest part)")
         self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
         self.result_location  # noqa: B018
         self.audit_limits  # noqa: B018

@@ -1,13 +1,15 @@
-"""What every result store shares: its error, its description of a file, and the checks of the ids and
-names it is handed. :mod:`app.core.results` (the interface, the local store, the factory) and
-:mod:`app.core.s3store` both import it, so the two stores depend on it and not on each other: results
-imports s3store (lazily, in its factory), never the other way round.
+"""What every result store shares: its error, its description of a file, the file a resumable writer hands
+out (:class:`ResumableFile`), and the checks of the ids and names it is handed. :mod:`app.core.results`
+(the interface, the local store, the factory) and :mod:`app.core.s3store` both import it, so the two
+stores depend on it and not on each other: results imports s3store (lazily, in its factory), never the
+other way round.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from app.core.ids import is_run_id, is_task_id
 
@@ -26,6 +28,44 @@ class FileInfo:
     name: str
     size: int
     content_type: str
+
+
+class ResumableFile(Protocol):
+    """A result file being written that survives its run: what :meth:`app.core.results.ResultStore.resumable`
+    hands out. ``durable()`` says how many bytes would survive a crash now, with a JSON-able token for them;
+    a writer opened with that token continues after those bytes (``resumed``), or from nothing (0) when the
+    token no longer matches what the store holds. The caller, which can restart only at a boundary of its
+    own (a row) at or before ``resumed``, says where with ``resume_at`` and writes again from there: the
+    bytes up to ``resumed`` must be the same ones as before (the writer may skip them rather than write them
+    twice)."""
+
+    @property
+    def name(self) -> str:
+        """A local path in the task's scratch or result folder, beside which temporary files may go."""
+        ...
+
+    @property
+    def resumed(self) -> int:
+        """How many durable bytes of an earlier run this writer continues after (0: it started over)."""
+        ...
+
+    def write(self, data: Any) -> int:
+        ...
+
+    def tell(self) -> int:
+        """The bytes written so far, counting the ones resumed."""
+        ...
+
+    def durable(self) -> tuple[int, Any]:
+        """``(bytes, token)``: how many of the bytes written would survive a crash now, and the token that
+        resumes after them (None while nothing is durable). On disk this syncs the file; on S3 the finished
+        parts are durable, the part still in the buffer is not."""
+        ...
+
+    def resume_at(self, offset: int) -> None:
+        """Before the first write: continue at ``offset`` (0 <= offset <= resumed) rather than at ``resumed``;
+        the next ``resumed - offset`` bytes written are the ones already there (ValueError otherwise)."""
+        ...
 
 
 def check_task_id(task_id: str) -> str:

@@ -25,35 +25,57 @@ its file; removing the task's files (expiry, cancel) removes every run's folder.
 A writer never leaves a half-written file under its final name: bytes go to a hidden temporary
 file in the task's folder that is renamed into place (atomically, ``os.replace``) only when the
 ``with`` block exits cleanly, and removed when it raises (including a cancellation or a timeout).
+
+A *resumable* writer (:meth:`ResultStore.resumable`, for a file a run may leave half-written for the next
+run to finish: ``orders.export``'s CSV) is the same, except that the file is ``.<name>.<id>.partial`` and
+survives a graceful stop (the exceptions named in ``keep_on``) and a crash; ``fh.durable()`` syncs it and
+names it in a token, and the writer a later run opens with that token takes the file over and continues it.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, BinaryIO, Protocol
 
 import orjson
 
 from app.core.config import Config
 from app.core.ids import is_task_id
-from app.core.resultbase import FileInfo, check_name, check_run_id, check_task_id
+from app.core.resultbase import FileInfo, ResumableFile, check_name, check_run_id, check_task_id
 from app.core.resultbase import StoreUnavailable as StoreUnavailable  # re-exported: importers name it from here
 
 _TEMP_SUFFIX = ".part"
+_PARTIAL_SUFFIX = ".partial"  # a resumable writer's file: .<name>.<writer id>.partial
+_WRITER_ID = re.compile(r"[0-9a-f]{32}")
 SPILLED_NAME = "result.json"  # a JSON result too long for Redis, under the task's folder
 SPILLED_REF = "$result_store"  # the reference left in the task record: {SPILLED_REF: name, "size": bytes}
 
 
 class ResultStore(Protocol):
+    run_id: str | None  # the run whose folder this view writes in (for_run), None for the task's whole folder
+
     """Where result files live. Task ids must be UUIDs and names plain file names (else ValueError)."""
 
     def writer(self, task_id: str, name: str) -> AbstractContextManager[BinaryIO]:
         """A binary file to write ``name`` into; it appears atomically when the block exits cleanly."""
+        ...
+
+    def resumable(self, task_id: str, name: str, token: Any = None, *,
+                  keep_on: tuple[type[BaseException], ...] = ()) -> AbstractContextManager[ResumableFile]:
+        """Like :meth:`writer`, for a file that may take several runs: ``token`` is what an earlier run's
+        ``fh.durable()`` returned (None: start afresh), and one that no longer matches what the store holds
+        starts over (``fh.resumed`` is then 0). When the block raises one of ``keep_on`` (a graceful stop)
+        the durable bytes stay for the next run, as they do when the process dies; any other exception
+        removes them, as :meth:`writer` does. See :class:`~app.core.resultbase.ResumableFile`."""
         ...
 
     def info(self, task_id: str, name: str, content_type: str) -> FileInfo:
@@ -127,6 +149,11 @@ class LocalResultStore:
         self._path(task_id, name)  # validate eagerly, so a bad name fails at the call, not at `with`
         return self._write(task_id, name)
 
+    def resumable(self, task_id: str, name: str, token: Any = None, *,
+                  keep_on: tuple[type[BaseException], ...] = ()) -> AbstractContextManager[ResumableFile]:
+        """See :meth:`ResultStore.resumable` and :class:`_Partial`."""
+        return _Partial(self._path(task_id, name), token, keep_on)
+
     def info(self, task_id: str, name: str, content_type: str) -> FileInfo:
         """See :meth:`ResultStore.info`."""
         size = self._path(task_id, name).stat().st_size
@@ -171,6 +198,127 @@ class LocalResultStore:
         return sorted(n for n in names if n > after and is_task_id(n))[:limit]
 
 
+class _Partial(io.BufferedIOBase):
+    """A resumable file on disk (:meth:`ResultStore.resumable`), written as ``.<name>.<id>.partial`` beside
+    its final name and renamed into place when the block exits cleanly. ``durable()`` syncs it and puts its
+    id and synced size in the token. A writer opened with the token takes the file over: renames it to an id
+    of its own (so a run that was taken over and wakes up can no longer remove or finish it) and cuts it to
+    the synced size, or, when it is gone or shorter, starts over. Partials of the same name that no token
+    names (a crash before the first save) are removed when a writer opens."""
+
+    def __init__(self, final: Path, token: Any, keep_on: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self._final, self._token, self._keep_on = final, token, keep_on
+        self._id = uuid.uuid4().hex
+        self._file: BinaryIO | None = None
+        self._resumed = 0
+        self._started = False  # written to, or positioned by resume_at
+        self._folder_synced = False
+
+    def _partial(self, writer_id: str) -> Path:
+        return self._final.parent / f".{self._final.name}.{writer_id}{_PARTIAL_SUFFIX}"
+
+    @property
+    def name(self) -> str:  # a plain path, as a writer's fh.name is
+        return str(self._partial(self._id))
+
+    @property
+    def resumed(self) -> int:
+        return self._resumed
+
+    def __enter__(self) -> _Partial:
+        self._final.parent.mkdir(parents=True, exist_ok=True)
+        path = self._partial(self._id)
+        self._resumed = self._take_over(path)
+        self._remove_strays(path)
+        self._file = open(path, "r+b" if self._resumed else "wb")  # closed in __exit__
+        self._file.truncate(self._resumed)
+        self._file.seek(self._resumed)
+        return self
+
+    def _take_over(self, path: Path) -> int:
+        """The synced size of the partial the token names, renamed to ``path``; 0 when there is none to take."""
+        token = self._token
+        if not (isinstance(token, dict) and isinstance(token.get("partial"), str)
+                and _WRITER_ID.fullmatch(token["partial"]) and type(token.get("size")) is int and token["size"] > 0):
+            return 0
+        try:
+            os.rename(self._partial(token["partial"]), path)
+        except FileNotFoundError:
+            return 0
+        if path.stat().st_size < token["size"]:  # not the file the token describes: start over
+            path.unlink()
+            return 0
+        return int(token["size"])
+
+    def _remove_strays(self, path: Path) -> None:
+        prefix = f".{self._final.name}."
+        for entry in os.listdir(self._final.parent):
+            if entry.startswith(prefix) and entry.endswith(_PARTIAL_SUFFIX) and entry != path.name:
+                (self._final.parent / entry).unlink(missing_ok=True)
+
+    def _open(self) -> BinaryIO:
+        if self._file is None:
+            raise ValueError("a resumable writer is written inside its with block")
+        return self._file
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._started = True
+        return self._open().write(data)
+
+    def tell(self) -> int:
+        return self._open().tell()
+
+    def resume_at(self, offset: int) -> None:
+        """See :meth:`~app.core.resultbase.ResumableFile.resume_at`: on disk the file is cut to ``offset``."""
+        if self._started or not 0 <= offset <= self._resumed:
+            raise ValueError(f"resume_at({offset}): only before the first write, at most at {self._resumed}")
+        self._started = True
+        self._open().truncate(offset)
+        self._open().seek(offset)
+
+    def durable(self) -> tuple[int, Any]:
+        """See :meth:`~app.core.resultbase.ResumableFile.durable` (flush, fsync; the folder's once)."""
+        file = self._open()
+        file.flush()
+        os.fsync(file.fileno())
+        if not self._folder_synced:  # the partial's name (created or renamed) must survive a crash too
+            folder = os.open(self._final.parent, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+            self._folder_synced = True
+        size = file.tell()
+        return size, {"partial": self._id, "size": size} if size else None
+
+    def close(self) -> None:
+        """Close the file without finishing it (a writer dropped unfinished): the partial stays, as after a crash."""
+        if self._file is not None:
+            self._file.close()
+        super().close()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        file, path = self._open(), Path(self.name)
+        self._file = None
+        try:
+            with file:
+                if exc is None:
+                    file.flush()
+                    os.fsync(file.fileno())
+            if exc is None:
+                os.replace(path, self._final)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        if exc is not None and not isinstance(exc, self._keep_on):
+            path.unlink(missing_ok=True)
+
+
 def result_store(config: Config) -> ResultStore:
     """The result store ``TASKPORT_RESULT_STORE`` names (default: files under ``config.results_dir``)."""
     scheme, bucket, where = config.result_location
@@ -178,7 +326,7 @@ def result_store(config: Config) -> ResultStore:
         from app.core.s3store import S3ResultStore  # boto3 loads only where it is used
 
         return S3ResultStore(bucket, where, scratch=Path(config.data_dir) / "scratch",
-                             timeout=config.result_store_timeout)
+                             timeout=config.result_store_timeout, part_size=config.result_part_size)
     return LocalResultStore(where)
 
 

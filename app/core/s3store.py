@@ -9,6 +9,10 @@ A writer streams: bytes collect in one part-sized buffer (``PART_SIZE``); a file
 becomes a multipart upload, one part at a time, so no whole file is ever held in memory. The object
 appears only when the upload completes (S3 makes a PUT or a CompleteMultipartUpload visible
 atomically); a writer that raises aborts its upload, so a failed or cancelled run leaves nothing.
+A resumable writer (:meth:`S3ResultStore.resumable`) keeps the multipart upload of a graceful stop or a
+crash for the next run: its finished parts are what is durable (the part in the buffer is not), the token
+names the upload and the parts' ETags and sizes, and the writer handed the token checks them with
+ListParts and goes on with the next part number, or, when the upload or a part is gone, starts over.
 Processors that need a scratch file beside their output (openpyxl's write-only sheet) find the
 writer's ``name`` in a per-task scratch folder on local disk, removed with the task's files.
 
@@ -25,9 +29,10 @@ import io
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, BinaryIO, TypeVar, cast
 
 import boto3
@@ -36,13 +41,13 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from app.core.ids import is_task_id
-from app.core.resultbase import FileInfo, StoreUnavailable, check_name, check_run_id, check_task_id
+from app.core.resultbase import FileInfo, ResumableFile, StoreUnavailable, check_name, check_run_id, check_task_id
 
 log = logging.getLogger(__name__)
 PART_SIZE = 8 * 1024 * 1024  # bytes per multipart part (S3's minimum is 5 MiB): the writer's memory
 ATTEMPTS = 3  # botocore's own tries per call (standard retry mode: backoff with jitter)
 MAX_RUNS = 1000  # run folders of one task that a prune lists (runs follow one another, a few per task)
-_MISSING = {"NoSuchKey", "404", "NotFound"}
+_MISSING = {"NoSuchKey", "NoSuchUpload", "404", "NotFound"}
 _TRANSIENT = {"SlowDown", "ServiceUnavailable", "RequestTimeout", "InternalError", "503", "500"}
 T = TypeVar("T")
 
@@ -120,26 +125,14 @@ class S3ResultStore:
     def _key(self, task_id: str, name: str) -> str:
         return self._folder(task_id) + check_name(name)
 
-    @contextmanager
-    def _write(self, task_id: str, name: str) -> Iterator[BinaryIO]:
-        folder = self._scratch(task_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        upload = _Upload(self, self._key(task_id, name), str(folder / name))
-        try:
-            yield cast(BinaryIO, upload)
-            upload.finish()
-        except BaseException:
-            upload.abort()
-            raise
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-            with contextlib.suppress(OSError):  # the task's scratch folder, once no other run uses it
-                folder.parent.rmdir()
-
     def writer(self, task_id: str, name: str) -> AbstractContextManager[BinaryIO]:
         """See :meth:`app.core.results.ResultStore.writer`."""
-        self._key(task_id, name)  # validate eagerly
-        return self._write(task_id, name)
+        return cast(AbstractContextManager[BinaryIO], _Writing(self, task_id, name))
+
+    def resumable(self, task_id: str, name: str, token: Any = None, *,
+                  keep_on: tuple[type[BaseException], ...] = ()) -> AbstractContextManager[ResumableFile]:
+        """See :meth:`app.core.results.ResultStore.resumable` and the module docstring."""
+        return _Writing(self, task_id, name, resume=True, token=token, keep_on=keep_on)
 
     def info(self, task_id: str, name: str, content_type: str) -> FileInfo:
         """See :meth:`app.core.results.ResultStore.info`."""
@@ -215,9 +208,54 @@ def _folder_name(parent: str, key: str) -> str:
     return name if slash else ""
 
 
+class _Writing(AbstractContextManager["_Upload"]):
+    """One writer's life: its scratch folder, its upload (of a resumable writer: continued from ``token`` when
+    it can be), and its end: complete on a clean exit, else abort, unless the exception is one of ``keep_on``.
+    The ids and the name are checked at the call, before anything is created."""
+
+    def __init__(self, store: S3ResultStore, task_id: str, name: str, *, resume: bool = False, token: Any = None,
+                 keep_on: tuple[type[BaseException], ...] = ()) -> None:
+        self._store, self._key, self._name = store, store._key(task_id, name), name
+        self._folder = store._scratch(task_id)
+        self._resume, self._token, self._keep_on = resume, token, keep_on
+        self._upload: _Upload | None = None
+
+    def __enter__(self) -> _Upload:
+        self._folder.mkdir(parents=True, exist_ok=True)
+        upload = self._upload = _Upload(self._store, self._key, str(self._folder / self._name))
+        if self._resume:
+            try:
+                upload.resume(self._token)
+            except BaseException:
+                self._clean()
+                raise
+        return upload
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        upload = self._upload
+        assert upload is not None
+        try:
+            if exc is None:
+                upload.finish()
+            elif not isinstance(exc, self._keep_on):
+                upload.abort()
+        except BaseException:
+            upload.abort()
+            raise
+        finally:
+            self._clean()
+
+    def _clean(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the task's scratch folder, once no other run uses it
+            self._folder.parent.rmdir()
+
+
 class _Upload(io.BufferedIOBase):
     """A write-only, non-seekable file that uploads to one key: a PUT if it stays within one part,
-    else a multipart upload sent a part at a time."""
+    else a multipart upload sent a part at a time. Of a resumable writer, also a
+    :class:`~app.core.resultbase.ResumableFile`: see :meth:`resume`, :meth:`durable`, :meth:`resume_at`."""
 
     def __init__(self, store: S3ResultStore, key: str, name: str) -> None:
         super().__init__()
@@ -227,6 +265,10 @@ class _Upload(io.BufferedIOBase):
         self._position = 0
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
+        self._sizes: list[int] = []  # of the finished parts: what is durable
+        self.resumed = 0
+        self._skip = 0  # bytes written again after resume_at that the finished parts already hold
+        self._started = False
 
     def writable(self) -> bool:
         return True
@@ -239,6 +281,13 @@ class _Upload(io.BufferedIOBase):
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        written = view.nbytes
+        self._started = True
+        if self._skip:
+            skipped = min(self._skip, written)
+            self._skip -= skipped
+            self._position += skipped
+            view = view[skipped:]
         self._buffer += view
         self._position += view.nbytes
         size = self._store.part_size
@@ -247,7 +296,7 @@ class _Upload(io.BufferedIOBase):
                 part = bytes(whole[:size])  # one copy (a bytearray slice would make two)
             del self._buffer[:size]
             self._send_part(part)
-        return view.nbytes
+        return written
 
     def _send_part(self, body: bytes) -> None:
         s = self._store
@@ -258,10 +307,53 @@ class _Upload(io.BufferedIOBase):
         sent = translated(lambda: s.client.upload_part(
             Bucket=s.bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=body))
         self._parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+        self._sizes.append(len(body))
+
+    def durable(self) -> tuple[int, Any]:
+        """See :meth:`~app.core.resultbase.ResumableFile.durable`: the finished parts (no call to S3)."""
+        if not self._parts:
+            return 0, None
+        parts = [[part["ETag"], size] for part, size in zip(self._parts, self._sizes, strict=True)]
+        return sum(self._sizes), {"upload": self._upload_id, "parts": parts}
+
+    def resume(self, token: Any) -> None:
+        """Continue the upload ``token`` names if ListParts shows each of its parts as the token has it,
+        else start over; either way abort the other unfinished uploads of this key (an earlier run's
+        crash before its first save, or the upload of a token that no longer matches)."""
+        wanted = _token_parts(token)
+        if wanted is not None and self._listed(*wanted):
+            self._upload_id = wanted[0]
+            self._parts = [{"PartNumber": n, "ETag": etag} for n, (etag, _) in enumerate(wanted[1], 1)]
+            self._sizes = [size for _, size in wanted[1]]
+            self.resumed = self._position = sum(self._sizes)
+        s = self._store
+        pages = s.client.get_paginator("list_multipart_uploads").paginate(Bucket=s.bucket, Prefix=self._key)
+        for upload in (u for page in translated(lambda: list(pages)) for u in page.get("Uploads", [])):
+            if upload["Key"] == self._key and upload["UploadId"] != self._upload_id:
+                self._abort(upload["UploadId"])
+
+    def _listed(self, upload_id: str, parts: list[tuple[str, int]]) -> bool:
+        s = self._store
+        pages = s.client.get_paginator("list_parts").paginate(Bucket=s.bucket, Key=self._key, UploadId=upload_id)
+        try:
+            listed = {p["PartNumber"]: (p["ETag"], p["Size"])
+                      for page in translated(lambda: list(pages)) for p in page.get("Parts", [])}
+        except FileNotFoundError:  # the upload is gone: aborted, completed, or expired by a lifecycle rule
+            return False
+        return all(listed.get(n) == (etag, size) for n, (etag, size) in enumerate(parts, 1))
+
+    def resume_at(self, offset: int) -> None:
+        """See :meth:`~app.core.resultbase.ResumableFile.resume_at`: the bytes up to ``resumed`` are skipped."""
+        if self._started or not 0 <= offset <= self.resumed:
+            raise ValueError(f"resume_at({offset}): only before the first write, at most at {self.resumed}")
+        self._started = True
+        self._skip, self._position = self.resumed - offset, offset
 
     def finish(self) -> None:
         """Make the object visible: one PUT, or the last part and CompleteMultipartUpload."""
         s = self._store
+        if self._skip:
+            raise ValueError(f"resumed after {self.resumed} bytes but only {self._position} were written again")
         if self._upload_id is None:
             body = bytes(self._buffer)
             translated(lambda: s.client.put_object(Bucket=s.bucket, Key=self._key, Body=body))
@@ -276,9 +368,23 @@ class _Upload(io.BufferedIOBase):
         """Drop a started multipart upload (best effort: the orphan sweep or a lifecycle rule is the backstop)."""
         self._buffer = bytearray()
         if self._upload_id is not None:
-            s = self._store
-            try:
-                translated(lambda: s.client.abort_multipart_upload(
-                    Bucket=s.bucket, Key=self._key, UploadId=self._upload_id))
-            except (StoreUnavailable, FileNotFoundError) as exc:
-                log.warning("could not abort the upload of %s: %s", self._key, exc)
+            self._abort(self._upload_id)
+
+    def _abort(self, upload_id: str) -> None:
+        s = self._store
+        try:
+            translated(lambda: s.client.abort_multipart_upload(Bucket=s.bucket, Key=self._key, UploadId=upload_id))
+        except (StoreUnavailable, FileNotFoundError) as exc:
+            log.warning("could not abort the upload of %s: %s", self._key, exc)
+
+
+def _token_parts(token: Any) -> tuple[str, list[tuple[str, int]]] | None:
+    """``(upload id, [(etag, size), ...])`` from a resumable writer's token, or None when it is not one."""
+    if not isinstance(token, dict) or not isinstance(token.get("upload"), str) or not token["upload"]:
+        return None
+    parts = token.get("parts")
+    if not (isinstance(parts, list) and parts and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int and p[1] > 0
+            for p in parts)):
+        return None
+    return token["upload"], [(etag, size) for etag, size in parts]

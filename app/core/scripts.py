@@ -307,6 +307,8 @@ PROGRESS = Script(
         "task_id": "the task's id",
         "checkpoint_line": "a line for the checkpoint log ('' = none)",
         "cursor_json": "the processor's cursor ('' = unchanged)",
+        "files_run": "the run whose result folder holds what the checkpoint covers",
+        "replace": "'1' = the line replaces the log (a line that says it all) | '' = it is appended",
     },
     body="""
 local cur = redis.call('HMGET', task, @status, @run_id, @progress, @expires_at)
@@ -327,7 +329,8 @@ end
 if checkpoint_line ~= '' or cursor_json ~= '' then
   local ttl = redis.call('PTTL', task)
   if checkpoint_line ~= '' then
-    redis.call('APPEND', checkpoint, checkpoint_line .. '\\n')
+    if replace ~= '' then redis.call('SET', checkpoint, checkpoint_line .. '\\n')
+    else redis.call('APPEND', checkpoint, checkpoint_line .. '\\n') end
     if ttl > 0 then redis.call('PEXPIRE', checkpoint, ttl) end
   end
   if cursor_json ~= '' then
@@ -335,7 +338,7 @@ if checkpoint_line ~= '' or cursor_json ~= '' then
     if ttl > 0 then redis.call('PEXPIRE', cursor, ttl) end
   end
   redis.call('HINCRBY', task, @checkpoints, 1)
-  redis.call('HSET', task, @checkpoint_run, run_id)
+  redis.call('HSET', task, @checkpoint_run, files_run)
 end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)

@@ -213,9 +213,11 @@ class TaskStore:
     def report(
         self, task_id: str, run_id: str, progress: int | None, message: str | None = None,
         items: dict[str, int] | None = None, *, checkpoint: bytes = b"", cursor: bytes | None = None,
+        files_run: str | None = None, replace: bool = False,
     ) -> str:
         """Progress (or, with progress None, a bare heartbeat), with the run's checkpoint: a line for the log
-        and the cursor's JSON (b"" and None: nothing to save). Returns the status found."""
+        and the cursor's JSON (b"" and None: nothing to save), covering files in the result folder of run
+        ``files_run`` (default this run's); ``replace``: the line replaces the log. Returns the status found."""
         t = now_ms()
         total, succeeded, failed = (items["total"], items["succeeded"], items["failed"]) if items else ("", "", "")
         answer = self.run_script(scripts.PROGRESS.name, *scripts.PROGRESS.call(
@@ -223,7 +225,8 @@ class TaskStore:
                   "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id)},
             args={"run_id": run_id, "now_ms": t, "progress": "" if progress is None else int(progress),
                   "message": message or "", "items_total": total, "items_succeeded": succeeded, "items_failed": failed,
-                  "task_id": task_id, "checkpoint_line": checkpoint, "cursor_json": cursor or ""},
+                  "task_id": task_id, "checkpoint_line": checkpoint, "cursor_json": cursor or "",
+                  "files_run": files_run or run_id, "replace": "1" if replace else ""},
         ))  # fmt: skip
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 

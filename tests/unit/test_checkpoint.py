@@ -10,7 +10,7 @@ import pytest
 
 from app.core.results import LocalResultStore
 from tests.unit.recorder import Recorder
-from workers.checkpoint import Resume, Saved
+from workers.checkpoint import COMPACT_EVERY, Resume, Saved
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskCancelled, TaskInterrupted
 
@@ -18,7 +18,10 @@ from workers.exceptions import ItemError, TaskCancelled, TaskInterrupted
 def stored(report: Recorder) -> tuple[bytes, bytes | None]:
     """The checkpoint as the progress script would hold it after ``report``'s writes."""
     saved = [s for s in report.saved if isinstance(s, Saved)]
-    log = b"".join(s.line + b"\n" for s in saved if s.line)
+    log = b""
+    for s in saved:
+        if s.line:
+            log = (b"" if s.replace else log) + s.line + b"\n"  # SET or APPEND, as the progress script does
     cursors = [s.cursor for s in saved if s.cursor is not None]
     return log, cursors[-1] if cursors else None
 
@@ -140,3 +143,17 @@ def test_results_of_an_each_are_kept_in_item_order(tmp_path: Path):
     assert ctx.each(values, lambda v: v) == values
     resume = Resume.parse(*stored(report))
     assert resume is not None and resume.runs[0].results == values
+
+
+def test_the_log_is_replaced_by_one_line_every_so_often_so_its_size_is_bounded(tmp_path: Path):
+    report = Recorder()
+    ctx = context(report, tmp_path)
+    ctx.each(range(3), lambda i: i)  # an earlier run, then one that goes on for many writes
+    ctx.each(range(COMPACT_EVERY * 3), lambda i: None)
+    log, _ = stored(report)
+    assert 1 <= log.count(b"\n") <= COMPACT_EVERY
+    assert any(s.replace for s in report.saved if isinstance(s, Saved))
+    resume = Resume.parse(log, None)
+    assert resume is not None and resume.runs[0].results == [0, 1, 2]
+    assert resume.runs[1].done == COMPACT_EVERY * 3 and resume.runs[1].results == [None] * (COMPACT_EVERY * 3)
+    assert resume.counts == [3 + COMPACT_EVERY * 3, 3 + COMPACT_EVERY * 3, 0]

@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -226,3 +227,159 @@ def test_closing_a_download_body_closes_its_stream_even_unread() -> None:
     assert body is not None
     body.close()  # what the WSGI server does after a HEAD, or when the client went away
     assert stream.closed
+
+
+# -- resumable writers: what a run leaves for the next (issue 18) -------------------------------------------
+
+
+class Stop(Exception):
+    """Stands for TaskInterrupted (the core knows no worker exceptions): what a graceful stop raises."""
+
+
+def records(size: int, total: int) -> list[bytes]:
+    """Deterministic records of ``size`` bytes (the rows of an export), ``total`` bytes in all."""
+    return [(f"{i:09d}," * (size // 10 + 1)).encode()[:size - 1] + b"\n" for i in range(-(-total // size))]
+
+
+def interrupted(results: ResultStore, task_id: str, parts: list[bytes], stop_at: int) -> tuple[int, Any]:
+    """Write ``parts`` until ``stop_at`` bytes are written, then stop the way a graceful stop does; return the
+    boundary a processor would save (the last record end at or before the durable bytes) and the token."""
+    ends, written = [0], 0
+    with pytest.raises(Stop), results.resumable(task_id, "out.csv", keep_on=(Stop,)) as fh:
+        for part in parts:
+            fh.write(part)
+            written += len(part)
+            ends.append(written)
+            if written >= stop_at:
+                durable, token = fh.durable()
+                assert durable <= fh.tell() == written
+                raise Stop
+    return max(end for end in ends if end <= durable), token
+
+
+def resumed(results: ResultStore, task_id: str, parts: list[bytes], boundary: int, token: Any) -> int:
+    """Continue from ``boundary`` with ``token`` as a processor does; return where the writer resumed."""
+    with results.resumable(task_id, "out.csv", token, keep_on=(Stop,)) as fh:
+        start = boundary if 0 < boundary <= fh.resumed else 0
+        fh.resume_at(start)
+        written = 0
+        for part in parts:
+            if written >= start:
+                fh.write(part)
+            written += len(part)
+        assert fh.tell() == written
+        return fh.resumed
+
+
+def stored(results: ResultStore, task_id: str) -> bytes:
+    with results.open(task_id, "out.csv") as fh:
+        return fh.read()
+
+
+def left_behind(results: ResultStore, task_id: str) -> list[str]:
+    """What the task's writers left unfinished: partial files on disk, multipart uploads on S3."""
+    if isinstance(results, S3ResultStore):
+        listed = results.client.list_multipart_uploads(Bucket=results.bucket).get("Uploads", [])
+        return [u["Key"] for u in listed if task_id in u["Key"]]
+    assert isinstance(results, LocalResultStore)
+    folder = results.root / task_id
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".partial")) if folder.exists() else []
+
+
+# (record size, bytes written before the stop), with S3 parts of 5 MiB: nothing durable on S3 yet; within the
+# second part (a record straddles the part boundary, so the writer skips the bytes the part already holds);
+# exactly on a part boundary (nothing in the buffer); everything written but not finished.
+STOPS = [(1000, 3 * MIB), (1000, 7 * MIB), (1024, 5 * MIB), (1000, 11 * MIB)]
+
+
+@pytest.mark.parametrize(("size", "stop_at"), STOPS, ids=["nothing-durable", "mid-part", "on-part-boundary", "all"])
+def test_an_interrupted_file_resumes_byte_identical(results: ResultStore, task_id: str, size: int,
+                                                    stop_at: int) -> None:
+    parts = records(size, 11 * MIB)
+    boundary, token = interrupted(results, task_id, parts, stop_at)
+    assert len(left_behind(results, task_id)) == (0 if token is None else 1)  # kept for the next run
+    with pytest.raises(FileNotFoundError):
+        results.open(task_id, "out.csv")  # nothing under the final name while it is unfinished
+    at = resumed(results, task_id, parts, boundary, token)
+    if isinstance(results, LocalResultStore):
+        assert at == boundary == stop_at // size * size + (size if stop_at % size else 0)  # synced: all of it
+    else:
+        assert at == stop_at // (5 * MIB) * 5 * MIB and boundary <= at < boundary + size
+    assert stored(results, task_id) == b"".join(parts)
+    assert left_behind(results, task_id) == []
+
+
+def test_a_crash_leaves_what_is_durable_for_the_next_run(results: ResultStore, task_id: str) -> None:
+    """A killed process runs no cleanup at all: here, the writer is entered and never exited."""
+    parts = records(1000, 8 * MIB)
+    writing = results.resumable(task_id, "out.csv")
+    fh = writing.__enter__()
+    for part in parts[:6000]:
+        fh.write(part)
+    durable, token = fh.durable()
+    assert durable == (6_000_000 if isinstance(results, LocalResultStore) else 5 * MIB)
+    del writing, fh
+    boundary = durable // 1000 * 1000
+    assert resumed(results, task_id, parts, boundary, token) == durable
+    assert stored(results, task_id) == b"".join(parts)
+
+
+def test_durable_never_counts_more_than_was_written(results: ResultStore, task_id: str) -> None:
+    with results.resumable(task_id, "out.csv") as fh:
+        assert fh.resumed == 0 and fh.durable() == (0, None)  # nothing yet: no token
+        seen = []
+        for part in records(1000, 6 * MIB):
+            fh.write(part)
+            durable, token = fh.durable() if len(seen) % 500 == 0 else seen[-1]
+            assert durable <= fh.tell() and (token is None) == (durable == 0)
+            seen.append((durable, token))
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("token", [
+    "garbage", 7, {"partial": "../../../etc/passwd", "size": 3}, {"partial": "0" * 32, "size": -1},
+    {"upload": "no-such-upload", "parts": [['"etag"', 5 * MIB]]}, {"upload": "x", "parts": "1"},
+], ids=["text", "number", "path", "negative", "no-upload", "bad-parts"])
+def test_a_token_that_matches_nothing_starts_over(results: ResultStore, task_id: str, token: Any) -> None:
+    with results.resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 0
+        fh.resume_at(0)
+        fh.write(b"fresh")
+    assert stored(results, task_id) == b"fresh"
+
+
+def test_a_token_of_a_file_removed_or_finished_since_starts_over(results: ResultStore, task_id: str) -> None:
+    parts = records(1000, 6 * MIB)
+    boundary, token = interrupted(results, task_id, parts, 6 * MIB)
+    results.delete(task_id)  # e.g. a cancel's cleanup, or a retry's
+    assert resumed(results, task_id, parts, boundary, token) == 0
+    assert stored(results, task_id) == b"".join(parts)
+    boundary, token = interrupted(results, task_id, parts, 6 * MIB)
+    assert resumed(results, task_id, parts, boundary, token) > 0
+    assert resumed(results, task_id, parts[:10], boundary, token) == 0  # that token's file is the final file now
+    assert stored(results, task_id) == b"".join(parts[:10])
+
+
+def test_any_other_exception_removes_the_unfinished_file(results: ResultStore, task_id: str) -> None:
+    parts = records(1000, 6 * MIB)
+    with pytest.raises(RuntimeError), results.resumable(task_id, "out.csv", keep_on=(Stop,)) as fh:
+        for part in parts:
+            fh.write(part)
+        token = fh.durable()[1]
+        raise RuntimeError("failed")  # a failure, a cancel, a timeout: nothing is kept
+    assert left_behind(results, task_id) == []
+    with results.resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 0
+
+
+def test_resume_at_comes_first_and_goes_no_further_than_what_was_resumed(results: ResultStore,
+                                                                          task_id: str) -> None:
+    boundary, token = interrupted(results, task_id, records(1000, 6 * MIB), 6 * MIB)
+    with results.resumable(task_id, "out.csv", token) as fh:
+        with pytest.raises(ValueError):
+            fh.resume_at(fh.resumed + 1)
+        fh.write(b"x")
+        with pytest.raises(ValueError):
+            fh.resume_at(0)
+    with results.resumable(task_id, "out.csv") as fh, pytest.raises(ValueError):
+        fh.resume_at(1)

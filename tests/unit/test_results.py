@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,99 @@ def test_the_stores_depend_one_way_results_on_s3store_never_back() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
     assert "app.core.results" not in imported and "app.core.resultbase" in imported
+
+
+# -- resumable writers on disk (the contract's tests run on both stores) -------------------------------------
+
+
+class Stop(Exception):
+    pass
+
+
+def partials(store: LocalResultStore, task_id: str) -> list[str]:
+    return sorted(p.name for p in (store.root / task_id).iterdir() if p.name.endswith(".partial"))
+
+
+def stopped_at(store: LocalResultStore, task_id: str, data: bytes) -> Any:
+    """The token of a writer stopped gracefully after writing ``data``."""
+    with pytest.raises(Stop), store.resumable(task_id, "out.csv", keep_on=(Stop,)) as fh:
+        fh.write(data)
+        size, token = fh.durable()
+        assert size == len(data)
+        raise Stop
+    return token
+
+
+def test_a_resumable_file_is_a_hidden_partial_until_it_is_finished(store: LocalResultStore, task_id: str):
+    with store.resumable(task_id, "out.csv") as fh:
+        fh.write(b"a,b\n")
+        size, token = fh.durable()
+        assert (size, sorted(token)) == (4, ["partial", "size"])
+        assert partials(store, task_id) == [f".out.csv.{token['partial']}.partial"] == [Path(fh.name).name]
+        assert not (store.root / task_id / "out.csv").exists()
+    assert [p.name for p in (store.root / task_id).iterdir()] == ["out.csv"]
+
+
+def test_the_next_run_takes_the_partial_over_under_a_name_of_its_own(store: LocalResultStore, task_id: str):
+    """A run that was taken over and wakes up can then neither remove nor finish the file the next run writes."""
+    token = stopped_at(store, task_id, b"0123456789")
+    old = store.root / task_id / f".out.csv.{token['partial']}.partial"
+    with store.resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 10 and not old.exists() and partials(store, task_id) == [Path(fh.name).name]
+        old.unlink(missing_ok=True)  # what the old run's cleanup does
+        fh.resume_at(4)
+        fh.write(b"456789!")
+    assert (store.root / task_id / "out.csv").read_bytes() == b"0123456789!"
+
+
+def test_bytes_after_the_durable_offset_are_cut_and_a_shorter_file_starts_over(store: LocalResultStore,
+                                                                                  task_id: str):
+    token = stopped_at(store, task_id, b"0123456789")
+    path = store.root / task_id / f".out.csv.{token['partial']}.partial"
+    with path.open("ab") as fh:
+        fh.write(b"written after the last save, maybe never synced")
+    with store.resumable(task_id, "out.csv", token) as resumed:
+        assert resumed.resumed == 10 and resumed.tell() == 10
+        resumed.write(b"!")
+    assert (store.root / task_id / "out.csv").read_bytes() == b"0123456789!"
+    token = stopped_at(store, task_id, b"0123456789")
+    (store.root / task_id / f".out.csv.{token['partial']}.partial").write_bytes(b"0123")
+    with store.resumable(task_id, "out.csv", token) as resumed:
+        assert resumed.resumed == 0 and resumed.tell() == 0
+        resumed.write(b"new")
+    assert (store.root / task_id / "out.csv").read_bytes() == b"new" and partials(store, task_id) == []
+
+
+def test_partials_no_token_names_are_removed_when_a_writer_opens(store: LocalResultStore, task_id: str):
+    """A crash before the first cursor save leaves a partial the next run cannot name: it goes."""
+    stopped_at(store, task_id, b"lost")
+    stopped_at(store, task_id, b"lost too")  # opening removed the first one
+    other = store.root / task_id / ".other.csv.0123456789abcdef0123456789abcdef.partial"
+    other.write_bytes(b"another file's")
+    assert len(partials(store, task_id)) == 2
+    with store.resumable(task_id, "out.csv") as fh:
+        assert partials(store, task_id) == sorted([Path(fh.name).name, other.name])
+        fh.write(b"x")
+    assert partials(store, task_id) == [other.name]
+
+
+def test_a_token_never_names_a_file_outside_the_folder(store: LocalResultStore, task_id: str, tmp_path: Path):
+    victim = tmp_path / "victim.partial"
+    victim.write_bytes(b"keep me")
+    for name in ("../../victim", "0" * 31 + "/", "0" * 32 + "/../../../victim"):
+        with store.resumable(task_id, "out.csv", {"partial": name, "size": 3}) as fh:
+            assert fh.resumed == 0
+    assert victim.read_bytes() == b"keep me"
+
+
+def test_a_run_view_resumes_in_its_own_folder(store: LocalResultStore, task_id: str):
+    run = store.for_run("a" * 32)
+    with pytest.raises(Stop), run.resumable(task_id, "out.csv", keep_on=(Stop,)) as fh:
+        fh.write(b"abc")
+        token = fh.durable()[1]
+        raise Stop
+    assert partials(store, task_id) == []  # not in the task's folder: in the run's
+    with store.for_run("a" * 32).resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 3
+    with store.for_run("b" * 32).resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 0  # another run's folder holds no such partial

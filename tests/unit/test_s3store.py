@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -196,3 +198,94 @@ def test_audit_retention_parses(value: str, limits: tuple[int, int]) -> None:
 def test_bad_audit_retention_is_a_config_error(value: str) -> None:
     with pytest.raises(ConfigError, match="TASKPORT_AUDIT_RETENTION"):
         Config.from_env({"TASKPORT_AUDIT_RETENTION": value})
+
+
+# -- resumable writers on S3 (the contract's tests run on both stores) ---------------------------------------
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def s3parts(s3: S3ResultStore) -> S3ResultStore:
+    """Parts of 5 MiB, S3's (and moto's) smallest."""
+    s3.part_size = 5 * MIB
+    return s3
+
+
+def stopped_after(s3: S3ResultStore, task_id: str, data: bytes) -> Any:
+    """The token of a writer stopped gracefully after writing ``data``."""
+    with pytest.raises(Stop), s3.resumable(task_id, "out.csv", keep_on=(Stop,)) as fh:
+        fh.write(data)
+        token = fh.durable()[1]
+        raise Stop
+    return token
+
+
+def test_only_finished_parts_are_durable(s3parts: S3ResultStore) -> None:
+    with s3parts.resumable(str(uuid.uuid4()), "out.csv") as fh:
+        fh.write(b"x" * (5 * MIB - 1))
+        assert fh.durable() == (0, None)  # all of it still in the buffer
+        fh.write(b"x")
+        size, token = fh.durable()
+        assert size == 5 * MIB and list(token) == ["upload", "parts"] and [p[1] for p in token["parts"]] == [5 * MIB]
+        fh.write(b"y" * 3 * MIB)
+        assert fh.durable()[0] == 5 * MIB
+
+
+def test_a_token_whose_part_changed_starts_over_and_aborts_that_upload(s3parts: S3ResultStore,
+                                                                       s3_server: S3Server) -> None:
+    task_id = str(uuid.uuid4())
+    data = os.urandom(11 * MIB)
+    token = stopped_after(s3parts, task_id, data)
+    key = f"p/{task_id}/out.csv"
+    s3_server.client().upload_part(Bucket=s3parts.bucket, Key=key, UploadId=token["upload"], PartNumber=2,
+                                   Body=b"z" * 5 * MIB)  # not the bytes the token has
+    with s3parts.resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 0 and s3_server.uploads(s3parts.bucket) == []
+        fh.write(data)
+    assert s3parts.open(task_id, "out.csv").read() == data
+
+
+def test_opening_aborts_the_other_unfinished_uploads_of_its_key_only(s3parts: S3ResultStore,
+                                                                      s3_server: S3Server) -> None:
+    """What a crash before the first cursor save leaves: an upload no token names."""
+    task_id = str(uuid.uuid4())
+    for key in (f"p/{task_id}/out.csv", f"p/{task_id}/out.csv", f"p/{task_id}/out.csv.bak", "p/other/out.csv"):
+        s3_server.start_upload(s3parts.bucket, key)
+    token = stopped_after(s3parts, task_id, b"k" * 6 * MIB)
+    assert sorted(s3_server.uploads(s3parts.bucket)) == sorted(
+        [f"p/{task_id}/out.csv", f"p/{task_id}/out.csv.bak", "p/other/out.csv"])  # the stopped writer's own
+    with s3parts.resumable(task_id, "out.csv", token) as fh:
+        assert fh.resumed == 5 * MIB
+        fh.write(b"k" * MIB)
+    assert sorted(s3_server.uploads(s3parts.bucket)) == sorted([f"p/{task_id}/out.csv.bak", "p/other/out.csv"])
+    assert s3parts.open(task_id, "out.csv").read() == b"k" * 6 * MIB
+
+
+def test_a_resumed_upload_given_fewer_bytes_than_it_holds_fails_and_aborts(s3parts: S3ResultStore,
+                                                                           s3_server: S3Server) -> None:
+    """Never a file with bytes the processor did not write this time: 5 MiB kept, 1 MiB written again."""
+    task_id = str(uuid.uuid4())
+    token = stopped_after(s3parts, task_id, b"k" * 6 * MIB)
+    with pytest.raises(ValueError, match="written again"), s3parts.resumable(task_id, "out.csv", token) as fh:
+        fh.resume_at(0)
+        fh.write(b"k" * MIB)
+    assert s3_server.uploads(s3parts.bucket) == [] and s3_server.keys(s3parts.bucket) == []
+
+
+def test_a_resumed_upload_keeps_its_token_until_a_part_more_is_finished(s3parts: S3ResultStore) -> None:
+    task_id = str(uuid.uuid4())
+    token = stopped_after(s3parts, task_id, b"a" * 6 * MIB)
+    with pytest.raises(Stop), s3parts.resumable(task_id, "out.csv", token, keep_on=(Stop,)) as fh:
+        fh.resume_at(5 * MIB - 10)
+        assert fh.durable() == (5 * MIB, token)
+        fh.write(b"a" * (5 * MIB + 10))
+        size, later = fh.durable()
+        assert size == 10 * MIB and later["upload"] == token["upload"] and later["parts"][0] == token["parts"][0]
+        raise Stop
+    with s3parts.resumable(task_id, "out.csv", later) as fh:
+        assert fh.resumed == 10 * MIB
+        fh.write(b"b")
+    assert s3parts.open(task_id, "out.csv").read() == b"a" * 10 * MIB + b"b"

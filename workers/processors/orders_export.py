@@ -3,29 +3,48 @@
 The rows are a pure function of (row number, date range), so the same payload always produces the
 same file. Dates spread evenly over ``start_date``..``end_date`` in ascending order; without dates
 the range is ``DEFAULT_START`` plus one year, with only one of them the range is one year long
-(365 days) ending or starting there. The file is written through ``ctx.results.writer``, so a
+(365 days) ending or starting there. The file is written through the result store, so a
 cancelled or failed export leaves no file behind.
+
+A CSV export resumes where an interrupted run (a graceful stop, a crash) left it. It writes through
+``ctx.results.resumable``; after a chunk, at most once per ``ctx.interval`` and once more when the run
+stops, it asks the writer how many bytes are durable (on disk: synced; on S3: in finished multipart parts)
+and saves as its cursor the last row boundary at or before them, ``{"row", "byte", "file": token}``. The
+next run opens the writer with that token; when the writer continued after the durable bytes, the export
+regenerates the rows from the cursor's row (rows are a pure function of their number, so they are the same
+bytes) and the writer cuts back to, or skips up to, the cursor's byte; when the token no longer matches
+(the file or upload is gone) it starts over from row 0. The finished file is byte-identical either way.
+
+An XLSX export always starts from scratch, whatever cursor there is: openpyxl's write-only workbook is a
+zip archive whose sheet is streamed to a temporary file and packed, with the archive's central directory,
+only by ``save`` at the very end, so no prefix of the output is ever final and there is nothing to append to.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import io
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any, BinaryIO
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.core.processors import processor
+from app.core.resultbase import ResumableFile
 from workers.context import TaskContext
+from workers.exceptions import TaskInterrupted
 
 MAX_ROWS = 1_000_000
 CHUNK_ROWS = 1000  # rows written between two progress calls
+# A CSV export's cursor saves (each syncs the file on disk) are at most one per progress write interval
+# (ctx.interval, TASKPORT_PROGRESS_INTERVAL): a cursor saved more often would wait for the next write anyway.
 DEFAULT_START = date(2026, 1, 1)
 DEFAULT_SPAN_DAYS = 365
 # Bounds of the payload's dates: order dates of this century and the next, at most ten years in one
@@ -76,13 +95,16 @@ class ExportSchema(Schema):
 
 @processor("orders.export", schema=ExportSchema, timeout=3600)
 def export(payload: dict, ctx: TaskContext) -> dict:
-    """Write the export file and describe it; progress reads "row 4500 of 10000"."""
+    """Write the export file and describe it; progress reads "row 4500 of 10000". A CSV export resumes from
+    its cursor, an XLSX export starts over (the module docstring says how and why)."""
     rows, fmt = payload["rows"], payload["format"]
     start, end = date_range(payload.get("start_date"), payload.get("end_date"))
     name = f"orders_{start.isoformat()}_{end.isoformat()}.{fmt}"
-    write: Callable[[BinaryIO, Iterator[list[Row]]], None] = _write_csv if fmt == "csv" else _write_xlsx
-    with ctx.results.writer(ctx.task_id, name) as fh:
-        write(fh, _chunks(rows, start, end, ctx))
+    if fmt == "csv":
+        _export_csv(ctx, name, rows, start, end)
+    else:
+        with ctx.results.writer(ctx.task_id, name) as fh:
+            _write_xlsx(fh, (chunk for _, chunk in _chunks(rows, start, end, ctx)))
     info = ctx.results.info(ctx.task_id, name, CONTENT_TYPES[fmt])
     file = {
         "name": info.name,
@@ -118,31 +140,91 @@ def make_row(index: int, day: date) -> Row:
     )
 
 
-def _chunks(rows: int, start: date, end: date, ctx: TaskContext) -> Iterator[list[Row]]:
-    """Rows in chunks of ``CHUNK_ROWS``, reporting progress after each chunk has been written."""
+def _chunks(rows: int, start: date, end: date, ctx: TaskContext, first: int = 0) -> Iterator[tuple[int, list[Row]]]:
+    """``(rows so far, chunk)`` from row ``first`` on, in chunks of ``CHUNK_ROWS``, reporting progress after
+    each chunk has been written."""
     span = (end - start).days + 1
-    for first in range(0, rows, CHUNK_ROWS):
-        last = min(first + CHUNK_ROWS, rows)
-        yield [make_row(i, start + timedelta(days=i * span // rows)) for i in range(first, last)]
+    for begin in range(first, rows, CHUNK_ROWS):
+        last = min(begin + CHUNK_ROWS, rows)
+        yield last, [make_row(i, start + timedelta(days=i * span // rows)) for i in range(begin, last)]
         ctx.progress(last, rows, f"row {last} of {rows}")
 
 
-def _write_csv(fh: BinaryIO, chunks: Iterator[list[Row]]) -> None:
-    text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
-    try:
-        out = csv.writer(text)
-        out.writerow(HEADER)
-        for chunk in chunks:
-            out.writerows(
-                (code, day.isoformat(), customer, items, f"{cents // 100}.{cents % 100:02d}", cur, status)
-                for code, day, customer, items, cents, cur, status in chunk
-            )
-        text.flush()
-    finally:
-        text.detach()  # the result store owns (and closes) the binary file
+def _export_csv(ctx: TaskContext, name: str, rows: int, start: date, end: date) -> None:
+    """Write the CSV file, continuing from the cursor an interrupted run saved (see the module docstring)."""
+    cursor = ctx.cursor if _is_cursor(ctx.cursor) else None
+    token = cursor["file"] if cursor is not None else None
+    with ctx.results.resumable(ctx.task_id, name, token, keep_on=(TaskInterrupted,)) as fh:
+        cursors = _Cursors(ctx, fh, _restart(fh, cursor))
+        try:
+            for last, chunk in _chunks(rows, start, end, ctx, cursors.first):
+                fh.write(_csv_bytes(
+                    (code, day.isoformat(), customer, items, f"{cents // 100}.{cents % 100:02d}", cur, status)
+                    for code, day, customer, items, cents, cur, status in chunk))
+                cursors.passed(last)
+        except TaskInterrupted:
+            cursors.stopping()
+            raise
+
+
+def _is_cursor(value: Any) -> bool:
+    return (isinstance(value, dict) and type(value.get("row")) is int and type(value.get("byte")) is int
+            and value["row"] >= 0 and value["byte"] > 0 and "file" in value)
+
+
+def _restart(fh: ResumableFile, cursor: dict[str, Any] | None) -> int:
+    """The row to go on from: the cursor's when the writer resumed after its byte, else 0 (the header first)."""
+    if cursor is not None and cursor["byte"] <= fh.resumed:
+        fh.resume_at(cursor["byte"])
+        return int(cursor["row"])
+    fh.resume_at(0)
+    fh.write(_csv_bytes([HEADER]))
+    return 0
+
+
+def _csv_bytes(rows: Any) -> bytes:
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(rows)
+    return text.getvalue().encode("utf-8")
+
+
+class _Cursors:
+    """The cursor saves of a CSV export: the row boundaries ``(row, byte)`` written since the last durable
+    one, and at most one save per ``ctx.interval`` of the last of them at or before the durable bytes."""
+
+    def __init__(self, ctx: TaskContext, fh: ResumableFile, first: int) -> None:
+        self.ctx, self.fh, self.first = ctx, fh, first
+        self.marks = collections.deque([(first, fh.tell())])
+        self.saved = self.marks[0]
+        self.due = time.monotonic() + self.ctx.interval
+
+    def passed(self, row: int) -> None:
+        """Rows up to ``row`` are written (handed to the writer, not necessarily durable)."""
+        self.marks.append((row, self.fh.tell()))
+        if time.monotonic() >= self.due:
+            self.save()
+
+    def save(self) -> None:
+        self.due = time.monotonic() + self.ctx.interval
+        durable, token = self.fh.durable()
+        marks = self.marks
+        while len(marks) > 1 and marks[1][1] <= durable:
+            marks.popleft()
+        row, byte = marks[0]
+        if token is None or byte > durable or (row, byte) == self.saved:
+            return  # nothing durable yet, or nothing new
+        self.saved = (row, byte)
+        self.ctx.save_cursor({"row": row, "byte": byte, "file": token})
+
+    def stopping(self) -> None:
+        """The run stops (TaskInterrupted): save how far it got now. A cancel meanwhile raises TaskCancelled,
+        and the writer then removes the file."""
+        with contextlib.suppress(TaskInterrupted):
+            self.save()
 
 
 def _write_xlsx(fh: BinaryIO, chunks: Iterator[list[Row]]) -> None:
+    """The workbook; never resumed (the module docstring says why)."""
     from openpyxl import Workbook  # imported on first use: it would weigh on every forked work horse
 
     book = Workbook(write_only=True)
