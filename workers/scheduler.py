@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from rq import Queue, SimpleWorker
 from rq_scheduler import Scheduler
 
+from app.core import layout
 from app.core.config import Config
 from app.core.connection import connect, ride_out_outages, wait_for_redis
 from app.core.logs import setup_logging
@@ -94,6 +95,7 @@ def build_scheduler(config: Config, name: str | None = None) -> Scheduler:
     """An rq-scheduler polling every ``config.scheduler_interval`` seconds, its jobs registered."""
     conn = connect(config)
     wait_for_redis(conn)
+    layout.upgrade(conn)  # a Redis of an earlier key layout: before anything reads it (app.core.layout)
     scheduler = Scheduler(queue_name=DEFAULT_QUEUE, connection=conn, interval=config.scheduler_interval, name=name)
     register_jobs(scheduler, config)
     return scheduler

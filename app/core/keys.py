@@ -115,6 +115,7 @@ SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as 
 ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert went out in this window
 AUDIT = f"{PREFIX}audit"  # stream: one entry per task transition, capped by TASKPORT_AUDIT_RETENTION
 ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's orphan sweep continues after
+LAYOUT = f"{PREFIX}layout"  # string: the key layout this Redis is in (app.core.layout)
 
 
 # Fields of STATS: submits, retries and recoveries, and a counter per status a transition ends in.
@@ -150,4 +151,4 @@ def housekeeping_lock(job: str) -> str:
 
 
 def all_static() -> list[str]:
-    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP]
+    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP, LAYOUT]
