@@ -18,6 +18,7 @@ from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.jobs import resume_job_id
 from app.core.states import ErrorCode, TaskStatus
+from tests.unit.test_runner import status, submit
 from workers import runner as runner_module
 from workers.context import TaskContext
 from workers.runner import Runner
@@ -72,16 +73,6 @@ def runner(tmp_path: Path, conn: Any) -> Runner:
     config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, progress_interval=0,
                              heartbeat_interval=3600)
     return runner_module.use(Runner(config, conn))  # type: ignore[return-value]
-
-
-def submit(client: Any, task_type: str, **payload: Any) -> str:
-    r = client.post(API, json={"type": task_type, "payload": payload})
-    assert r.status_code == 202, r.get_json()
-    return str(r.get_json()["task_id"])
-
-
-def status(client: Any, task_id: str) -> dict[str, Any]:
-    return dict(client.get(f"{API}/{task_id}").get_json())
 
 
 def test_a_stopped_run_goes_back_on_its_queue_and_the_next_resumes_after_the_items_done(client, runner, conn):
