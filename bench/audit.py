@@ -32,8 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from anywhere
 
 from app.core import keys, scripts  # noqa: E402
+from app.core.answers import NewTask
 from app.core.config import Config  # noqa: E402
-from app.core.store import NewTask, TaskStore  # noqa: E402
+from app.core.store import TaskStore  # noqa: E402
 from app.launch.embedded import EmbeddedRedis  # noqa: E402
 
 NOOP_AUDIT = "\nlocal function audit(task_key, id, from) end\n"

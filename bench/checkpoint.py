@@ -34,8 +34,9 @@ class StepClock:
 def checkpoint_bytes(conn: Any, config: Any, interval: float, result: Any) -> int:
     """MEMORY USAGE of one task's checkpoint key after ITEMS items at one write per ``interval`` s of 10 ms items."""
     from app.core import keys
+    from app.core.answers import NewTask
     from app.core.results import LocalResultStore
-    from app.core.store import NewTask, TaskStore
+    from app.core.store import TaskStore
     from workers.context import TaskContext
 
     store = TaskStore(conn, config)

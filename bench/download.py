@@ -29,10 +29,11 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script from anywhere
 
+from app.core.answers import NewTask
 from app.core.config import Config  # noqa: E402
 from app.core.process import free_port  # noqa: E402
 from app.core.s3store import S3ResultStore  # noqa: E402
-from app.core.store import NewTask, TaskStore  # noqa: E402
+from app.core.store import TaskStore  # noqa: E402
 from app.launch.cli import web_command  # noqa: E402
 from app.launch.embedded import EmbeddedRedis  # noqa: E402
 

@@ -16,9 +16,10 @@ import redis
 from rq import Queue
 
 from app.core import processors
+from app.core.answers import NewTask
 from app.core.config import Config
 from app.core.jobs import JobQueue
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 from app.web.service import dedup_digest
 
 TASK_TYPE = "demo.sleep"

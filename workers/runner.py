@@ -37,6 +37,7 @@ from rq import Retry, get_current_job
 from rq.timeouts import JobTimeoutException
 
 from app.core import processors
+from app.core.answers import ResultNotStorable, Started
 from app.core.config import Config
 from app.core.connection import connect
 from app.core.ids import new_run_id
@@ -45,7 +46,7 @@ from app.core.logs import task_logger
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, result_store, spill
 from app.core.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
-from app.core.store import ResultNotStorable, Started, TaskStore
+from app.core.store import TaskStore
 from app.core.task import Task
 from workers.checkpoint import Resume, Saved
 from workers.context import TaskContext

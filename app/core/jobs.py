@@ -26,7 +26,7 @@ from rq.registry import CanceledJobRegistry
 from rq.utils import as_text, current_timestamp, now, utcformat
 
 from app.core.config import Config
-from app.core.scripts import Command
+from app.core.lua import Command
 from app.core.states import QUEUES
 
 RUN_TASK = "workers.runner.run_task"

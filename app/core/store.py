@@ -11,20 +11,30 @@ result is needed too). The shared keys have owners of their own: the indexes hou
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 import redis
 
-from app.core import keys, scripts
+from app.core import keys, lua, scripts
+from app.core.answers import (
+    ActiveCapReached,
+    Claim,
+    Created,
+    Expired,
+    NewTask,
+    ResultNotStorable,
+    Started,
+    Transition,
+    WithResult,
+)
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.ids import digest
 from app.core.indexes import ExpiryIndex
 from app.core.keys import STAT_ENTERED, STAT_INTERRUPTED, STAT_RECOVERED, STAT_RETRIED
 from app.core.keys import TaskField as F
-from app.core.scripts import Command
+from app.core.lua import Command
 from app.core.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
 from app.core.task import Task
 
@@ -32,81 +42,6 @@ from app.core.task import Task
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
 # default), and a key of its own costs more than a hundred bytes of bookkeeping.
 INLINE_RESULT_MAX = 64
-
-
-class ActiveCapReached(Exception):
-    """A submit refused: the member already holds ``cap`` unfinished tasks (``Config.active_task_cap``)."""
-
-    def __init__(self, cap: int, active: int) -> None:
-        super().__init__(f"{active} unfinished tasks, the cap is {cap}")
-        self.cap, self.active = cap, active
-
-
-class ResultNotStorable(ValueError):
-    """A processor's output cannot be stored (not JSON-serializable, or over ``Config.max_result``)."""
-
-
-@dataclass(frozen=True)
-class NewTask:
-    task_id: str
-    member: str
-    type: str
-    payload: dict[str, Any]
-    dedup_digest: str
-    priority: str
-    max_attempts: int
-
-
-class Created(NamedTuple):
-    """What a submit did: ``created``, or not (a duplicate) and ``task_id`` names the task holding the
-    dedup key. ``task`` is the new task as written, or the holder as read (None if it vanished meanwhile)."""
-
-    created: bool
-    task_id: str
-    task: Task | None
-
-
-@dataclass(frozen=True)
-class Started:
-    """What a worker needs once it owns a task: the task, its payload, and the checkpoint log and cursor
-    earlier runs saved (None when there are none; see workers.checkpoint)."""
-
-    task: Task
-    payload: dict[str, Any]
-    checkpoint: bytes | None = None
-    cursor: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What :meth:`TaskStore.start` found: ``started`` when this run took the task; else None, and
-    ``status`` is the status that prevented it ('' when the task is gone)."""
-
-    status: str
-    started: Started | None = None
-
-
-class Transition(NamedTuple):
-    """A compare-and-set's answer: ``done``, and the status the task left (done) or is in (not done;
-    '' when it is gone)."""
-
-    done: bool
-    status: str
-
-
-class WithResult(NamedTuple):
-    """A task and its stored result (None until it completes), read in one round trip."""
-
-    task: Task | None
-    result: dict[str, Any] | None
-
-
-class Expired(NamedTuple):
-    """A task housekeeping expired: the status it left and its RQ job id."""
-
-    task_id: str
-    previous: str
-    job: str
 
 
 def _items_fields(items: dict[str, int] | None) -> list[Any]:
@@ -131,7 +66,7 @@ class TaskStore:
         store goes through here: the one seam a subclass overrides to send them its own way
         (bench.fill batches them on a pipeline).
         """
-        keys_ = [*keys_, keys.AUDIT]  # every script's last key: scripts.AUDIT_STREAM
+        keys_ = [*keys_, keys.AUDIT]  # every script's last key: lua.AUDIT_STREAM
         if client is None:
             return self._scripts[name](keys=keys_, args=args)
         return client.eval(self._sources[name], len(keys_), *keys_, *args)
@@ -155,7 +90,7 @@ class TaskStore:
             F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, created + c.task_ttl * 1000, F.SEQ, 0,
             F.PAYLOAD_SHA256, digest(body),
         ]  # fmt: skip
-        job_keys, job_args = scripts.replay(job)
+        job_keys, job_args = lua.replay(job)
         answer = self.run_script(scripts.SUBMIT.name, *scripts.SUBMIT.call(
             keys={"dedup": keys.dedup(new.member, new.dedup_digest), "task": keys.task(new.task_id),
                   "payload": keys.payload(new.task_id), "history": keys.history(new.member), "expiry": keys.EXPIRY,

@@ -15,6 +15,7 @@ import orjson
 import redis
 
 from app.core import audit, processors
+from app.core.answers import ActiveCapReached, Created, NewTask, Transition, WithResult
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import Histories, Page, decode_cursor
@@ -23,7 +24,7 @@ from app.core.jobs import JobQueue
 from app.core.logs import task_logger
 from app.core.states import ACTIVE, TaskStatus
 from app.core.stats import Stats
-from app.core.store import ActiveCapReached, Created, NewTask, TaskStore, Transition, WithResult
+from app.core.store import TaskStore
 from app.core.task import Task
 from app.web.errors import Conflict, TooManyRequests, task_not_found
 from app.web.readiness import STAT_UNSERVED, WorkerWatch

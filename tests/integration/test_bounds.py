@@ -18,10 +18,11 @@ import pytest
 import redis
 import requests
 
+from app.core.answers import NewTask
 from app.core.config import Config
 from app.core.history import HISTORY_SCAN, Histories
 from app.core.process import free_port
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 from tests.integration.harness import TASKS, Api, RedisServer, Stack
 
 MAX_BODY = 20_000

@@ -18,6 +18,7 @@ import redis
 from rq.job import Job
 
 from app.core import keys
+from app.core.answers import Created, NewTask, ResultNotStorable
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import Histories
@@ -25,7 +26,7 @@ from app.core.indexes import ExpiryIndex
 from app.core.jobs import JobQueue, attempt_job_id
 from app.core.states import CLAIM_TAKEN, TaskStatus
 from app.core.stats import Stats
-from app.core.store import Created, NewTask, ResultNotStorable, TaskStore
+from app.core.store import TaskStore
 from app.core.task import Task
 from tests.integration.harness import RedisServer, redis_proper, wait_until
 

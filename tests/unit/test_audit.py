@@ -11,9 +11,10 @@ import orjson
 import pytest
 
 from app.core import audit, keys, scripts
+from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 from app.launch.cli import main
 from app.web import create_app
 

@@ -16,9 +16,10 @@ import pytest
 import redis
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
+from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.history import HISTORY_SCAN, Histories
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 
 PROBLEM = "application/problem+json"
 

@@ -18,11 +18,12 @@ import pytest
 from rq import SimpleWorker
 from rq.job import Job
 
+from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.jobs import JobQueue
 from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 from app.web.service import TaskService
 from tests.integration.harness import wait_until
 from tests.userprocs.claims import who

@@ -12,7 +12,7 @@ import rq.queue
 
 import app.core.jobs
 from app.core.jobs import TEMPLATE_ID, JobQueue, JobTemplate
-from app.core.scripts import Command
+from app.core.lua import Command
 from app.core.states import QUEUES
 
 

@@ -7,11 +7,12 @@ import uuid
 
 import pytest
 
+from app.core.answers import ActiveCapReached, NewTask
 from app.core.config import KEYED_MAX_ACTIVE_TASKS, Config, ConfigError
 from app.core.indexes import ActiveCounts
-from app.core.scripts import Command
+from app.core.lua import Command
 from app.core.states import ErrorCode, TaskStatus
-from app.core.store import ActiveCapReached, NewTask, TaskStore
+from app.core.store import TaskStore
 from app.web import create_app
 
 TASKS = "/api/v1/tasks"

@@ -12,13 +12,14 @@ import fakeredis
 import pytest
 from redis.crc import key_slot
 
-from app.core import keys, scripts
+from app.core import keys, lua, scripts
+from app.core.answers import NewTask
 from app.core.audit import EntryField
 from app.core.config import Config
 from app.core.jobs import JobQueue
-from app.core.scripts import AUDIT_STREAM, Script, ScriptCallError, Tail
+from app.core.lua import AUDIT_STREAM, Script, ScriptCallError, Tail
 from app.core.states import ACTIVE
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 
 SCRIPTS = sorted(scripts.SCRIPTS.values(), key=lambda s: s.name)
 # RQ's own keys: its set of queues, a queue, a job hash (what JobQueue.job_commands acts on)
@@ -159,11 +160,11 @@ def test_a_table_s_names_are_distinct_lua_identifiers() -> None:
 
 
 def test_status_sets_are_rendered_from_states() -> None:
-    rendered = scripts.render("$ACTIVE")
+    rendered = lua.render("$ACTIVE")
     assert set(re.findall(r"\['(\w+)'\] = true", rendered)) == set(ACTIVE)
     for script in SCRIPTS:  # no line of a body compares a status with two members of a set by hand
         for line in script.body.splitlines():
-            for members in scripts.STATUS_SETS.values():
+            for members in lua.STATUS_SETS.values():
                 assert sum(len(re.findall(rf"[=~]= \${s.name}\b", line)) for s in members) < 2, line
 
 

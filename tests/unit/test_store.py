@@ -15,13 +15,14 @@ import fakeredis
 import pytest
 from redis.crc import key_slot
 
-from app.core import keys, scripts
+from app.core import keys, lua, scripts
+from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import decode_cursor, encode_cursor
 from app.core.keys import STAT_INTERRUPTED
 from app.core.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
-from app.core.store import NewTask, TaskStore
+from app.core.store import TaskStore
 
 
 def new_task(member: str = "public", digest: str | None = None, type_: str = "demo.sleep") -> NewTask:
@@ -187,10 +188,10 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
 def test_the_script_sources_spell_no_status_field_or_stat_by_hand():
     """Statuses, hash fields and stats counters reach the Lua as markers rendered from their one home."""
     hand_written = set(re.findall(r"'([A-Za-z_]{2,})'", " ".join(s.body for s in scripts.SCRIPTS.values())))
-    homes = set(scripts.STATUS_WORDS.values()) | set(scripts.FIELD_WORDS) | set(scripts.STAT_WORDS)
+    homes = set(lua.STATUS_WORDS.values()) | set(lua.FIELD_WORDS) | set(lua.STAT_WORDS)
     assert not hand_written & homes
     audit_words = set(re.findall(r"'([A-Za-z_]{2,})'", scripts.AUDIT))  # its entry names: markers too (!task)
-    assert not audit_words & set(scripts.STATUS_WORDS.values())
+    assert not audit_words & set(lua.STATUS_WORDS.values())
     rendered = " ".join(scripts.SOURCES.values())
     assert "'PENDING'" in rendered and "'status'" in rendered and "'submitted'" in rendered
     assert not re.search(r"[$@&!][A-Za-z_]", rendered)  # every marker rendered
@@ -198,6 +199,6 @@ def test_the_script_sources_spell_no_status_field_or_stat_by_hand():
 
 def test_a_marker_outside_its_home_fails_at_render():
     with pytest.raises(KeyError):
-        scripts.render("return $DONE")
+        lua.render("return $DONE")
     with pytest.raises(KeyError):
-        scripts.render("redis.call('HGET', KEYS[1], @colour)")
+        lua.render("redis.call('HGET', KEYS[1], @colour)")

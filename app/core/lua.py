@@ -1,0 +1,157 @@
+"""The machinery of taskport's Lua scripts (the scripts themselves: app.core.scripts).
+
+:class:`Script` is a script with the table of what it takes: its KEYS and ARGV by name, in order, the one
+home of their positions. It renders them into the Lua as a preamble (``local task = KEYS[1]`` ...), so a
+body never spells a position, and builds a call's KEYS and ARGV from names (:meth:`Script.call`).
+
+:func:`render` writes the markers a script body uses instead of literals: ``$PENDING`` (a
+:class:`~app.core.states.TaskStatus`, ``$TAKEN`` or ``$MISSING_PAYLOAD``), ``$ACTIVE`` (a status set of
+app.core.states, as a Lua table ``{['PENDING'] = true, ...}``), ``@status`` (a
+:class:`~app.core.keys.TaskField`), ``&submitted`` (a field of ``keys.STATS``) or ``!task`` (an
+:class:`~app.core.audit.EntryField`), each from that one home; a name it does not know fails at import.
+:class:`Command` and :func:`replay` carry the RQ commands a script replays.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+from app.core.audit import EntryField
+from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED, STAT_SUBMITTED, TaskField
+from app.core.states import ACTIVE, CLAIM_TAKEN, MISSING_PAYLOAD, TERMINAL, TaskStatus
+
+STATUS_WORDS = {**{s.name: s.value for s in TaskStatus}, "TAKEN": CLAIM_TAKEN, "MISSING_PAYLOAD": MISSING_PAYLOAD}
+STATUS_SETS = {"ACTIVE": ACTIVE, "TERMINAL": TERMINAL}
+FIELD_WORDS = {f.value: f.value for f in TaskField}
+STAT_WORDS = {name: name for name in (STAT_SUBMITTED, STAT_RETRIED, STAT_RECOVERED, *STAT_ENTERED.values())}
+ENTRY_WORDS = {f.value: f.value for f in EntryField}
+_MARKER = re.compile(r"([$@&!])([A-Za-z_0-9]+)")
+_TABLES = {"$": STATUS_WORDS, "@": FIELD_WORDS, "&": STAT_WORDS, "!": ENTRY_WORDS}
+
+
+def _literal(sigil: str, name: str) -> str:
+    if sigil == "$" and name in STATUS_SETS:
+        return "{" + ", ".join(f"['{s}'] = true" for s in sorted(STATUS_SETS[name])) + "}"
+    return f"'{_TABLES[sigil][name]}'"
+
+
+def render(source: str) -> str:
+    """``source`` with every ``$STATUS`` (or status set), ``@field``, ``&stat`` and ``!entry`` marker written
+    as a Lua literal."""
+    return _MARKER.sub(lambda m: _literal(m[1], m[2]), source)
+
+
+class Command(NamedTuple):
+    """One Redis command on one key, for a script to replay (see SUBMIT): how the job layer hands over
+    the commands that queue a job, so that they run inside the script that creates the task."""
+
+    name: str
+    key: str
+    args: tuple[Any, ...]
+
+
+def replay(commands: Iterable[Command]) -> tuple[list[str], list[Any]]:
+    """``commands`` as SUBMIT takes them: (their keys, then [name, argc, args...] per command)."""
+    keys_: list[str] = []
+    args: list[Any] = []
+    for command in commands:
+        keys_.append(command.key)
+        args += [command.name, len(command.args), *command.args]
+    return keys_, args
+
+
+class Tail(NamedTuple):
+    """A variadic tail of a script's KEYS or ARGV (after its named ones): its name and what it holds."""
+
+    name: str
+    meaning: str
+
+
+# The audit stream: every script's last key, after its named keys and any tail (TaskStore.run_script appends
+# keys.AUDIT to every call). The preamble names it; the audit fragment (AUDIT) writes to it.
+AUDIT_STREAM = "audit_stream"
+_LUA_WORDS = frozenset("and break do else elseif end false for function if in local nil not or repeat return "
+                       "then true until while".split())
+_NAME = re.compile(r"[a-z_][a-z_0-9]*")
+
+
+class ScriptCallError(TypeError):
+    """A script called with a missing or unknown key or argument name (or a tail it does not take)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Script:
+    """One Lua script and the table of what it takes: ``keys`` and ``args`` map each name, in KEYS / ARGV
+    order, to a line on what it is; ``rest_keys`` / ``rest`` name a variadic tail after them, if any.
+
+    The preamble :meth:`source` renders from the table binds ``local <name> = KEYS[i]`` / ``ARGV[i]``, a tail
+    of keys as a table ``local <name> = {...}`` and a tail of arguments as its first index
+    ``local first_<name> = i``, and :data:`AUDIT_STREAM`; the body uses these names only.
+    """
+
+    name: str
+    keys: Mapping[str, str]
+    args: Mapping[str, str]
+    body: str
+    rest_keys: Tail | None = None
+    rest: Tail | None = None
+    _key_names: frozenset[str] = field(init=False, repr=False)
+    _arg_names: frozenset[str] = field(init=False, repr=False)
+    _take_keys: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
+    _take_args: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [*self.keys, *self.args, AUDIT_STREAM, *(t.name for t in (self.rest_keys,) if t),
+                 *(f"first_{t.name}" for t in (self.rest,) if t)]
+        bad = [n for n in names if not _NAME.fullmatch(n) or n in _LUA_WORDS]
+        if bad or len(set(names)) != len(names):
+            raise ValueError(f"script {self.name}: names must be distinct Lua identifiers, not {bad or names}")
+        object.__setattr__(self, "_key_names", frozenset(self.keys))
+        object.__setattr__(self, "_arg_names", frozenset(self.args))
+        object.__setattr__(self, "_take_keys", _getter(tuple(self.keys)))
+        object.__setattr__(self, "_take_args", _getter(tuple(self.args)))
+
+    def preamble(self) -> str:
+        """The Lua that binds every name of the table to its position (the only place a position is spelt)."""
+        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(self.keys, 1)]
+        if self.rest_keys:
+            lines.append(f"local {self.rest_keys.name} = {{unpack(KEYS, {len(self.keys) + 1}, #KEYS - 1)}}")
+        lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
+        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(self.args, 1)]
+        if self.rest:
+            lines.append(f"local first_{self.rest.name} = {len(self.args) + 1}")
+        return "\n".join(lines) + "\n"
+
+    def source(self, fragment: str = "") -> str:
+        """The script as Redis runs it: the preamble, then ``fragment`` (the audit function), then the body,
+        markers rendered."""
+        return self.preamble() + fragment + render(self.body)
+
+    def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
+             rest: Sequence[Any] = ()) -> tuple[list[str], list[Any]]:
+        """(KEYS, ARGV) of a call, from ``keys`` and ``args`` by name (the audit stream not included: see
+        :data:`AUDIT_STREAM`), ``rest_keys`` / ``rest`` after them. Raises ScriptCallError, naming them, when a
+        name is missing or unknown or a tail is passed to a script that takes none. A submit's hot path:
+        the only check is a comparison of name sets."""
+        if keys.keys() != self._key_names or args.keys() != self._arg_names or (rest_keys and not self.rest_keys) \
+                or (rest and not self.rest):
+            raise self._refusal(keys, args, bool(rest_keys), bool(rest))
+        return [*self._take_keys(keys), *rest_keys], [*self._take_args(args), *rest]
+
+    def _refusal(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: bool,
+                 rest: bool) -> ScriptCallError:
+        wrong = {"missing keys": self._key_names - keys.keys(), "unknown keys": keys.keys() - self._key_names,
+                 "missing args": self._arg_names - args.keys(), "unknown args": args.keys() - self._arg_names}
+        said = [f"{what} {sorted(names)}" for what, names in wrong.items() if names]
+        said += ["it takes no tail of keys"] if rest_keys and not self.rest_keys else []
+        said += ["it takes no tail of args"] if rest and not self.rest else []
+        return ScriptCallError(f"script {self.name}: " + "; ".join(said))
+
+
+def _getter(names: Sequence[str]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """The values of ``names`` in a mapping, in that order, as a tuple (operator.itemgetter: fast)."""
+    return itemgetter(*names) if len(names) > 1 else lambda mapping: tuple(mapping[n] for n in names)
