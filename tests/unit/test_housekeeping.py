@@ -10,7 +10,7 @@ import pytest
 from app.core import keys, processors
 from app.core.clock import now_ms
 from app.core.states import CLAIM_TAKEN, TaskStatus
-from app.core.store import NewTask
+from app.core.answers import NewTask
 from workers.housekeeping import Housekeeper, PassReport
 
 HOUR = 3600 * 1000
