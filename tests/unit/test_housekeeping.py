@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from app.core import keys, processors
+from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.states import CLAIM_TAKEN, TaskStatus
-from app.core.answers import NewTask
 from workers.housekeeping import Housekeeper, PassReport
 
 HOUR = 3600 * 1000
