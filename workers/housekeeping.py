@@ -4,6 +4,9 @@ Each pass is an RQ job that rq-scheduler enqueues on the ``housekeeping`` queue 
 fixed id (see workers.scheduler). A pass takes a per-interval lock first, so two schedulers running at
 once never run the same pass twice in one interval. Every pass reads an index by score in bounded
 batches: its cost grows with the work to do, never with the number of live tasks.
+
+Recovery has a second caller: a worker that starts in the place of a dead one (the same slot name)
+recovers its predecessor's run at once with :func:`recover_now`, the same step without the stall timeout.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from app.core.schedule import QUEUE
 from app.core.states import TaskStatus
 from app.core.stats import Stats
 from app.core.store import TaskStore
+from app.core.task import Task
 from workers import orphans
 
 log = logging.getLogger(__name__)
@@ -124,13 +128,7 @@ class Housekeeper:
             if task is None or task.status != TaskStatus.PROCESSING:
                 self.running.forget(task_id)
                 continue
-            proc = processors.get(task.type)
-            timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
-            # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
-            # (result_ttl 0), and must not take the re-queued one with it
-            job = resume_job_id(task.id, task.seq) if task.resumable else attempt_job_id(task.id, task.attempts)
-            outcome = self.store.recover(task, cutoff, self.jobs.job_commands(task.id, task.priority, timeout, job),
-                                         job_id=job)
+            outcome = recover_run(self.store, self.jobs, task, cutoff)
             if outcome:
                 report.add(f"recovered_to_{outcome.lower()}")
                 task_logger(log, task_id).warning(
@@ -174,6 +172,31 @@ class Housekeeper:
             self.jobs.enqueue_call(
                 QUEUE, "workers.alerts.post_alert", c.alert_webhook, alert, retry=Retry(max=3, interval=[2, 10, 30]),
                 job_timeout=30, result_ttl=0, failure_ttl=86400)
+
+
+def recover_run(store: TaskStore, jobs: JobQueue, task: Task, stale_before_ms: int) -> str | None:
+    """Take the run of PROCESSING ``task`` if its last heartbeat is older than ``stale_before_ms``: re-queued
+    from its checkpoint without using an attempt when the checkpoint advanced since its last free resumption,
+    else with an attempt while one is left, else FAILED -3 (TaskStore.recover). Returns the new status, or
+    None when the run was not taken (it beat meanwhile, or the task moved on)."""
+    proc = processors.get(task.type)
+    timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
+    # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
+    # (result_ttl 0), and must not take the re-queued one with it
+    job = resume_job_id(task.id, task.seq) if task.resumable else attempt_job_id(task.id, task.attempts)
+    return store.recover(task, stale_before_ms, jobs.job_commands(task.id, task.priority, timeout, job), job_id=job)
+
+
+def recover_now(store: TaskStore, jobs: JobQueue, task_id: str, job_id: str) -> tuple[Task, str] | None:
+    """Recover at once the run of ``task_id`` that RQ job ``job_id`` was making, known to be lost: its worker
+    died (the worker that took its place says so, workers.worker), so there is no stall timeout to wait
+    out. Only while the task is PROCESSING under that job: a run that was put back, taken over or finished
+    is left alone. Returns the task as it was and its new status, or None when nothing was recovered."""
+    task = store.get(task_id)
+    if task is None or task.status != TaskStatus.PROCESSING or store.job_id(task_id) != job_id:
+        return None
+    outcome = recover_run(store, jobs, task, now_ms() + 1)  # any heartbeat is older than now + 1
+    return (task, outcome) if outcome else None
 
 
 # -- RQ entry points (what rq-scheduler enqueues) ------------------------------------------------

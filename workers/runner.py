@@ -23,12 +23,9 @@ process ends.
 
 from __future__ import annotations
 
-import _thread
 import logging
 import os
 import signal
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -45,23 +42,16 @@ from app.core.jobs import JobQueue, resume_job_id
 from app.core.logs import task_logger
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, result_store, spill
-from app.core.states import ACTIVE, ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import TaskStore
 from app.core.task import Task
 from workers.checkpoint import Resume, Saved
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError, TaskInterrupted
+from workers.heartbeat import Heartbeat, resumes_in
 
 log = logging.getLogger(__name__)
 
-# Seconds a run that is no longer the task's (cancelled, expired, taken over) may take to reach a
-# cancellation point before its process is ended (exit code ABANDONED_EXIT): the guarantee that a cancel
-# stops a processor which never reaches one, in the in-process (simple) worker too. The supervisor (or the
-# platform's process manager) starts a new worker; with the fork worker it is the work horse that ends.
-CANCEL_GRACE = 1.0
-ABANDONED_EXIT = 75
-# The exit code of a process whose run did not stop within the stop grace (the task was put back first).
-INTERRUPTED_EXIT = 0
 
 
 class Runner:
@@ -213,7 +203,7 @@ class Runner:
     def _discard(self, task_id: str, ctx: TaskContext) -> None:
         """Remove this run's files, unless the next run of the task resumes in the same folder (a resumed run
         works in the folder of the run that saved the checkpoint: see _context)."""
-        if not _resumes_in(self.store, task_id, ctx.results.run_id):
+        if not resumes_in(self.store, task_id, ctx.results.run_id):
             ctx.results.delete(task_id)
 
     def _claim_lost(self, task_id: str, run_id: str, ctx: TaskContext) -> bool:
@@ -268,95 +258,6 @@ class Runner:
         # RQ files a scheduled job under its time truncated to the whole second, so asking for exactly
         # ``delay`` may run it up to a second early; one more second makes the backoff a minimum
         return Retry(max=max_attempts, interval=delay + 1 if delay else 0)
-
-
-class Heartbeat:
-    """A thread that marks the task alive, flushes pending progress, and notices a cancel even while the
-    processor is busy in one long step; a run that does not stop within CANCEL_GRACE of that ends its
-    process (see :meth:`abandon`)."""
-
-    def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float,
-                 put_back: Callable[[str], bool] | None = None) -> None:
-        self._stop = threading.Event()
-        self._args = (store, task_id, run_id, ctx, interval)
-        self._ctx = ctx
-        self._task_id = task_id
-        self._abandoning = threading.Lock()
-        self._put_back = put_back
-        self._interrupting = False
-
-    def interrupt(self, grace: float) -> None:
-        """The worker is stopping: the processor stops at its next cancellation point (the runner puts the
-        task back); if the run has not ended ``grace`` seconds later, put the task back from here, from its
-        last checkpoint, and end the process. Takes no lock (a signal handler calls it); a second call changes
-        nothing."""
-        if self._interrupting:
-            return
-        self._interrupting = True
-        self._ctx.mark_interrupted()
-        _thread.start_new_thread(self._overdue, (grace,))
-
-    def _overdue(self, grace: float) -> None:
-        if self._stop.wait(grace) or self._put_back is None:
-            return  # the run ended in time
-        try:
-            self._put_back(f"did not reach a cancellation point within the {grace:g} s stop grace")
-        except Exception as exc:  # the exit must happen regardless; recovery takes the task over then
-            task_logger(log, self._task_id).warning("could not put the task back: %s", exc)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(INTERRUPTED_EXIT)
-
-    def abandon(self, reason: str) -> None:
-        """The run is no longer the task's: tell the processor (its next cancellation point raises TaskCancelled),
-        and if it has not returned CANCEL_GRACE seconds later, remove this run's files and end the
-        process. Called by the heartbeat thread, or by the worker on RQ's stop-job command."""
-        if not self._abandoning.acquire(blocking=False):
-            return  # already on its way
-        self._ctx.mark_cancelled()
-        _thread.start_new_thread(self._watch, (reason,))
-
-    def _watch(self, reason: str) -> None:
-        if self._stop.wait(CANCEL_GRACE):
-            return  # the processor noticed in time
-        tlog = task_logger(log, self._task_id)
-        tlog.warning("%s, but the processor ignored it for %.1f s: ending process %d (a new worker takes its place)",
-                     reason, CANCEL_GRACE, os.getpid())
-        try:
-            if not _resumes_in(self._args[0], self._task_id, self._ctx.results.run_id):
-                self._ctx.results.delete(self._task_id)  # this run's folder, unless a resumed run goes on in it
-        except Exception as exc:  # the orphan sweep removes what is left; the exit must happen regardless
-            tlog.warning("could not remove the run's files (left to the orphan sweep): %s", exc)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(ABANDONED_EXIT)
-
-    def _beat(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
-        while not self._stop.wait(interval):
-            ctx.flush()  # progress the processor reported since the last throttled write, at least once per beat
-            try:
-                status = store.report(task_id, run_id, None)
-            except redis.RedisError as exc:
-                task_logger(log, task_id).warning("heartbeat failed: %s", exc)
-                continue
-            if status != "PROCESSING":
-                self.abandon(f"the task is {status or 'gone'}")
-                return
-
-    def __enter__(self) -> Heartbeat:
-        # a bare thread: threading.Thread.start() also waits for the thread to come up, which costs a
-        # context switch on every (mostly short) task; nothing here needs that handshake
-        _thread.start_new_thread(self._beat, self._args)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-
-
-def _resumes_in(store: TaskStore, task_id: str, folder: str | None) -> bool:
-    """Whether a run of the task that is not over yet resumes in result folder ``folder`` (so it must stay)."""
-    task = store.get(task_id)
-    return task is not None and task.status in ACTIVE and folder is not None and task.checkpoint_run == folder
 
 
 _runner: Runner | None = None  # the process's Runner: see use()

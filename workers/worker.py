@@ -8,33 +8,48 @@ a second signal changes nothing.
 
 While Redis is unreachable every Redis command waits for it to come back (``ride_out_outages``), so the
 worker, its work horse and RQ's scheduler ride out a restart of the embedded redis-server.
+
+A worker under a slot's name (``taskport up``'s supervisor, a dyno) takes over from a predecessor that died
+in that slot (:func:`replace_predecessor`), and every worker's registration in RQ expires soon after its
+process dies (:class:`Leased`): RQ lists live workers only.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
-from typing import Any
+from typing import Any, cast
 
-from rq import Queue, Retry, SimpleWorker
+import redis
+from rq import Queue, Retry, SimpleWorker, worker_registration
 from rq import Worker as RQWorker
-from rq.executions import Execution
+from rq.exceptions import NoSuchJobError
+from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
-from rq.registry import CanceledJobRegistry
+from rq.job_lifecycle import record_job_failure
+from rq.registry import CanceledJobRegistry, StartedJobRegistry
 from rq.results import Result
-from rq.utils import now
+from rq.utils import as_text, now, utcparse
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
+from app.core import layout, processors
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
-from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, register_queues
-from app.core.logs import setup_logging
+from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, JobQueue, register_queues
+from app.core.logs import setup_logging, task_logger
 from app.core.process import forked_children_die_with_me
-from app.core.states import QUEUES
+from app.core.states import QUEUES, TaskStatus
+from app.core.store import TaskStore
+from workers.housekeeping import recover_now
 from workers.stopping import GracefulStop
 
 log = logging.getLogger(__name__)
+LEASE_STALLS = 3  # a dead worker's registration expires this many stall timeouts after its last renewal
+MIN_LEASE = 30  # seconds, however short the stall timeout
+STOP_MARGIN = 2.0  # seconds past its stop grace a stopping predecessor may take to register its death
 
 
 def record_stopped_as_canceled(job: Job) -> None:
@@ -64,10 +79,75 @@ class CancelAware:
             record_stopped_as_canceled(job)
 
 
+class Leased:
+    """Mixin for an RQ worker class (before it in the bases): its registration (``rq:worker:<name>`` and its
+    executions index) expires ``lease`` seconds after it was last renewed, busy or idle, so a worker killed
+    with SIGKILL (or OOM) leaves `rq info`, the dashboard and ``/readyz`` within that time.
+
+    RQ's own expiry is much later: a busy simple worker's is the job's timeout + 60 s (an hour for
+    ``demo.sleep``), an idle worker's its ``worker_ttl`` + 60 s (8 minutes), since nothing renews it while
+    the worker waits on its queues or runs a job in-process. Here every RQ heartbeat is capped at the lease,
+    and a thread renews it every third of the lease for as long as the process lives (one EXPIRE of each key,
+    in one round trip). Should the registration be gone all the same (Redis was away for longer than the
+    lease), the thread writes it again.
+    """
+
+    lease: int = LEASE_STALLS * 30  # seconds; build_worker sets it from the stall timeout (lease_seconds)
+    _renewing: threading.Event | None = None
+
+    def lease_ttl(self, timeout: int | None) -> int:
+        """The expiry RQ asked for (``timeout``, else its worker_ttl + 60), capped at the lease."""
+        worker: Any = self
+        return min(timeout or worker.worker_ttl + 60, self.lease)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(self.lease_ttl(timeout), pipeline)  # type: ignore[misc]
+
+    def register_birth(self) -> None:
+        super().register_birth()  # type: ignore[misc]
+        worker: Any = self
+        worker.connection.expire(worker.key, self.lease)  # RQ's birth sets worker_ttl + 60
+        self._renewing = threading.Event()
+        threading.Thread(target=self._renew, args=(self._renewing,), name="rq-worker-lease", daemon=True).start()
+
+    def register_death(self) -> None:
+        if self._renewing is not None:
+            self._renewing.set()
+        super().register_death()  # type: ignore[misc]
+
+    def _renew(self, stop: threading.Event) -> None:
+        worker: Any = self
+        while not stop.wait(self.lease / 3):
+            try:
+                with worker.connection.pipeline(transaction=False) as pipe:
+                    pipe.expire(worker.key, self.lease)
+                    pipe.expire(worker.executions_key, self.lease)
+                    registered = pipe.execute()[0]
+                if not registered and not stop.is_set():
+                    self._register_again()
+            except redis.RedisError as exc:  # Redis away: the next renewal tries again
+                log.warning("worker %s: could not renew its registration: %s", worker.name, exc)
+
+    def _register_again(self) -> None:
+        worker: Any = self
+        log.warning("worker %s: its registration had expired; registering again", worker.name)
+        with worker.connection.pipeline() as pipe:
+            pipe.hset(worker.key, mapping={**worker.serialize(), "state": worker.get_state()})
+            worker_registration.register(worker, pipe)
+            pipe.expire(worker.key, self.lease)
+            pipe.execute()
+
+
+def lease_seconds(config: Config) -> int:
+    """How long a worker's registration outlives its process: ``LEASE_STALLS`` stall timeouts (90 s by
+    default), at least ``MIN_LEASE``."""
+    return max(MIN_LEASE, math.ceil(LEASE_STALLS * config.stall_timeout))
+
+
 def cancel_aware(worker_class: type[Any]) -> type[Any]:
-    """``worker_class`` with :class:`CancelAware` and the graceful stop mixed in (same name, so RQ's listings
-    read as before)."""
-    return type(worker_class.__name__, (GracefulStop, CancelAware, worker_class), {})
+    """``worker_class`` with :class:`CancelAware`, the graceful stop and the lease mixed in (same name, so RQ's
+    listings read as before)."""
+    return type(worker_class.__name__, (Leased, GracefulStop, CancelAware, worker_class), {})
 
 
 # Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
@@ -76,10 +156,10 @@ Worker = cancel_aware(RQWorker)
 SpawnWorker = cancel_aware(RQSpawnWorker)
 
 
-class StoppableSimpleWorker(GracefulStop, SimpleWorker):
+class StoppableSimpleWorker(Leased, GracefulStop, SimpleWorker):
     """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
     command stops the run in progress: at its next cancellation point, or by ending this process after
-    ``workers.runner.CANCEL_GRACE`` if it never reaches a cancellation point (the supervisor starts a new worker).
+    ``workers.heartbeat.CANCEL_GRACE`` if it never reaches a cancellation point (the supervisor starts a new worker).
 
     Also coalesces RQ's worker heartbeats. RQ sends one, unpipelined (three round trips: HSET, EXPIRE,
     EXPIRE), before each dequeue, after it and after each job: 9 of the ~30 round trips of a no-op
@@ -106,7 +186,7 @@ class StoppableSimpleWorker(GracefulStop, SimpleWorker):
     _prepared: str | None = None  # id of the job execute_job already prepared (see prepare_job_execution)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        ttl = timeout or self.worker_ttl + 60
+        ttl = self.lease_ttl(timeout)
         now = time.monotonic()
         recent = now - self._hb_sent < self.HEARTBEAT_EVERY
         if pipeline is None and recent and now + ttl <= self._hb_until + self.HEARTBEAT_EVERY:
@@ -203,22 +283,105 @@ class StoppableSimpleWorker(GracefulStop, SimpleWorker):
 # What each WorkerClass is (their differences: app.core.config.WorkerClass and docs/operations.md).
 WORKER_CLASSES: dict[str, type[BaseWorker]] = {
     WorkerClass.FORK: Worker,
-    WorkerClass.SIMPLE: StoppableSimpleWorker,  # a cancel ignored for runner.CANCEL_GRACE ends the process
+    WorkerClass.SIMPLE: StoppableSimpleWorker,  # a cancel ignored for heartbeat.CANCEL_GRACE ends the process
     WorkerClass.SPAWN: SpawnWorker,
 }
+
+
+def slot_name(config: Config, name: str | None) -> str | None:
+    """The worker's RQ name: ``name`` (``--name``: ``taskport up`` gives each supervised worker its slot's,
+    app.launch.supervisorconf), else the platform's name of the process (``DYNO`` on Heroku: ``worker.1``,
+    one worker per dyno), else None (RQ's random one)."""
+    return name or config.dyno or None
 
 
 def build_worker(config: Config, name: str | None = None) -> BaseWorker:
     """The RQ worker of ``config.worker_class`` on our queues, connected to ``config.redis_url``.
 
-    ``name`` defaults to RQ's random one: a fixed name (say hostname.pid, which repeats in containers)
-    would collide with the registration a killed predecessor leaves behind for a few minutes.
+    ``name`` is a slot's (see :func:`slot_name`; None: RQ's random one): one process at a time runs under it,
+    so a registration left under that name is a dead predecessor's, which :func:`replace_predecessor` takes
+    over before this worker registers.
     """
     conn = connect(config)
     wait_for_redis(conn)
+    layout.upgrade(conn)  # a Redis of an earlier key layout: before any run is taken over (app.core.layout)
     register_queues(conn)
-    worker_class = WORKER_CLASSES[config.worker_class]
-    return worker_class(list(QUEUES), name=name, connection=conn)
+    if name:
+        replace_predecessor(conn, config, name)
+    worker: Any = WORKER_CLASSES[config.worker_class](list(QUEUES), name=name, connection=conn)
+    worker.lease = lease_seconds(config)
+    return cast(BaseWorker, worker)
+
+
+def replace_predecessor(conn: redis.Redis, config: Config, name: str) -> None:
+    """Take over from the dead worker that ran under ``name`` before this one (its registration is still in
+    RQ, with no death registered: it was killed, or died of OOM): recover the run it was making at once,
+    without waiting for the stall timeout (workers.housekeeping.recover_now), then remove it from RQ's
+    registries the way RQ records a dead worker and an abandoned job. One log line says what was done."""
+    key = RQWorker.redis_worker_namespace_prefix + name
+    if not _unclean(conn, key) or not _stopped_for_good(conn, key, config):
+        return  # none, or it stopped cleanly (RQ registered its death)
+    predecessor = RQWorker.find_by_key(key, connection=conn)
+    if predecessor is None:
+        return
+    executions = predecessor.get_current_executions(refresh=True)
+    for execution in executions:
+        _take_over_run(conn, config, predecessor, execution)
+    predecessor.register_death()  # out of RQ's worker sets; its hash goes 60 s later, its executions index now
+    if not executions:
+        log.info("worker %s replaced its dead predecessor (pid %s), which was idle", name, predecessor.pid)
+
+
+def _unclean(conn: redis.Redis, key: str) -> bool:
+    """Whether a worker is registered under ``key`` with no death registered."""
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.exists(key)
+        pipe.hexists(key, "death")
+        exists, dead = pipe.execute()
+    return bool(exists) and not dead
+
+
+def _stopped_for_good(conn: redis.Redis, key: str, config: Config) -> bool:
+    """False when the predecessor, asked to stop (RQ wrote its shutdown request), registered its death within
+    its stop grace: it was alive, putting its run back (a platform may start a process's successor before
+    the process is gone). Waits for that, at most until its grace is over; True when it is still unclean."""
+    requested = conn.hget(key, "shutdown_requested_date")
+    if requested:
+        deadline = utcparse(as_text(requested)).timestamp() + config.stop_grace + STOP_MARGIN
+        while time.time() < deadline and _unclean(conn, key):
+            time.sleep(0.2)
+    return _unclean(conn, key)
+
+
+def _take_over_run(conn: redis.Redis, config: Config, predecessor: BaseWorker, execution: Execution) -> None:
+    """The predecessor's ``execution``: its task recovered at once if it is still that job's run, the
+    execution out of RQ's registries, its job recorded as abandoned (failed registry, as RQ's own clean-up of
+    an abandoned job does, so it expires)."""
+    task_id = execution.job_id.split("_", 1)[0]  # a job id is the task id, or the task id and a suffix
+    processors.load(config.processor_modules)  # the re-queued job's timeout is its processor's
+    recovered = recover_now(TaskStore(conn, config), JobQueue(conn, config), task_id, execution.job_id)
+    with conn.pipeline() as pipe:
+        pipe.delete(execution.key)
+        for queue in QUEUES:
+            StartedJobRegistry(queue, connection=conn).remove_execution(execution, pipeline=pipe)
+        ExecutionRegistry(execution.job_id, connection=conn).remove(execution, pipe)
+        try:
+            job = Job.fetch(execution.job_id, connection=conn)
+        except NoSuchJobError:
+            job = None
+        if job is not None and job.get_status(refresh=False) == JobStatus.STARTED:
+            record_job_failure(job, f"abandoned: worker {predecessor.name} died running it", pipe)
+        pipe.execute()
+    tlog = task_logger(log, task_id)
+    if recovered is None:
+        tlog.info("worker %s replaced its dead predecessor (pid %s); its run of job %s had already ended or moved on",
+                  predecessor.name, predecessor.pid, execution.job_id)
+        return
+    task, status = recovered
+    how = ("from its checkpoint, no attempt used" if task.resumable else
+           "with a new attempt" if status == TaskStatus.PENDING else "no attempt left")
+    tlog.warning("worker %s replaced its dead predecessor (pid %s): its run recovered at once, now %s (%s)",
+                 predecessor.name, predecessor.pid, status, how)
 
 
 def main(config: Config, name: str | None = None) -> int:
@@ -228,7 +391,7 @@ def main(config: Config, name: str | None = None) -> int:
     forked_children_die_with_me()  # RQ's scheduler child and the work horses go when the worker goes
     from workers import runner  # imported late: it loads the processors, which may import a lot
 
-    worker = build_worker(config, name)
+    worker = build_worker(config, slot_name(config, name))
     runner.prepare(config)  # loads the processors once, before the first fork, so work horses inherit them
     log.info("worker %s (%s) listening on %s", worker.name, config.worker_class, ", ".join(QUEUES))
     # after worker_max_jobs jobs the worker exits 0 and its supervisor starts a fresh one: whatever a

@@ -78,6 +78,9 @@ class Config:
     workers: int = _setting("TASKPORT_WORKERS", 4, "RQ worker processes started by `taskport up`")
     worker_class: str = _setting(
         "TASKPORT_WORKER_CLASS", WorkerClass.SIMPLE.value, "RQ worker class: simple (in-process), fork (Worker), spawn")
+    dyno: str = _setting(
+        "DYNO", "", "set by Heroku (worker.1...): the worker's RQ name, so the dyno's next process recovers its "
+        "run at once")
     worker_max_jobs: int = _setting(
         "TASKPORT_WORKER_MAX_JOBS", 10_000, "jobs after which a worker exits and is restarted (0 = never)")
     data_dir: Path = _setting("TASKPORT_DATA_DIR", Path("var"), "embedded Redis data and result files")

@@ -6,7 +6,7 @@ the scheduler or Redis; circus restarts too but brings ZeroMQ and tornado. super
 program, starts and stops them in priority order, signals a whole process group, and logs one line per
 exit (``exited: worker.1 (terminated by SIGKILL; not expected)``). See docs/self-healing.md.
 
-The policy written into the generated ``supervisord.conf``:
+The policy written into the generated ``supervisord.conf`` (app.launch.supervisorconf renders it):
 - a process that dies is started again at once if it had been up ``START_SECS``; one that dies sooner
   failed to start, and is retried after 1, 2, 3 s (supervisor's BACKOFF state). After ``START_RETRIES``
   failed starts in a row supervisor gives up (FATAL): the watchdog below then stops everything and
@@ -23,10 +23,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import select
-import shlex
 import signal
 import socket
 import stat
@@ -37,7 +35,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -47,60 +45,12 @@ import redis
 from app.core.config import Config, without_settings
 from app.core.process import die_with_parent, kill_session
 from app.launch.embedded import EmbeddedRedis, EmbeddedRedisError
+from app.launch.supervisorconf import GAVE_UP, REDIS_STOP_WAIT, START_RETRIES, STOP_WAIT, WEB_ENV, WEB_ENV_FLAG, render
 
-GROUP = "taskport"
-START_SECS = 3  # a process that dies within this many seconds of its start failed to start
-START_RETRIES = 3  # failed starts in a row (1 + 2 + 3 s of backoff) before supervisor gives up
-STOP_WAIT = 5  # seconds between SIGTERM and SIGKILL: gunicorn's graceful timeout, RQ's warm shutdown
-REDIS_STOP_WAIT = 10  # seconds redis-server gets to flush its append-only file on SIGTERM
-# seconds from the stop request to SIGKILL of supervisord's group: its own two waits, and its 1 s ticks
 STOP_DEADLINE = STOP_WAIT + REDIS_STOP_WAIT + 5  # after the workers' stop grace: see stop_deadline()
 TICK = 1.0  # seconds between two looks at supervisord when nothing woke `up` (a signal or its exit does)
 POLL = 0.1  # the same without a pidfd (not Linux), where only a look tells that supervisord exited
-WEB_ENV = "web-env.json"  # in the state dir, 0600: the settings only the web process gets
-WEB_ENV_FLAG = "--web-env"
 READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
-GAVE_UP = "gave-up"  # file the watchdog writes (with the process name) before it stops everything
-
-
-@dataclass(frozen=True)
-class Program:
-    """One ``[program:x]`` section: what runs and how it is stopped."""
-
-    name: str
-    command: list[str]
-    priority: int
-    numprocs: int = 1
-    stop_wait: int = STOP_WAIT
-    as_group: bool = True  # signal the process group: gunicorn's workers, RQ's scheduler child
-
-    def section(self, cwd: Path) -> str:
-        lines = [
-            f"[program:{self.name}]",
-            f"command={_escape(shlex.join(self.command))}",
-            f"directory={_escape(str(cwd))}",
-            f"priority={self.priority}",
-            "autostart=true",
-            "autorestart=true",
-            f"startsecs={START_SECS}",
-            f"startretries={START_RETRIES}",
-            "stopsignal=TERM",
-            f"stopwaitsecs={self.stop_wait}",
-            f"stopasgroup={str(self.as_group).lower()}",
-            f"killasgroup={str(self.as_group).lower()}",
-            "redirect_stderr=true",
-            "stdout_logfile=/dev/stdout",  # supervisord's own stdout: the terminal of `make up`
-            "stdout_logfile_maxbytes=0",
-        ]
-        if self.numprocs > 1:
-            lines += ["process_name=%(program_name)s.%(process_num)d", f"numprocs={self.numprocs}", "numprocs_start=1"]
-        return "\n".join(lines)
-
-
-def worker_stop_wait(config: Config) -> int:
-    """Seconds supervisord gives a worker between SIGTERM and SIGKILL: its stop grace, by the end of which its
-    run is back on its queue (workers.stopping), and STOP_WAIT more for the rest of its stop."""
-    return math.ceil(config.stop_grace) + STOP_WAIT
 
 
 def stop_deadline(config: Config) -> float:
@@ -120,54 +70,6 @@ def with_web_env(env_file: Path, command: list[str]) -> None:
     lines cannot carry every value (its parser has no escapes) and would hand them to every program."""
     os.environ.update(json.loads(env_file.read_text()))
     os.execv(command[0], command)
-
-
-def programs(config: Config, redis_command: list[str] | None, state_dir: Path) -> list[Program]:
-    """Everything ``up`` runs; ``redis_command`` is the embedded redis-server's (None with REDIS_URL)."""
-    role = [sys.executable, "-m", "app.launch.cli"]
-    web = [sys.executable, "-m", "app.launch.supervisor", WEB_ENV_FLAG, str(state_dir / WEB_ENV), *role, "web"]
-    found = [
-        Program("web", web, priority=10),
-        Program("worker", [*role, "worker"], priority=10, numprocs=config.workers, stop_wait=worker_stop_wait(config)),
-        Program("scheduler", [*role, "scheduler"], priority=10),
-    ]
-    if redis_command:
-        found.insert(0, Program("redis", redis_command, priority=1, stop_wait=REDIS_STOP_WAIT, as_group=False))
-    return found
-
-
-def render(config: Config, state_dir: Path, redis_command: list[str] | None) -> str:
-    """The whole ``supervisord.conf``."""
-    procs = programs(config, redis_command, state_dir)
-    cwd = Path.cwd()
-    head = [
-        "[supervisord]",
-        "nodaemon=true",  # in the foreground, its log on stdout (not to a log file: /dev/null)
-        "logfile=/dev/null",
-        "logfile_maxbytes=0",
-        "loglevel=info",
-        f"pidfile={_escape(str(state_dir / 'supervisord.pid'))}",
-        f"childlogdir={_escape(str(state_dir))}",
-    ]
-    if os.geteuid() == 0:  # as root supervisord logs a CRIT line unless told which user to stay
-        head.append("user=root")
-    task_programs = [p.name for p in procs if p.name != "redis"]
-    watchdog = [
-        "[eventlistener:watchdog]",
-        f"command={_escape(shlex.join([sys.executable, '-m', 'app.launch.supervisor', str(state_dir / GAVE_UP)]))}",
-        "events=PROCESS_STATE_FATAL",
-        "priority=100",
-        "autorestart=true",
-        "stderr_logfile=/dev/stdout",
-        "stderr_logfile_maxbytes=0",
-    ]
-    group = [f"[group:{GROUP}]", f"programs={','.join(task_programs)}", "priority=10"]
-    sections = ["\n".join(head), *(p.section(cwd) for p in procs), "\n".join(group), "\n".join(watchdog)]
-    return "\n\n".join(sections) + "\n"
-
-
-def _escape(value: str) -> str:
-    return value.replace("%", "%%")  # supervisor expands %(name)s in every value
 
 
 def secret_free(config: Config) -> dict[str, str]:

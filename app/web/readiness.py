@@ -3,8 +3,11 @@
 Two facts, read from RQ's own records in Redis (nothing new is written for them):
 
 - **workers per queue**: the RQ workers registered on each of our queues whose registration is still
-  alive (RQ removes it when a worker stops; a worker killed with SIGKILL stays counted until its key
-  expires, up to RQ's worker TTL of 420 s);
+  alive, as ``rq info`` lists them once RQ's ``clean_worker_registry`` dropped the dead keys from its
+  sets. RQ removes a registration when its worker stops. One left by a worker killed with SIGKILL (or
+  OOM) is removed at once by the worker that takes its slot (same name: ``taskport up``'s supervisor,
+  ``DYNO``), and otherwise expires within the workers' lease (3 stall timeouts, 90 s by default:
+  workers.worker.Leased), where RQ's own expiry was up to an hour for a busy in-process worker;
 - **housekeeping**: when each periodic pass (a job under a fixed id, see ``app.core.schedule``) last
   ended. A pass older than two housekeeping intervals means no scheduler (or no housekeeper) runs.
 

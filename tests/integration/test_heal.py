@@ -171,7 +171,7 @@ def test_kill9_of_a_worker_and_its_horse(healing: Up) -> None:
     up = healing
     with Api(up.base_url, timeout=3) as api:
         nap = api.create("test.nap", {"seconds": 3})  # one retry left
-        sleep = api.create("demo.sleep", {"seconds": 30})  # no retry left
+        sleep = api.create("demo.sleep", {"seconds": 30, "steps": 1})  # no retry left, and no checkpoint to resume
         api.wait_for(nap, "PROCESSING")
         api.wait_for(sleep, "PROCESSING")
         before = snapshot(up)

@@ -103,7 +103,7 @@ def _header(name: str, build: Callable[[Any], Any] = lambda value: value) -> Cal
 
 RETRY_POLL = _header("app.web.api.tasks:RETRY_AFTER")  # 202s and active statuses
 RETRY_503 = _header("app.web.errors:Unavailable", lambda error: error().headers)  # Redis or result store down
-CANCEL_GRACE = _code("workers.runner:CANCEL_GRACE")
+CANCEL_GRACE = _code("workers.heartbeat:CANCEL_GRACE")
 
 # (doc, pattern, the code's figures): every match of the pattern in the doc holds the figures (its groups that
 # matched), in the doc's unit; the pattern must still match, so a reworded sentence comes back here.
@@ -132,11 +132,11 @@ FIGURES: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ("docs/storage.md", r"one (\d+) MiB part buffer", _code("app.core.s3store:PART_SIZE", scale=1 / 1024**2)),
     ("docs/storage.md", r"Retry-After: (\d+)", RETRY_503),
     ("docs/self-healing.md", r"Retry-After: (\d+)", RETRY_503),
-    ("docs/self-healing.md", r"running for (\d+) s or more", _code("app.launch.supervisor:START_SECS")),
-    ("docs/self-healing.md", r"dies within (\d+) s of its start", _code("app.launch.supervisor:START_SECS")),
+    ("docs/self-healing.md", r"running for (\d+) s or more", _code("app.launch.supervisorconf:START_SECS")),
+    ("docs/self-healing.md", r"dies within (\d+) s of its start", _code("app.launch.supervisorconf:START_SECS")),
     ("docs/self-healing.md", r"After (\d+) failed starts in a row", lambda: (
-        pkgutil.resolve_name("app.launch.supervisor:START_RETRIES") + 1.0,)),  # the first start and its retries
-    ("docs/self-healing.md", r"after (\d+) s whatever is left", _code("app.launch.supervisor:STOP_WAIT")),
+        pkgutil.resolve_name("app.launch.supervisorconf:START_RETRIES") + 1.0,)),  # the first start and its retries
+    ("docs/self-healing.md", r"after (\d+) s whatever is left", _code("app.launch.supervisorconf:STOP_WAIT")),
     ("docs/self-healing.md", r"capped at ([\d.]+) s between tries", _code("app.core.connection:RIDE_OUT_STEP")),
     ("docs/self-healing.md", r"one housekeeping interval \((\d+) s\)", lambda: (
         float(Config.__dataclass_fields__["housekeeping_interval"].default),)),
@@ -158,7 +158,7 @@ FIGURES: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ("docs/deploy.md", r"and `Retry-After: (\d+)`\.",  # /readyz's 503
      _header("app.web.api.health:RETRY_AFTER", lambda value: {"Retry-After": value})),
     ("docs/deploy.md", r"`/problems/unavailable`, `Retry-After: (\d+)`", RETRY_503),
-    ("docs/deploy.md", r"RQ's registration expires \(up to (\d+) s\)", _code("rq.defaults:DEFAULT_WORKER_TTL")),
+    ("docs/deploy.md", r"\((\d+) × `TASKPORT_STALL_TIMEOUT`", _code("workers.worker:LEASE_STALLS")),
     ("docs/walkthrough.md", r"Retry-After: (\d+)", RETRY_POLL),
     ("README.md", r"Retry-After: (\d+)", RETRY_POLL),
 ]

@@ -1,17 +1,29 @@
-"""Housekeeping passes on fakeredis: expiry, tombstones, stall recovery, monitoring, the pass lock."""
+"""Housekeeping passes on fakeredis: expiry, tombstones, stall recovery, monitoring, the pass lock; and the
+recovery at once of a dead worker's run by the worker that takes its slot (workers.worker)."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
+from datetime import timedelta
 
 import pytest
+from rq import Worker
+from rq.executions import Execution
+from rq.job import Job, JobStatus
+from rq.registry import StartedJobRegistry
+from rq.utils import now as rq_now
+from rq.utils import utcformat
 
 from app.core import keys, processors
 from app.core.answers import NewTask
 from app.core.clock import now_ms
-from app.core.states import CLAIM_TAKEN, TaskStatus
-from workers.housekeeping import Housekeeper, PassReport
+from app.core.config import Config
+from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
+from workers.housekeeping import Housekeeper, PassReport, recover_now
+from workers.worker import StoppableSimpleWorker, replace_predecessor
 
 HOUR = 3600 * 1000
 
@@ -149,8 +161,6 @@ def test_failures_over_the_threshold_alert_once_per_window(hk, conn, config, cap
 
 
 def test_webhook_alert_is_queued_not_sent_inline(conn, tmp_path):
-    from app.core.config import Config
-
     config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, alert_failures=1,
                              alert_webhook="http://127.0.0.1:9/hook")
     hk = Housekeeper(conn, config)
@@ -165,3 +175,98 @@ def test_pass_lock_runs_a_pass_once_per_interval(hk):
     assert not hk.locked("expire", ran.append).skipped
     assert hk.locked("expire", ran.append).skipped
     assert len(ran) == 1
+
+
+# -- a worker restarted in its slot recovers its dead predecessor's run at once --------------------------
+SLOT = "host.0123abcd.worker-1"
+
+
+def predecessor_running(hk, conn, task_id, name=SLOT):
+    """A worker registered under ``name`` that took ``task_id``'s job and died (no death registered)."""
+    worker = StoppableSimpleWorker(list(QUEUES), name=name, connection=conn)
+    worker.register_birth()
+    worker._renewing.set()  # its renewal thread dies with it
+    conn.lrem("rq:queue:default", 0, task_id)  # the worker popped the job
+    job = Job.fetch(hk.store.job_id(task_id), connection=conn)
+    with conn.pipeline() as pipe:
+        Execution.create(job, 120, pipe, worker_name=name)
+        job.prepare_for_execution(name, pipeline=pipe)
+        pipe.execute()
+    return worker, job
+
+
+def test_recover_now_takes_a_run_whose_heartbeat_is_fresh_but_only_of_that_job(hk):
+    task_id = make(hk, max_attempts=2)
+    run(hk, task_id)  # it beat just now: housekeeping would wait for the stall timeout
+    assert recover_now(hk.store, hk.jobs, task_id, f"{task_id}_9") is None  # another job's run: left alone
+    task, status = recover_now(hk.store, hk.jobs, task_id, task_id)
+    assert (task.status, status) == (TaskStatus.PROCESSING, TaskStatus.PENDING)
+    assert hk.store.get(task_id).status == TaskStatus.PENDING and hk.store.job_id(task_id) == f"{task_id}_1"
+    assert recover_now(hk.store, hk.jobs, task_id, f"{task_id}_1") is None  # PENDING: nothing to recover
+
+
+def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_from_rq(hk, conn, config, caplog):
+    task_id = make(hk, max_attempts=1)
+    run_id = run(hk, task_id)
+    hk.store.report(task_id, run_id, 50, items={"total": 4, "succeeded": 2, "failed": 0},
+                    checkpoint=b'{"c":[4,2,0],"e":null,"r":[[0,4,2,2]]}')  # a checkpoint: it resumes for free
+    predecessor, job = predecessor_running(hk, conn, task_id)
+    with caplog.at_level(logging.INFO, logger="workers.worker"):
+        replace_predecessor(conn, config, SLOT)
+    task = hk.store.get(task_id)
+    assert (task.status, task.attempts) == (TaskStatus.PENDING, 0)  # its attempt given back
+    assert hk.store.job_id(task_id).startswith(f"{task_id}_r")  # from its checkpoint
+    [line] = [r for r in caplog.records if "predecessor" in r.getMessage()]  # one line, with the task id
+    assert getattr(line, "task_id", None) == task_id and "now PENDING (from its checkpoint" in line.getMessage()
+    # RQ: the dead worker is out of its sets and its registration going; its delivery an abandoned job
+    assert Worker.all(connection=conn) == [] and conn.hexists(predecessor.key, "death")
+    assert not conn.exists(predecessor.executions_key)
+    assert all(conn.zcard(StartedJobRegistry(q, connection=conn).key) == 0 for q in QUEUES)
+    assert job.get_status(refresh=True) == JobStatus.FAILED and 0 < conn.ttl(job.key) <= 3600
+    successor = StoppableSimpleWorker(list(QUEUES), name=SLOT, connection=conn)
+    successor.register_birth()  # RQ takes the name again (it refused it while the dead one was listed)
+    successor.register_death()
+
+
+def test_without_a_checkpoint_or_an_attempt_left_the_predecessors_run_fails_minus_3(hk, conn, config):
+    task_id = make(hk, max_attempts=1)
+    run(hk, task_id)
+    predecessor_running(hk, conn, task_id)
+    replace_predecessor(conn, config, SLOT)
+    task = hk.store.get(task_id)
+    assert (task.status, task.error_code) == (TaskStatus.FAILED, -3)
+
+
+def test_a_predecessor_that_stopped_cleanly_or_moved_on_is_left_alone(hk, conn, config):
+    task_id = make(hk, max_attempts=2)
+    run(hk, task_id)
+    predecessor, _ = predecessor_running(hk, conn, task_id)
+    predecessor.register_death()  # a clean stop
+    replace_predecessor(conn, config, SLOT)
+    assert hk.store.get(task_id).status == TaskStatus.PROCESSING
+    other = make(hk, max_attempts=2)
+    run(hk, other)
+    predecessor_running(hk, conn, other, name="host.0123abcd.worker-2")
+    hk.recover(PassReport("recover"), now=now_ms() + int(config.stall_timeout * 1000) + 1000)  # re-queued
+    replace_predecessor(conn, config, "host.0123abcd.worker-2")  # its job is no longer the task's
+    assert hk.store.get(other).status == TaskStatus.PENDING and hk.store.job_id(other) == f"{other}_1"
+    assert Worker.all(connection=conn) == []  # the dead worker is removed all the same
+
+
+def test_a_predecessor_asked_to_stop_gets_its_grace_to_register_its_death(hk, conn, tmp_path):
+    config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, stop_grace=1)
+    task_id = make(hk, max_attempts=2)
+    run(hk, task_id)
+    predecessor, _ = predecessor_running(hk, conn, task_id)
+    conn.hset(predecessor.key, "shutdown_requested_date", utcformat(rq_now()))  # RQ's mark of a warm stop
+    threading.Timer(0.3, predecessor.register_death).start()  # it puts its run back and exits
+    started = time.monotonic()
+    replace_predecessor(conn, config, SLOT)
+    assert 0.2 < time.monotonic() - started < 5 and hk.store.get(task_id).status == TaskStatus.PROCESSING
+    # one whose stop was asked for longer ago than its grace (and margin) is dead: taken over at once
+    again = make(hk, max_attempts=2)
+    run(hk, again)
+    late, _ = predecessor_running(hk, conn, again, name="host.0123abcd.worker-3")
+    conn.hset(late.key, "shutdown_requested_date", utcformat(rq_now() - timedelta(seconds=60)))
+    replace_predecessor(conn, config, "host.0123abcd.worker-3")
+    assert hk.store.get(again).status == TaskStatus.PENDING

@@ -6,7 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
-from rq import SimpleWorker
+from rq import SimpleWorker, Worker
 from rq.job import Job
 from rq.utils import utcformat
 
@@ -15,6 +15,8 @@ from app.core.schedule import PASSES, job_id
 from app.core.states import QUEUES
 from app.web import create_app
 from app.web.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch, housekeeping_ages, live_workers
+from tests.integration.harness import wait_until
+from workers.worker import StoppableSimpleWorker
 
 
 def start_worker(conn, queues=QUEUES) -> SimpleWorker:
@@ -101,3 +103,39 @@ def test_the_worker_watch_rereads_at_most_once_a_second(conn, monkeypatch):
     assert watch.unserved() == list(QUEUES)  # cached
     monkeypatch.setattr("app.web.readiness.WORKER_CACHE_SECONDS", 0.0)
     assert watch.unserved() == []
+
+
+def leased_worker(conn, lease: int) -> StoppableSimpleWorker:
+    worker = StoppableSimpleWorker(list(QUEUES), connection=conn)
+    worker.lease = lease
+    worker.register_birth()
+    return worker
+
+
+def test_a_dead_workers_registration_expires_within_its_lease_busy_or_idle(conn):
+    worker = leased_worker(conn, 90)
+    try:
+        assert 0 < conn.ttl(worker.key) <= 90  # RQ's birth asked for 480 s
+        worker.heartbeat()  # idle: RQ asks for worker_ttl + 60
+        assert 0 < conn.ttl(worker.key) <= 90
+        worker.heartbeat(3660 + 60, pipeline=None)  # busy in-process: RQ asks for the job's timeout + 60 (an hour)
+        assert 0 < conn.ttl(worker.key) <= 90
+        assert live_workers(conn) == dict.fromkeys(QUEUES, 1)
+        conn.delete(worker.key)  # what the lease does to a worker killed with SIGKILL, 90 s on
+        assert live_workers(conn) == dict.fromkeys(QUEUES, 0)
+    finally:
+        worker._renewing.set()
+
+
+def test_a_live_worker_renews_its_lease_and_registers_again_if_it_was_lost(conn):
+    worker = leased_worker(conn, 3)  # renewed every second
+    try:
+        conn.expire(worker.key, 1)
+        wait_until(lambda: conn.ttl(worker.key) > 1, timeout=5, message="the lease renewed")
+        conn.delete(worker.key)  # Redis was away for longer than the lease
+        conn.srem(f"rq:workers:{QUEUES[0]}", worker.key)
+        wait_until(lambda: live_workers(conn) == dict.fromkeys(QUEUES, 1), timeout=5, message="registered again")
+        assert [w.name for w in Worker.all(connection=conn)] == [worker.name]
+    finally:
+        worker.register_death()
+    assert live_workers(conn) == dict.fromkeys(QUEUES, 0) and worker._renewing.is_set()

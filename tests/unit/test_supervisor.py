@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,17 +21,16 @@ from supervisor.options import ServerOptions
 
 from app.core import connection
 from app.core.config import Config
-from app.launch.supervisor import (
+from app.launch.supervisor import Launcher, secret_free, watch, web_only_environ
+from app.launch.supervisorconf import (
     GROUP,
     START_RETRIES,
     START_SECS,
     STOP_WAIT,
     WEB_ENV_FLAG,
-    Launcher,
+    data_dir_id,
     render,
-    secret_free,
-    watch,
-    web_only_environ,
+    worker_slot_name,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,9 @@ def test_every_process_is_restarted_and_redis_runs_first_and_stops_last(tmp_path
     assert found["redis"].priority < found[GROUP].priority < found["watchdog"].priority
     for name in ("web", "worker.1", "scheduler"):
         proc = processes[name]
-        assert proc.command.endswith(f"-m app.launch.cli {name.split('.')[0]}")
+        role = name.split(".")[0]
+        named = ["--name", worker_slot_name(config, name.split(".")[1])] if role == "worker" else []
+        assert shlex.split(proc.command)[-2 - len(named):] == ["app.launch.cli", role, *named]
         assert proc.autorestart is not False and proc.startsecs == START_SECS
         assert proc.startretries == START_RETRIES
         # a worker's run is back on its queue within its stop grace: supervisord waits longer than that
@@ -76,6 +79,20 @@ def test_with_redis_url_there_is_no_embedded_redis(tmp_path: Path) -> None:
     found = groups(load(tmp_path, config, None))
     assert set(found) == {GROUP, "watchdog"}
     assert sorted(p.name for p in found[GROUP].process_configs) == ["scheduler", "web", "worker"]
+
+
+def test_each_worker_slot_has_a_name_of_its_own_that_its_next_process_gets_again(tmp_path: Path) -> None:
+    config = Config.from_env({"TASKPORT_WORKERS": "2"}, data_dir=tmp_path / "var")
+    names = {p.name: shlex.split(p.command)[-1] for p in groups(load(tmp_path, config, None))[GROUP].process_configs}
+    assert (names["worker.1"], names["worker.2"]) == (worker_slot_name(config, "1"), worker_slot_name(config, "2"))
+    assert names["worker.1"] == f"{socket.gethostname()}.{data_dir_id(config)}.worker-1"
+    (tmp_path / "lone").mkdir()
+    lone = Config.from_env({"TASKPORT_WORKERS": "1"}, data_dir=tmp_path / "var")
+    [worker] = [p for p in groups(load(tmp_path / "lone", lone, None))[GROUP].process_configs if p.name == "worker"]
+    assert shlex.split(worker.command)[-1] == worker_slot_name(config, "1")  # slot 1 under any count
+    # another data dir (maybe on the same Redis) never takes these names; the same dir always gives them
+    assert data_dir_id(Config.from_env({}, data_dir=tmp_path / "other")) != data_dir_id(config)
+    assert data_dir_id(Config.from_env({}, data_dir=tmp_path / "var" / ".." / "var")) == data_dir_id(config)
 
 
 def event(name: str, payload: str) -> str:
