@@ -106,7 +106,8 @@ audit(task, task_id, '')
 return {1}
 """)
 
-# PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing.
+# PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing,
+# but the same run sending its start again (its answer lost) gets the same answer, so a run is not lost.
 # A task past its expires_at is EXPIRED to every reader already, so it never starts (EXPIRED is final).
 # A run that finds a checkpoint resumes from it, and counts in @resumed.
 # Returns {1, payload_json, HGETALL, checkpoint log or nil, cursor or nil} when started, {0, current_status}
@@ -118,8 +119,13 @@ START = Script(
           "checkpoint": "string: the task's checkpoint log (answered)", "cursor": "string: its cursor (answered)"},
     args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id"},
     body="""
-local cur = redis.call('HMGET', task, @status, @expires_at)
+local cur = redis.call('HMGET', task, @status, @expires_at, @run_id)
 local status = cur[1]
+if status == $PROCESSING and cur[3] == run_id then
+  -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
+  return {1, redis.call('GET', payload), redis.call('HGETALL', task), redis.call('GET', checkpoint),
+          redis.call('GET', cursor)}
+end
 if status ~= $PENDING then return {0, status or ''} end
 if (tonumber(cur[2]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
 local payload_json = redis.call('GET', payload)

@@ -202,3 +202,14 @@ def test_a_marker_outside_its_home_fails_at_render():
         lua.render("return $DONE")
     with pytest.raises(KeyError):
         lua.render("redis.call('HGET', KEYS[1], @colour)")
+
+
+def test_a_start_sent_again_by_the_same_run_is_answered_again_and_counts_once(store):
+    """A Redis restart may lose a start's answer after the script ran; the client sends it again."""
+    new = new_task()
+    create(store, new)
+    first = store.start(new.task_id, "run-1").started
+    again = store.start(new.task_id, "run-1").started
+    assert first is not None and again is not None and again.task.attempts == 1
+    assert again.payload == first.payload
+    assert store.start(new.task_id, "run-2").started is None  # another delivery still does nothing
