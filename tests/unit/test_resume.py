@@ -5,6 +5,8 @@ advanced is recovered for free, up to the point where it stops advancing (app/co
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,15 +107,12 @@ def test_a_processor_s_own_cursor_is_handed_to_the_next_run(client, runner):
     assert client.get(f"{API}/{task_id}/result").get_json()["result"] == {"from": 3}  # page 2 saved 3, then stopped
 
 
-def test_a_cancel_during_a_stop_wins(client, runner):
+def test_a_cancel_during_a_stop_wins(client, runner, monkeypatch):
     task_id = submit(client, "rs.counted", n=5)
     stop_at["item"] = 1
-    runner_module.interrupt_current = lambda: (client.delete(f"{API}/{task_id}"),  # type: ignore[assignment]
-                                               runner.interrupt())
-    try:
-        runner.run(task_id)
-    finally:
-        del runner_module.interrupt_current  # back to the module's own
+    monkeypatch.setattr(runner_module, "interrupt_current",
+                        lambda: (client.delete(f"{API}/{task_id}"), runner.interrupt()))
+    runner.run(task_id)
     assert status(client, task_id)["status"] == TaskStatus.CANCELLED
 
 
@@ -151,3 +150,31 @@ def test_the_transition_keeps_the_resume_mark(client, runner):
     assert task.checkpoints == 1 and task.resumable
     store.recover(task, now_ms() + 60_000)
     assert not dataclasses.replace(store.get(task_id)).resumable
+
+
+def test_a_run_that_reaches_no_cancellation_point_within_the_grace_is_put_back_and_its_process_ends(
+        client, conn, tmp_path, monkeypatch, caplog):
+    from workers import heartbeat
+
+    ended = threading.Event()
+    monkeypatch.setattr(heartbeat.os, "_exit", lambda code: ended.set())  # the process would end here
+
+    def stubborn(payload: dict, ctx: TaskContext) -> dict:
+        runner_module.interrupt_current()
+        ended.wait(10)  # busy without a cancellation point until the grace ran out
+        return {"never": "stored"}
+
+    processors.processor("rs.stubborn", schema=AnyPayload, timeout=30)(stubborn)
+    config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, progress_interval=0,
+                             heartbeat_interval=3600, stop_grace=0.2)
+    runner = runner_module.use(Runner(config, conn))
+    assert runner is not None
+    task_id = submit(client, "rs.stubborn")
+    with caplog.at_level(logging.INFO, logger="workers.runner"):
+        runner.run(task_id)
+    assert ended.is_set()
+    assert any("did not reach a cancellation point within the 0.2 s stop grace: put back" in r.getMessage()
+               for r in caplog.records)  # one line, with the task id
+    back = status(client, task_id)
+    assert back["status"] == TaskStatus.PENDING and back["attempts"] == 0  # put back, no attempt used
+    assert "interrupted by a worker stop" in back["message"]
