@@ -31,6 +31,7 @@ from app.core.process import die_with_parent, forked_children_die_with_me
 from app.core.schedule import PASSES, job_id
 from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
 from app.core.states import DEFAULT_QUEUE
+from workers.worker import Leased, lease_seconds
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
             description=f"housekeeping: {name}")
 
 
+class HousekeepingWorker(Leased, SimpleWorker):
+    """The housekeeper's RQ worker: RQ's SimpleWorker with a leased registration (workers.worker.Leased)."""
+
+
 def run_housekeeper(config: Config, parent: int | None = None) -> None:
     """The child process: a SimpleWorker on the housekeeping queue (its scheduler runs alert retries)."""
     die_with_parent(signal.SIGTERM, parent)  # RQ's warm shutdown when the scheduler goes, however it goes
@@ -70,7 +75,8 @@ def run_housekeeper(config: Config, parent: int | None = None) -> None:
     forked_children_die_with_me()  # the housekeeper's own RQ scheduler child
     conn = connect(config)
     wait_for_redis(conn)
-    worker = SimpleWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
+    worker = HousekeepingWorker([Queue(HOUSEKEEPING_QUEUE, connection=conn)], connection=conn)
+    worker.lease = lease_seconds(config)  # a killed housekeeper leaves `rq info` within the lease, as workers do
     worker.work(with_scheduler=True, logging_level=config.log_level_name)
 
 
