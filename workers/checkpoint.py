@@ -109,6 +109,14 @@ class Pending:
         self.cursor: bytes | None = None
         self.lines = 0  # lines appended since the log was last replaced
 
+    @property
+    def moved(self) -> bool:
+        """Whether an item finished (or failed) since the last write."""
+        return bool(self.runs or self.failures)
+
+    def __bool__(self) -> bool:
+        return self.moved or self.cursor is not None
+
     def item_done(self, run: int, declared: int | None, done: int, result: Any, keep: bool,
                   keeps_results: bool) -> None:
         """Item ``done`` of item run ``run`` finished; ``keep`` its result (a succeeded item of an each)."""
@@ -119,7 +127,7 @@ class Pending:
 
     def line(self, counts: list[int] | None, error_code: int | None) -> bytes:
         """The log line for everything pending (b"" when no item moved)."""
-        if not self.runs and not self.failures:
+        if not self.moved:
             return b""
         runs = [entry(run, declared, done, results) for run, (declared, done, results) in self.runs.items()]
         return _line(counts, error_code, runs, self.failures)
@@ -128,13 +136,12 @@ class Pending:
         """The pending write as a :class:`Saved` (None when there is nothing to save): a line to append, or
         every ``COMPACT_EVERY`` lines one from ``snapshot`` that replaces the log; :meth:`clear` it once the
         write went through, so a failed write is retried with the next one."""
-        line = self.line(counts, error_code)
-        if not line and self.cursor is None:
+        if not self:
             return None
-        if line and self.lines >= COMPACT_EVERY:
+        if self.moved and self.lines >= COMPACT_EVERY:
             runs, failures = snapshot()
             return Saved(_line(counts, error_code, runs, failures), self.cursor, replace=True)
-        return Saved(line, self.cursor)
+        return Saved(self.line(counts, error_code), self.cursor)
 
     def clear(self, saved: Saved) -> None:
         if saved.line:

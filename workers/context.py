@@ -173,8 +173,7 @@ class TaskContext:
         """Write the latest values now if they differ from the last written ones. Never raises
         TaskCancelled (it only marks the context); safe to call from any thread at any time."""
         with self._lock:
-            if self._snapshot() != self._reported or self._pending.cursor is not None or self._pending.runs \
-                    or self._pending.failures:
+            if self._snapshot() != self._reported or self._pending:
                 self._report()
 
     def _update(self, percent: float | None, message: str | None) -> None:

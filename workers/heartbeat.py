@@ -65,9 +65,7 @@ class Heartbeat:
             self._put_back(f"did not reach a cancellation point within the {grace:g} s stop grace")
         except Exception as exc:  # the exit must happen regardless; recovery takes the task over then
             task_logger(log, self._task_id).warning("could not put the task back: %s", exc)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(INTERRUPTED_EXIT)
+        _end_process(INTERRUPTED_EXIT)
 
     def abandon(self, reason: str) -> None:
         """The run is no longer the task's: tell the processor (its next cancellation point raises TaskCancelled),
@@ -89,9 +87,7 @@ class Heartbeat:
                 self._ctx.results.delete(self._task_id)  # this run's folder, unless a resumed run goes on in it
         except Exception as exc:  # the orphan sweep removes what is left; the exit must happen regardless
             tlog.warning("could not remove the run's files (left to the orphan sweep): %s", exc)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(ABANDONED_EXIT)
+        _end_process(ABANDONED_EXIT)
 
     def _beat(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -113,6 +109,13 @@ class Heartbeat:
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
+
+
+def _end_process(code: int) -> None:
+    """End this process now (the run is past its grace), its log lines written first."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(code)
 
 
 def resumes_in(store: TaskStore, task_id: str, folder: str | None) -> bool:

@@ -179,12 +179,10 @@ def recover_run(store: TaskStore, jobs: JobQueue, task: Task, stale_before_ms: i
     from its checkpoint without using an attempt when the checkpoint advanced since its last free resumption,
     else with an attempt while one is left, else FAILED -3 (TaskStore.recover). Returns the new status, or
     None when the run was not taken (it beat meanwhile, or the task moved on)."""
-    proc = processors.get(task.type)
-    timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
     # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
     # (result_ttl 0), and must not take the re-queued one with it
     job = resume_job_id(task.id, task.seq) if task.resumable else attempt_job_id(task.id, task.attempts)
-    return store.recover(task, stale_before_ms, jobs.job_commands(task.id, task.priority, timeout, job), job_id=job)
+    return store.recover(task, stale_before_ms, jobs.requeue_commands(task, job), job_id=job)
 
 
 def recover_now(store: TaskStore, jobs: JobQueue, task_id: str, job_id: str) -> tuple[Task, str] | None:

@@ -117,10 +117,8 @@ class Runner:
         """Save the run's checkpoint and put its task back on its queue, without using an attempt."""
         tlog = task_logger(log, task.id)
         ctx.flush()
-        proc = processors.get(task.type)
-        timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
         job = resume_job_id(task.id, task.seq)
-        commands = self.jobs.job_commands(task.id, task.priority, timeout, job)
+        commands = self.jobs.requeue_commands(task, job)
         done_items = ctx.item_counts
         where = f" after {done_items['succeeded'] + done_items['failed']} items" if done_items else ""
         message = f"interrupted by a worker stop{where}; resumes from its checkpoint"
@@ -154,7 +152,7 @@ class Runner:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
             output = proc.func(started.payload, ctx)
         except TaskInterrupted:
-            self._put_back(task, run_id, ctx, "stopped at a checkpoint")
+            self._put_back(task, run_id, ctx, "stopped at a cancellation point")
             return None
         except TaskCancelled:
             self._stopped(task.id, ctx, tlog)

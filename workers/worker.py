@@ -38,7 +38,7 @@ from rq.worker import SpawnWorker as RQSpawnWorker
 from app.core import layout, processors
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
-from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, JobQueue, register_queues
+from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, JobQueue, register_queues, task_of_job
 from app.core.logs import setup_logging, task_logger
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES, TaskStatus
@@ -357,7 +357,7 @@ def _take_over_run(conn: redis.Redis, config: Config, predecessor: BaseWorker, e
     """The predecessor's ``execution``: its task recovered at once if it is still that job's run, the
     execution out of RQ's registries, its job recorded as abandoned (failed registry, as RQ's own clean-up of
     an abandoned job does, so it expires)."""
-    task_id = execution.job_id.split("_", 1)[0]  # a job id is the task id, or the task id and a suffix
+    task_id = task_of_job(execution.job_id)
     processors.load(config.processor_modules)  # the re-queued job's timeout is its processor's
     recovered = recover_now(TaskStore(conn, config), JobQueue(conn, config), task_id, execution.job_id)
     with conn.pipeline() as pipe:

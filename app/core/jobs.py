@@ -25,9 +25,11 @@ from rq.job import Job
 from rq.registry import CanceledJobRegistry
 from rq.utils import as_text, current_timestamp, now, utcformat
 
+from app.core import processors
 from app.core.config import Config
 from app.core.lua import Command
 from app.core.states import QUEUES
+from app.core.task import Task
 
 RUN_TASK = "workers.runner.run_task"
 ON_STOPPED = Callback("workers.runner.on_stopped")  # the worker removes what a killed work horse wrote
@@ -45,6 +47,11 @@ log = logging.getLogger(__name__)
 def attempt_job_id(task_id: str, attempt: int) -> str:
     """The RQ job id under which a recovery re-queues a task after ``attempt`` (RQ allows [A-Za-z0-9_-])."""
     return f"{task_id}_{attempt}"
+
+
+def task_of_job(job_id: str) -> str:
+    """The task id of an RQ job id: the task id itself, or one of the ids above (the task id and a suffix)."""
+    return job_id.split("_", 1)[0]
 
 
 def resume_job_id(task_id: str, seq: int) -> str:
@@ -106,6 +113,13 @@ class JobQueue:
         self.config = config
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
         self._templates: dict[tuple[str, int], JobTemplate] = {}
+
+    def requeue_commands(self, task: Task, job_id: str) -> list[Command]:
+        """The commands that queue ``task`` again as job ``job_id`` (a recovery, a put-back), with the timeout
+        of its processor (the default one if this process has none of that type)."""
+        proc = processors.get(task.type)
+        timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
+        return self.job_commands(task.id, task.priority, timeout, job_id)
 
     def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> list[Command]:
         """The commands that queue the task's job (id ``job_id``, default the task id), for a script or a
