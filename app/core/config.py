@@ -69,6 +69,19 @@ def _setting(env: str, default: Any, doc: str) -> Any:
 class Config:
     redis_url: str | None = _setting(
         "REDIS_URL", None, "Redis to use; unset = `taskport up` starts an embedded valkey-server (unix socket)")
+    redis_sentinels: str = _setting(
+        "REDIS_SENTINELS", "", "comma list host:port of Redis Sentinels: every process asks them for the primary "
+        "(instead of REDIS_URL; docs/operations.md)")
+    redis_sentinel_master: str = _setting(
+        "REDIS_SENTINEL_MASTER", "", "the name the Sentinels monitor the primary under (with REDIS_SENTINELS)")
+    redis_sentinel_password: str = _setting(
+        "REDIS_SENTINEL_PASSWORD", "", "password of the Sentinels themselves (their requirepass), if any")
+    redis_password: str = _setting(
+        "REDIS_PASSWORD", "", "password of the primary and replicas found through REDIS_SENTINELS (with REDIS_URL "
+        "it is part of the URL)")
+    replica_ack: bool = _setting(
+        "TASKPORT_REPLICA_ACK", False, "1 = submit, cancel and every terminal transition are acknowledged only "
+        "once a replica has them (WAIT); none reachable = 503")
     host: str = _setting(
         "TASKPORT_HOST", "", "interface the web binds; unset = 127.0.0.1 without API keys, 0.0.0.0 with them")
     port: int = _setting("PORT", 8000, "HTTP port of the web process")
@@ -199,7 +212,8 @@ class Config:
             raise ConfigError("TASKPORT_WORKER_MAX_JOBS must be 0 (never) or positive")
         if self.result_part_size < MIN_PART_SIZE:
             raise ConfigError(f"TASKPORT_RESULT_PART_SIZE must be at least {MIN_PART_SIZE} (S3's smallest part)")
-        self.backoff  # noqa: B018 - parses, raising ConfigError when malformed
+        self.sentinel_addresses  # noqa: B018 - parses, raising ConfigError when malformed
+        self.backoff  # noqa: B018
         self.result_location  # noqa: B018
         self.audit_limits  # noqa: B018
         if self.request_limit:
@@ -215,6 +229,29 @@ class Config:
     def env_name(cls, name: str) -> str:
         """The environment variable of the field ``name``."""
         return str(cls.__dataclass_fields__[name].metadata["env"])
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of each of REDIS_SENTINELS; empty = REDIS_URL names the one Redis."""
+        addresses = []
+        for entry in filter(None, (e.strip() for e in self.redis_sentinels.split(","))):
+            host, sep, port = entry.rpartition(":")
+            if not (sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+                raise ConfigError(f"REDIS_SENTINELS entries look like host:port, got {entry!r}")
+            addresses.append((host.strip("[]"), int(port)))
+        if addresses and not self.redis_sentinel_master:
+            raise ConfigError("REDIS_SENTINELS needs REDIS_SENTINEL_MASTER, the name the Sentinels know the primary by")
+        if addresses and self.redis_url:
+            raise ConfigError("set REDIS_SENTINELS or REDIS_URL, not both: the Sentinels name the primary")
+        if addresses and self.worker_class == WorkerClass.SPAWN:
+            raise ConfigError("TASKPORT_WORKER_CLASS=spawn does not work with REDIS_SENTINELS (RQ's SpawnWorker is "
+                              "reported broken with Sentinel: rq/rq#2281): use simple or fork")
+        return addresses
+
+    @property
+    def external_redis(self) -> bool:
+        """A Redis of the operator's (REDIS_URL or REDIS_SENTINELS): `taskport up` starts no embedded one."""
+        return bool(self.redis_url or self.redis_sentinels.strip())
 
     @property
     def backoff(self) -> list[int]:

@@ -8,6 +8,11 @@ Two retry policies, chosen by what the process does while Redis is away:
   ``RIDE_OUT_STEP`` seconds) for up to ``TASKPORT_REDIS_RIDE_OUT`` seconds before it raises. RQ's main
   loop and rq-scheduler's both quit on a ConnectionError outside their dequeue, so riding the outage
   out inside redis-py is what keeps them alive through a restart of the embedded redis-server.
+
+Where the Redis is: ``REDIS_URL``, or the primary the Sentinels of ``REDIS_SENTINELS`` name, followed
+across a failover (app/core/sentinel.py). A primary that refuses writes for want of replicas
+(``min-replicas-to-write``: NOREPLICAS) is "not now" like an unreachable one: :class:`NoReplicaError`, a
+ConnectionError, so both policies above apply to it unchanged.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.connection import DefaultParser
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
+from app.core import sentinel
 from app.core.config import Config, ConfigError
 
 # No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
@@ -29,6 +36,17 @@ NO_SETINFO = DriverInfo(name=None, lib_version=None)
 POOL_SIZE = 64  # Redis connections per client (per process): requests beyond it wait for a free one
 RIDE_OUT_STEP = 0.5  # seconds: the longest wait between two tries, so a restarted Redis is seen within it
 _ride_out = False
+
+
+class NoReplicaError(redis.exceptions.ConnectionError):
+    """The primary has no replica to take a write: it refused it (NOREPLICAS), or a write it took reached
+    none in time with TASKPORT_REPLICA_ACK (app.core.store). Nothing acknowledged; retry shortly."""
+
+
+class Parser(DefaultParser):  # type: ignore[misc, valid-type]
+    """redis-py's parser (hiredis when installed), with NOREPLICAS read as :class:`NoReplicaError`."""
+
+    EXCEPTION_CLASSES = {**DefaultParser.EXCEPTION_CLASSES, "NOREPLICAS": NoReplicaError}
 
 
 class LeanPool(redis.BlockingConnectionPool):
@@ -70,6 +88,10 @@ class LeanPool(redis.BlockingConnectionPool):
         self.pool.put_nowait(connection)
 
 
+class SentinelPool(sentinel.FollowsSentinels, LeanPool):
+    """:class:`LeanPool` whose server is the primary the Sentinels name (app/core/sentinel.py)."""
+
+
 def ride_out_outages() -> None:
     """From now on, :func:`connect` in this process (and in the processes it forks) returns clients that
     wait out a Redis outage instead of raising at once. For workers and the scheduler only."""
@@ -88,22 +110,25 @@ def retry_policy(config: Config, ride_out: bool) -> Retry:
 
 
 def connect(config: Config, *, timeout: float | None = None, ride_out: bool | None = None) -> redis.Redis:
-    """A client for ``config.redis_url`` with socket timeouts, health checks and the process's retry policy."""
-    if not config.redis_url:
+    """A client for the Redis of ``config`` (REDIS_URL, or the Sentinels' primary) with socket timeouts,
+    health checks and the process's retry policy."""
+    if not config.external_redis:
         raise ConfigError("REDIS_URL is not set: run `taskport up`, which starts an embedded Redis")
     t = config.redis_timeout if timeout is None else timeout
-    tls = {"ssl_cert_reqs": config.redis_tls_verify} if config.redis_url.startswith("rediss://") else {}
     # A bounded pool that waits up to the timeout for a free connection: under gevent a burst of
     # greenlets would otherwise open a connection each (and fail past redis-py's default of 100).
-    pool = LeanPool.from_url(
-        config.redis_url, max_connections=POOL_SIZE, timeout=t,
-        socket_timeout=t,
-        socket_connect_timeout=t,
-        health_check_interval=30,
-        driver_info=NO_SETINFO,
-        retry=retry_policy(config, _ride_out if ride_out is None else ride_out),
-        **tls,  # TASKPORT_REDIS_TLS_VERIFY (a plain redis:// URL takes no TLS arguments)
-    )
+    options: dict[str, Any] = {
+        "max_connections": POOL_SIZE, "timeout": t, "socket_timeout": t, "socket_connect_timeout": t,
+        "health_check_interval": 30, "driver_info": NO_SETINFO, "parser_class": Parser,
+        "retry": retry_policy(config, _ride_out if ride_out is None else ride_out),
+    }
+    if config.sentinel_addresses:
+        pool: LeanPool = SentinelPool(**sentinel.pool_options(config, t), **options)
+    else:
+        assert config.redis_url is not None  # external_redis
+        if config.redis_url.startswith("rediss://"):  # a plain redis:// URL takes no TLS arguments
+            options["ssl_cert_reqs"] = config.redis_tls_verify  # TASKPORT_REDIS_TLS_VERIFY
+        pool = LeanPool.from_url(config.redis_url, **options)
     client = redis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # as Redis.from_url does: closing the client closes its pool
     return client

@@ -6,6 +6,10 @@ also keeps the shared indexes and counters); reads are one round trip (HGETALL, 
 result is needed too). The shared keys have owners of their own: the indexes housekeeping reads in
 :mod:`app.core.indexes`, the member histories in :mod:`app.core.history`, the counters in
 :mod:`app.core.stats`, the audit trail in :mod:`app.core.audit`.
+
+With TASKPORT_REPLICA_ACK the writes a caller is told about (submit, cancel, every terminal transition)
+are followed by ``WAIT 1`` on the same connection: answered once a replica has them, else
+:class:`app.core.connection.NoReplicaError` (the web's 503), so a failover cannot drop what was acknowledged.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from app.core.answers import (
 )
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.connection import NoReplicaError
 from app.core.ids import digest
 from app.core.indexes import ExpiryIndex
 from app.core.keys import STAT_ENTERED, STAT_INTERRUPTED, STAT_RECOVERED, STAT_RETRIED
@@ -42,6 +47,7 @@ from app.core.task import Task
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
 # default), and a key of its own costs more than a hundred bytes of bookkeeping.
 INLINE_RESULT_MAX = 64
+REPLICAS_ACKING = 1  # replicas that must have a write before TASKPORT_REPLICA_ACK acknowledges it
 
 
 def _items_fields(items: dict[str, int] | None) -> list[Any]:
@@ -57,19 +63,42 @@ class TaskStore:
         self._sources = scripts.build(*config.audit_limits)  # the audit retention is rendered into the scripts
         self._scripts = {name: conn.register_script(src) for name, src in self._sources.items()}
 
-    def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+    def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None, *,
+                   acknowledged: bool = False) -> Any:
         """Run a script now (EVALSHA, loading it on NOSCRIPT), or queue it on a caller's pipeline.
 
         On a pipeline it goes as EVAL with its source: an EVALSHA that met an empty script cache (a
         restarted Redis) would fail inside MULTI while the rest of the transaction still applied, and
         redis-py's own remedy costs a SCRIPT EXISTS round trip on every execute. Every write of the
         store goes through here: the one seam a subclass overrides to send them its own way
-        (bench.fill batches them on a pipeline).
+        (bench.fill batches them on a pipeline). ``acknowledged``: a caller is told of this write, so
+        under TASKPORT_REPLICA_ACK it returns only once a replica has it.
         """
         keys_ = [*keys_, keys.AUDIT]  # every script's last key: lua.AUDIT_STREAM
-        if client is None:
-            return self._scripts[name](keys=keys_, args=args)
-        return client.eval(self._sources[name], len(keys_), *keys_, *args)
+        if client is not None:
+            return client.eval(self._sources[name], len(keys_), *keys_, *args)
+        if acknowledged and self.config.replica_ack:
+            return self._replicated(name, keys_, args)
+        return self._scripts[name](keys=keys_, args=args)
+
+    def _replicated(self, name: str, keys_: list[str], args: list[Any]) -> Any:
+        """The script, then WAIT on the same connection (WAIT counts that connection's writes): one round
+        trip. A script cache emptied by a failover (the new primary's) is loaded once and the call repeated."""
+        script = self._scripts[name]
+        for _ in range(2):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys_), *keys_, *args)
+            pipe.wait(REPLICAS_ACKING, int(self.config.redis_timeout * 500))  # ms: half the socket timeout
+            answer, replicas = pipe.execute(raise_on_error=False)
+            if not isinstance(answer, redis.exceptions.NoScriptError):
+                break
+            self.redis.script_load(self._sources[name])
+        for reply in (answer, replicas):
+            if isinstance(reply, Exception):
+                raise reply
+        if replicas < REPLICAS_ACKING:
+            raise NoReplicaError(f"the write reached {replicas} replicas, TASKPORT_REPLICA_ACK needs {REPLICAS_ACKING}")
+        return answer
 
     # -- submit ---------------------------------------------------------------------------------
     def create(self, new: NewTask, job: Sequence[Command] = ()) -> Created:
@@ -99,7 +128,7 @@ class TaskStore:
                   "created_ms": created, "expiry_ms": created + c.task_ttl * 1000, "payload_json": body,
                   "member": new.member, "cap": c.active_task_cap, "job_argc": len(job_args)},
             rest_keys=job_keys, rest=[*job_args, *fields],
-        ))  # fmt: skip
+        ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 1:
@@ -169,7 +198,7 @@ class TaskStore:
         self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
-        refund: bool = False,
+        refund: bool = False, acknowledged: bool = False,
     ) -> Transition:
         answer = self.run_script(scripts.TRANSITION.name, *scripts.TRANSITION.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
@@ -182,7 +211,7 @@ class TaskStore:
                   "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id,
                   "refund": "1" if refund else ""},
             rest=fields,
-        ), client=client)  # fmt: skip
+        ), client=client, acknowledged=acknowledged)  # fmt: skip
         if client is not None:
             return Transition(True, "")  # queued on a pipeline: the caller reads the answer from execute()
         return Transition(answer[0] == 1, answer[1].decode())
@@ -198,7 +227,7 @@ class TaskStore:
         fields = [*fields, F.COMPLETED_AT, t, F.UPDATED_AT, t, F.EXPIRES_AT, expires]
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
-            expiry_ms=expires, result=result, drop="payload", stale_before_ms=stale_before_ms,
+            expiry_ms=expires, result=result, drop="payload", stale_before_ms=stale_before_ms, acknowledged=True,
         )
 
     def complete(

@@ -157,8 +157,8 @@ def add_audit_command(sub: Any) -> None:
 def cmd_audit(args: argparse.Namespace) -> int:
     """``taskport audit``: print the audit stream of the Redis in REDIS_URL (app.core.audit reads it)."""
     config = Config.from_env()
-    if not config.redis_url:
-        print("taskport: error: set REDIS_URL to the service's Redis", file=sys.stderr)
+    if not config.external_redis:
+        print("taskport: error: set REDIS_URL (or REDIS_SENTINELS) to the service's Redis", file=sys.stderr)
         return EXIT_CONFIG
     limit = max(1, min(args.limit, audit.MAX_LIMIT))
     try:

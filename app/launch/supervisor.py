@@ -88,7 +88,7 @@ class Launcher:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.state_dir = Path(config.data_dir) / "supervisor"
-        self.embedded = None if config.redis_url else EmbeddedRedis(config)
+        self.embedded = None if config.external_redis else EmbeddedRedis(config)
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = threading.Event()  # set once `up` is on its way out, for whatever reason (never by a handler)
         self.requested = False  # a Ctrl-C or SIGTERM asked for the stop: all the signal handler does

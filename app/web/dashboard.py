@@ -51,7 +51,7 @@ REALM = 'Basic realm="taskport operators", charset="UTF-8"'
 
 def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
     """Mount rq-dashboard under /rq, using ``conn``, guarded by the operator credentials of ``config``."""
-    app.config["RQ_DASHBOARD_REDIS_URL"] = (config.redis_url or "redis://localhost:6379/0",)
+    app.config["RQ_DASHBOARD_REDIS_URL"] = (displayed_url(config),)
     app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
     app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
     app.redis_conn = conn  # type: ignore[attr-defined]  # what setup_rq_connection would set, minus the connect
@@ -60,6 +60,14 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
             app.view_functions[endpoint] = _with_connection(view, conn)
     app.before_request(functools.partial(_guard, config.dashboard_user, config.dashboard_password,
                                          mutating_endpoints(app)))
+
+
+def displayed_url(config: Config) -> str:
+    """The Redis the pages name: REDIS_URL, or the Sentinels in rq-dashboard's own redis+sentinel:// form."""
+    if config.sentinel_addresses:
+        hosts = ",".join(f"{host}:{port}" for host, port in config.sentinel_addresses)
+        return f"redis+sentinel://{hosts}/{config.redis_sentinel_master}"
+    return config.redis_url or "redis://localhost:6379/0"
 
 
 def mutating_endpoints(app: Flask) -> frozenset[str]:

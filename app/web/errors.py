@@ -19,6 +19,8 @@ import redis
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from app.core.connection import NoReplicaError
+
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger(__name__)
 
@@ -104,10 +106,12 @@ UNAVAILABLE_DETAILS = {
     "READONLY": "the task store is read-only (a failover may be in progress), retry shortly",
     "LOADING": "the task store is loading its data, retry shortly",
     "MASTERDOWN": "the task store has lost its primary, retry shortly",
+    "NOREPLICAS": "the task store has no replica to confirm the write, retry shortly",
     "BUSY": "the task store is busy, retry shortly",
 }
 _UNAVAILABLE_CLASSES: tuple[tuple[type[redis.exceptions.RedisError], str], ...] = (
-    (redis.exceptions.BusyLoadingError, "LOADING"),  # a ConnectionError subclass: before it
+    (redis.exceptions.BusyLoadingError, "LOADING"),  # ConnectionError subclasses: before it
+    (NoReplicaError, "NOREPLICAS"),
     (redis.exceptions.ConnectionError, "unreachable"),
     (redis.exceptions.TimeoutError, "unreachable"),
     (redis.exceptions.OutOfMemoryError, "OOM"),

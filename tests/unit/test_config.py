@@ -104,7 +104,7 @@ def test_describe_lists_every_setting_once() -> None:
     names = [env for env, _, _ in rows]
     assert len(rows) == len(fields(Config))
     assert len(set(names)) == len(names)
-    assert all(name == "REDIS_URL" or name in ("PORT", "WEB_CONCURRENCY", "DYNO") or name.startswith("TASKPORT_")
+    assert all(name.startswith(("REDIS_", "TASKPORT_")) or name in ("PORT", "WEB_CONCURRENCY", "DYNO")
                for name in names)
     assert all(doc for _, _, doc in rows)
     assert ("PORT", "8000", "HTTP port of the web process") in rows
