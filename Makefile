@@ -6,6 +6,9 @@
 #                chromium-driver system packages; CI runs it after make test)
 #   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;
 #                CI runs it after make test); TASKPORT_FUZZ_SECONDS sets each run's budget (default 40)
+#   make test-scale  the multi-host bed (tests/scale: network namespaces, a Redis primary, two replicas,
+#                three Sentinels, web and worker hosts): failover and host-loss tests; needs root (CI runs it
+#                after make test)
 #   make bench   the benchmarks in bench/
 #   make lint    ruff and mypy only
 #   make clean   remove the venv and caches (var/, the local data, is kept)
@@ -18,7 +21,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
 LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test test-browser test-fuzz lint bench clean
+.PHONY: up test test-browser test-fuzz test-scale lint bench clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
@@ -37,6 +40,10 @@ test-browser: $(DEV_STAMP)
 # Two schemathesis runs (with API keys, in open mode) against a real stack: tests/fuzz/test_contract.py.
 test-fuzz: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/fuzz
+
+# One bed per test module, torn down after it (and by the session's first step, if a killed run left one).
+test-scale: $(DEV_STAMP)
+	$(BIN)/python -m pytest tests/scale -p no:xdist --timeout 600
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)

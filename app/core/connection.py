@@ -34,6 +34,9 @@ from app.core.config import Config, ConfigError
 # No CLIENT SETINFO round trips on connect: every forked work horse opens fresh connections.
 NO_SETINFO = DriverInfo(name=None, lib_version=None)
 POOL_SIZE = 64  # Redis connections per client (per process): requests beyond it wait for a free one
+# seconds: the longest a TCP connect may take (a server on the network answers a SYN in milliseconds; one
+# cut off answers never, and a request pays this once per try before its 503)
+CONNECT_TIMEOUT = 1.0
 RIDE_OUT_STEP = 0.5  # seconds: the longest wait between two tries, so a restarted Redis is seen within it
 _ride_out = False
 
@@ -118,8 +121,9 @@ def connect(config: Config, *, timeout: float | None = None, ride_out: bool | No
     # A bounded pool that waits up to the timeout for a free connection: under gevent a burst of
     # greenlets would otherwise open a connection each (and fail past redis-py's default of 100).
     options: dict[str, Any] = {
-        "max_connections": POOL_SIZE, "timeout": t, "socket_timeout": t, "socket_connect_timeout": t,
-        "health_check_interval": 30, "driver_info": NO_SETINFO, "parser_class": Parser,
+        "max_connections": POOL_SIZE, "timeout": t, "socket_timeout": t,
+        "socket_connect_timeout": min(t, CONNECT_TIMEOUT), "health_check_interval": 30,
+        "driver_info": NO_SETINFO, "parser_class": Parser,
         "retry": retry_policy(config, _ride_out if ride_out is None else ride_out),
     }
     if config.sentinel_addresses:

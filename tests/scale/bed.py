@@ -60,10 +60,10 @@ REDIS_PORT = 6379
 SENTINEL_PORT = 26379
 MASTER_NAME = "taskport"
 QUORUM = 2
-DOWN_AFTER_MS = 1000  # a primary silent this long is subjectively down
+DOWN_AFTER_MS = 1500  # a primary silent this long is subjectively down (margin for a busy 2-core host)
 FAILOVER_TIMEOUT_MS = 5000
 MIN_REPLICAS_TO_WRITE = 1  # a primary cut off from its replicas refuses writes...
-MIN_REPLICAS_MAX_LAG = 2  # ...once no replica has acked for this many seconds
+MIN_REPLICAS_MAX_LAG = 3  # ...once no replica has acked for this many seconds
 REPL_PING_PERIOD = 1  # seconds; with REPL_TIMEOUT: a cut link is noticed within seconds
 REPL_TIMEOUT = 4
 # ---- machinery
@@ -77,6 +77,7 @@ START_TIMEOUT = 30.0
 KILL_TIMEOUT = 10.0
 STOP_GRACE = 3.0
 _SEQ = iter(range(1 << 30))
+MADE: list[str] = []  # the tag of every bed this process built, for a final check that none is left
 
 
 class BedError(RuntimeError):
@@ -146,6 +147,18 @@ def netns_pids(ns: str) -> list[int]:
     return [int(pid) for pid in done.stdout.split()]
 
 
+def kill_all(namespaces: list[str]) -> None:
+    """SIGKILL every process in ``namespaces`` until none is left (a fork racing the kill included)."""
+    deadline = time.monotonic() + KILL_TIMEOUT
+    while pids := [pid for ns in namespaces for pid in netns_pids(ns)]:
+        if time.monotonic() > deadline:
+            raise BedError(f"processes in {namespaces} do not die: {pids}")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
 def _tag_of(ns: str) -> str | None:
     tag, _, host = ns.partition("-")
     return tag if (host in HOSTS or host == SWITCH) and TAG_PATTERN.fullmatch(tag) else None
@@ -154,14 +167,7 @@ def _tag_of(ns: str) -> str | None:
 def destroy(tag: str) -> None:
     """Kill every process in the tag's namespaces, then delete them (their veths and bridge go with them)."""
     names = [ns for ns in netns_names() if _tag_of(ns) == tag]
-    deadline = time.monotonic() + KILL_TIMEOUT
-    while pids := [pid for ns in names for pid in netns_pids(ns)]:
-        if time.monotonic() > deadline:
-            raise BedError(f"processes of bed {tag} do not die: {pids}")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
+    kill_all(names)
     for ns in names:
         _ip("netns", "del", ns)
     for line in _ip("-o", "link", "show").splitlines():  # none is ever made here: a guard, not a step
@@ -359,9 +365,11 @@ class Bed:
         self._lock_fd = _lock(self.tag)
         if self._lock_fd is None:
             raise BedError(f"a live bed already has the tag {self.tag}")
+        MADE.append(self.tag)
         self._catch_signals()
         atexit.register(self.close)
         try:
+            destroy(self.tag)  # the lock is ours, so whatever carries the tag is a dead run's leftover
             (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
             self._build()
         except BaseException:
@@ -384,7 +392,8 @@ class Bed:
         finally:
             self.agent.close()
             for proc in self.procs:
-                proc.popen.wait()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(KILL_TIMEOUT)
             _unlock(self.tag, self._lock_fd)
             self._lock_fd = None
             atexit.unregister(self.close)
@@ -506,7 +515,7 @@ class Bed:
     def sentinel_master(self, sentinel: str) -> dict[str, str]:
         """``SENTINEL MASTER taskport`` on one Sentinel, as a dict (``flags``, ``num-slaves``, ``ip``...)."""
         reply = self.redis(sentinel)("SENTINEL", "MASTER", MASTER_NAME, timeout=1.0)
-        return dict(zip(reply[::2], reply[1::2], strict=True))
+        return reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
 
     def primary(self) -> str:
         """The host of the primary as a majority of the Sentinels report it (BedError without a majority)."""
@@ -539,15 +548,7 @@ class Bed:
 
     def kill_host(self, host: str) -> None:
         """SIGKILL every process in the host's namespace, as if the machine died."""
-        ns = self.hosts[host].ns
-        deadline = time.monotonic() + KILL_TIMEOUT
-        while pids := netns_pids(ns):
-            if time.monotonic() > deadline:
-                raise BedError(f"processes of {host} do not die: {pids}")
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
+        kill_all([self.hosts[host].ns])
         for proc in self.procs:
             if proc.host == host:
                 proc.popen.wait()
