@@ -90,7 +90,8 @@ class Runner:
             try:
                 return self._execute(started, run_id, ctx, tlog)
             except redis.ConnectionError as exc:  # past the ride-out, or no replica took the outcome in time
-                tlog.warning("outcome not recorded (%s): the run is recovered as after a crash", exc)
+                tlog.warning("outcome not confirmed (%s): if a failover loses it, housekeeping recovers the run as "
+                             "after a crash", exc)
                 return None
             finally:
                 self.current = None

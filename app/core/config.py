@@ -251,7 +251,7 @@ class Config:
     @property
     def external_redis(self) -> bool:
         """A Redis of the operator's (REDIS_URL or REDIS_SENTINELS): `taskport up` starts no embedded one."""
-        return bool(self.redis_url or self.redis_sentinels.strip())
+        return bool(self.redis_url or self.sentinel_addresses)
 
     @property
     def backoff(self) -> list[int]:

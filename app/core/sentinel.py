@@ -38,11 +38,12 @@ class FollowingConnection(SentinelManagedConnection):
     def connect(self) -> None:
         AbstractConnection.connect(self)  # the whole connect retried by the policy; no address cached across tries
 
-    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:  # noqa: ARG002
         if self._sock:
             return
         self.host, self.port = self.connection_pool.get_master_address()
-        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+        # never redial the address within one connect: a timeout (a primary cut off) must ask the Sentinels again
+        super().connect_check_health(check_health=check_health, retry_socket_connect=False)
 
 
 def sentinels(config: Config, timeout: float) -> Sentinel:

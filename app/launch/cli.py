@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.sentinel import MasterNotFoundError
 
 from app.core import audit, connection
 from app.core.config import Config, ConfigError
@@ -163,6 +164,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     limit = max(1, min(args.limit, audit.MAX_LIMIT))
     try:
         page = audit.read(connection.connect(config), task_id=args.task, member=args.member, limit=limit)
+    except MasterNotFoundError:
+        print(f"taskport: error: the Sentinels name no primary for {config.redis_sentinel_master}", file=sys.stderr)
+        return EXIT_FAILURE
     except RedisConnectionError as exc:
         print(f"taskport: error: Redis unreachable: {exc}", file=sys.stderr)
         return EXIT_FAILURE

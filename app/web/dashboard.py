@@ -6,10 +6,10 @@ itself (a second ``create_app`` in one process would raise): the credential chec
 
 Connection: rq-dashboard reads ``current_app.redis_conn``, which its own ``setup_rq_connection``
 would build from ``RQ_DASHBOARD_REDIS_URL`` (and its per-request hook rebuilds from the URL for every
-page, with no socket timeouts). Instead each dashboard view of this app is wrapped to use the app's
-own client (timeouts, health checks, and whatever ``create_app`` was given, e.g. fakeredis in
-tests); the URL stays in the config only because the pages display it (password masked) and the
-per-request hook indexes it. Nothing connects while the app is created.
+page, with no socket timeouts). Instead that hook is removed and each dashboard view of this app is
+wrapped to use the app's own client (timeouts, health checks, the Sentinels' primary, and whatever
+``create_app`` was given, e.g. fakeredis in tests); the URL stays in the config only because the pages
+display it (password masked). Nothing connects while the app is created.
 
 Choices: an empty ``TASKPORT_DASHBOARD_PASSWORD`` turns the dashboard off (404 "dashboard disabled",
 before any credential check); wrong or missing credentials get 401 with ``WWW-Authenticate: Basic``;
@@ -54,6 +54,10 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
     app.config["RQ_DASHBOARD_REDIS_URL"] = (displayed_url(config),)
     app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
     app.register_blueprint(rq_dashboard.blueprint, url_prefix=PREFIX)
+    # its per-request hook would parse the URL into a new client on every page (and cannot parse an IPv6
+    # Sentinel's): the wrapped views below set the app's own connection instead
+    hooks = app.before_request_funcs.get(BLUEPRINT, [])
+    hooks[:] = [hook for hook in hooks if hook is not rq_dashboard.web.push_rq_connection]
     app.redis_conn = conn  # type: ignore[attr-defined]  # what setup_rq_connection would set, minus the connect
     for endpoint, view in list(app.view_functions.items()):
         if endpoint.startswith(f"{BLUEPRINT}."):

@@ -252,12 +252,13 @@ class Stack:
     """web, workers and scheduler as real processes against one Redis.
 
     ``overrides`` are Config fields (``worker_class="simple"``, ``stall_timeout=2``...); ``configure``
-    changes them for processes started afterwards.
+    changes them for processes started afterwards. ``redis_url`` None: the overrides name the Redis
+    (``redis_sentinels`` and ``redis_sentinel_master``: tests/integration/sentinels.py).
     """
 
     DEFAULTS: dict[str, Any] = {"web_concurrency": 1, "web_threads": 8, "host": "127.0.0.1", "log_level": "INFO"}
 
-    def __init__(self, redis_url: str, workdir: Path, **overrides: Any) -> None:
+    def __init__(self, redis_url: str | None, workdir: Path, **overrides: Any) -> None:
         self.workdir = workdir
         self.logdir = workdir / "logs"
         self.logdir.mkdir(parents=True, exist_ok=True)
