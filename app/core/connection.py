@@ -23,8 +23,8 @@ from queue import Empty
 from typing import Any
 
 import redis
+from redis._parsers import BaseParser
 from redis.backoff import ExponentialBackoff
-from redis.connection import DefaultParser
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
@@ -46,10 +46,10 @@ class NoReplicaError(redis.exceptions.ConnectionError):
     none in time with TASKPORT_REPLICA_ACK (app.core.store). Nothing acknowledged; retry shortly."""
 
 
-class Parser(DefaultParser):  # type: ignore[misc, valid-type]
-    """redis-py's parser (hiredis when installed), with NOREPLICAS read as :class:`NoReplicaError`."""
-
-    EXCEPTION_CLASSES = {**DefaultParser.EXCEPTION_CLASSES, "NOREPLICAS": NoReplicaError}
+# redis-py's parsers (hiredis and Python alike) share one table of error prefixes: NOREPLICAS joins it,
+# for every client of the process (RQ's too). Registered rather than passed as a connection argument, because
+# RQ's SpawnWorker writes a connection's arguments into its horse's source as literals.
+BaseParser.EXCEPTION_CLASSES["NOREPLICAS"] = NoReplicaError
 
 
 class LeanPool(redis.BlockingConnectionPool):
@@ -123,7 +123,7 @@ def connect(config: Config, *, timeout: float | None = None, ride_out: bool | No
     options: dict[str, Any] = {
         "max_connections": POOL_SIZE, "timeout": t, "socket_timeout": t,
         "socket_connect_timeout": min(t, CONNECT_TIMEOUT), "health_check_interval": 30,
-        "driver_info": NO_SETINFO, "parser_class": Parser,
+        "driver_info": NO_SETINFO,
         "retry": retry_policy(config, _ride_out if ride_out is None else ride_out),
     }
     if config.sentinel_addresses:

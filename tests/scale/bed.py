@@ -6,14 +6,9 @@ the root namespace gets no interface, so nothing outside the bed can reach a hos
 ``redis1`` is the primary, ``redis2``/``redis3`` its replicas (real ``valkey-server`` processes, AOF on),
 ``sent1..3`` Sentinels, ``web1/2``, ``work1/2`` app hosts, ``client`` the load generators' host.
 
-Every name the bed creates carries its tag (``tp<pid><letter>``): namespaces ``<tag>-<host>``, links
-``<tag>h<octet>`` (host end) and ``<tag>b<octet>`` (switch end), bridge ``<tag>br``. A bed holds a lock
-(``LOCK_DIR/<tag>.lock``) for its life, so ``clean()`` removes what a killed run left behind but never
-a live bed of another process. Teardown (``__exit__``, SIGINT, SIGTERM, atexit) kills every process in the
-bed's namespaces and deletes them, which takes the veths with them.
-
-Commands against the servers run from inside the bed, through one long-lived helper in ``client`` (redis-py
-over stdin/stdout), so polling a condition costs a round trip, not a Python start.
+Names, locks and teardown are ``netns.py``'s (every name carries the bed's tag; ``__exit__``, SIGINT, SIGTERM
+and atexit kill every process in the bed's namespaces and delete them), the helper in ``client`` that sends the
+servers their commands is ``agent.py``'s; what the tests import from either is re-exported here.
 
     python -m tests.scale.bed up       # build, start Redis + Sentinels, print the hosts, wait for Ctrl-C
     python -m tests.scale.bed clean    # remove every leftover of a bed that was killed
@@ -24,11 +19,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import fcntl
-import json
 import os
-import re
-import select
 import signal
 import subprocess
 import sys
@@ -42,20 +33,16 @@ from typing import Any
 
 from app.core.process import kill_session
 from app.launch.embedded import server_executable
+from tests.scale import netns
+from tests.scale.agent import Agent, Remote, RemoteError
+from tests.scale.netns import IP, LOCK_DIR, MADE, BedError, clean, netns_names, netns_pids  # noqa: F401 (re-exports)
 
-# ---- topology: one place for each parameter
+# ---- topology: one place for each parameter (the hosts' names and octets, HOSTS, are netns.py's: they name namespaces)
 SUBNET = "10.231.0"  # the hosts' /24
 PREFIX_LEN = 24
-HOSTS: dict[str, int] = {  # host name -> last octet of its IP
-    "redis1": 11, "redis2": 12, "redis3": 13,
-    "sent1": 21, "sent2": 22, "sent3": 23,
-    "web1": 31, "web2": 32, "work1": 41, "work2": 42,
-    "client": 51,
-}
 DATA_NODES = ("redis1", "redis2", "redis3")
 FIRST_PRIMARY = "redis1"
 SENTINELS = ("sent1", "sent2", "sent3")
-SWITCH = "switch"  # the namespace holding the bridge
 REDIS_PORT = 6379
 SENTINEL_PORT = 26379
 MASTER_NAME = "taskport"
@@ -67,25 +54,11 @@ MIN_REPLICAS_MAX_LAG = 3  # ...once no replica has acked for this many seconds
 REPL_PING_PERIOD = 1  # seconds; with REPL_TIMEOUT: a cut link is noticed within seconds
 REPL_TIMEOUT = 4
 # ---- machinery
-TAG_PREFIX = "tp"
-TAG_PATTERN = re.compile(r"[a-z][a-z0-9]{1,10}")  # <= 11 chars: "<tag>h51" fits IFNAMSIZ (15)
-LOCK_DIR = Path("/run/taskport-bed")
-IP = "/usr/sbin/ip"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's bin: first on every process's PATH
 START_TIMEOUT = 30.0
-KILL_TIMEOUT = 10.0
 STOP_GRACE = 3.0
 _SEQ = iter(range(1 << 30))
-MADE: list[str] = []  # the tag of every bed this process built, for a final check that none is left
-
-
-class BedError(RuntimeError):
-    """The bed could not be built, a server did not come up, or the Sentinels do not agree."""
-
-
-class RemoteError(BedError):
-    """A command run from inside the bed failed (connection refused or timed out, a Redis error...)."""
 
 
 @dataclass(frozen=True)
@@ -128,90 +101,6 @@ class Proc:
         return self.popen.wait()
 
 
-def _ip(*args: str, ns: str | None = None, batch: str | None = None) -> str:
-    argv = [IP, *(("-n", ns) if ns else ()), *(("-b", "-") if batch is not None else ()), *args]
-    done = subprocess.run(argv, input=batch, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise BedError(f"{' '.join(argv)}: {done.stderr.strip()}\n{batch or ''}")
-    return done.stdout
-
-
-def netns_names() -> list[str]:
-    """Every network namespace ``ip netns`` knows."""
-    return [line.split()[0] for line in _ip("netns", "list").splitlines() if line.strip()]
-
-
-def netns_pids(ns: str) -> list[int]:
-    """Live processes in namespace ``ns`` (zombies hold no namespace, so they are not listed)."""
-    done = subprocess.run([IP, "netns", "pids", ns], capture_output=True, text=True, check=False)
-    return [int(pid) for pid in done.stdout.split()]
-
-
-def kill_all(namespaces: list[str]) -> None:
-    """SIGKILL every process in ``namespaces`` until none is left (a fork racing the kill included)."""
-    deadline = time.monotonic() + KILL_TIMEOUT
-    while pids := [pid for ns in namespaces for pid in netns_pids(ns)]:
-        if time.monotonic() > deadline:
-            raise BedError(f"processes in {namespaces} do not die: {pids}")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
-
-
-def _tag_of(ns: str) -> str | None:
-    tag, _, host = ns.partition("-")
-    return tag if (host in HOSTS or host == SWITCH) and TAG_PATTERN.fullmatch(tag) else None
-
-
-def destroy(tag: str) -> None:
-    """Kill every process in the tag's namespaces, then delete them (their veths and bridge go with them)."""
-    names = [ns for ns in netns_names() if _tag_of(ns) == tag]
-    kill_all(names)
-    for ns in names:
-        _ip("netns", "del", ns)
-    for line in _ip("-o", "link", "show").splitlines():  # none is ever made here: a guard, not a step
-        name = line.split(": ")[1].split("@")[0]
-        if re.fullmatch(rf"{tag}(h\d+|b\d+|br)", name):
-            _ip("link", "del", name)
-
-
-def _lock(tag: str) -> int | None:
-    """The tag's lock fd, or None when a live bed holds it."""
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(LOCK_DIR / f"{tag}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _unlock(tag: str, fd: int) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (LOCK_DIR / f"{tag}.lock").unlink()
-    os.close(fd)
-
-
-def clean(tag_prefix: str = TAG_PREFIX) -> list[str]:
-    """Remove every namespace, link and process of the beds whose tag starts with ``tag_prefix`` and
-    whose owner is gone (a killed run); a live bed (its lock held) is left alone. Returns the tags removed."""
-    tags = {tag for ns in netns_names() if (tag := _tag_of(ns))}
-    if LOCK_DIR.is_dir():
-        tags |= {path.stem for path in LOCK_DIR.glob("*.lock")}
-    removed = []
-    for tag in sorted(t for t in tags if t.startswith(tag_prefix)):
-        fd = _lock(tag)
-        if fd is not None:
-            try:
-                destroy(tag)
-            finally:
-                _unlock(tag, fd)
-            removed.append(tag)
-    return removed
-
-
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -245,96 +134,6 @@ def _sentinel_conf(host: Host, directory: Path, primary: Host) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The helper in ``client``: one JSON request per line on stdin, one JSON reply per line on stdout.
-AGENT = r"""
-import json, socket, sys
-import redis
-def serve(req):
-    if req["op"] == "connect":
-        socket.create_connection((req["ip"], req["port"]), timeout=req["timeout"]).close()
-        return True
-    with redis.Redis(req["ip"], req["port"], socket_timeout=req["timeout"], decode_responses=True,
-                     socket_connect_timeout=req["timeout"]) as conn:
-        return conn.execute_command(*req["args"])
-for line in iter(sys.stdin.readline, ""):
-    try:
-        reply = {"ok": serve(json.loads(line))}
-    except Exception as exc:
-        reply = {"error": f"{type(exc).__name__}: {exc}"}
-    sys.stdout.write(json.dumps(reply, default=str) + "\n")
-    sys.stdout.flush()
-"""
-
-
-class _Agent:
-    """The long-lived helper process in the client host (started on first use, again if it died)."""
-
-    def __init__(self, bed: Bed) -> None:
-        self.bed = bed
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.lock = threading.Lock()
-        self.buffer = b""
-
-    def request(self, payload: dict[str, Any], timeout: float) -> Any:
-        with self.lock:
-            popen = self._running()
-            assert popen.stdin is not None and popen.stdout is not None
-            popen.stdin.write(json.dumps(payload).encode() + b"\n")
-            popen.stdin.flush()
-            deadline = time.monotonic() + timeout + 5.0
-            while b"\n" not in self.buffer:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not select.select([popen.stdout], [], [], remaining)[0]:
-                    self.close()
-                    raise BedError(f"the client helper did not answer {payload}")
-                chunk = os.read(popen.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    self.close()
-                    raise BedError(f"the client helper died: {self.bed.log_path('client', 'agent').read_text()}")
-                self.buffer += chunk
-            line, _, self.buffer = self.buffer.partition(b"\n")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RemoteError(reply["error"])
-        return reply["ok"]
-
-    def _running(self) -> subprocess.Popen[bytes]:
-        if self.popen is None or self.popen.poll() is not None:
-            with open(self.bed.log_path("client", "agent"), "ab") as log:
-                self.popen = subprocess.Popen(
-                    [IP, "netns", "exec", self.bed.hosts["client"].ns, sys.executable, "-c", AGENT],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.bed.env(),
-                    cwd=REPO_ROOT, start_new_session=True)
-            self.buffer = b""
-        return self.popen
-
-    def close(self) -> None:
-        if self.popen is not None:
-            kill_session(self.popen.pid)
-            self.popen.wait()
-            for pipe in (self.popen.stdin, self.popen.stdout):
-                if pipe is not None:
-                    pipe.close()
-            self.popen = None
-
-
-@dataclass
-class Remote:
-    """Redis commands on one server of the bed, sent from the client host; replies decoded."""
-
-    agent: _Agent
-    ip: str
-    port: int
-
-    def __call__(self, *args: str | int | float, timeout: float = 2.0) -> Any:
-        payload = {"op": "redis", "ip": self.ip, "port": self.port, "args": list(args), "timeout": timeout}
-        return self.agent.request(payload, timeout)
-
-    def info(self, section: str = "replication", timeout: float = 2.0) -> dict[str, Any]:
-        """INFO parsed by redis-py (``role``, ``master_link_status``, ``connected_slaves``...)."""
-        return dict(self("INFO", section, timeout=timeout))
-
-
 @dataclass
 class Bed:
     """The bed: build it with ``with Bed(workdir) as bed:``; everything goes at the end of the block."""
@@ -347,13 +146,13 @@ class Bed:
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
-        self.tag = self.tag or f"{TAG_PREFIX}{os.getpid()}{chr(97 + next(_SEQ) % 26)}"
-        if not TAG_PATTERN.fullmatch(self.tag):
-            raise BedError(f"a bed tag is {TAG_PATTERN.pattern}, not {self.tag!r}")
+        self.tag = self.tag or f"{netns.TAG_PREFIX}{os.getpid()}{chr(97 + next(_SEQ) % 26)}"
+        if not netns.TAG_PATTERN.fullmatch(self.tag):
+            raise BedError(f"a bed tag is {netns.TAG_PATTERN.pattern}, not {self.tag!r}")
         self.hosts = {name: Host(name, f"{self.tag}-{name}", f"{SUBNET}.{octet}", f"{self.tag}h{octet}",
-                                 f"{self.tag}b{octet}") for name, octet in HOSTS.items()}
-        self.switch = f"{self.tag}-{SWITCH}"
-        self.agent = _Agent(self)
+                                 f"{self.tag}b{octet}") for name, octet in netns.HOSTS.items()}
+        self.switch = f"{self.tag}-{netns.SWITCH}"
+        self.agent = Agent(self.hosts["client"].ns, log=self.log_path("client", "agent"), env=self.env, cwd=REPO_ROOT)
         self._lock_fd: int | None = None
         self._handlers: dict[int, Any] = {}
 
@@ -362,14 +161,14 @@ class Bed:
         assert self.tag is not None
         if os.geteuid() != 0:
             raise BedError("the bed makes network namespaces: run it as root")
-        self._lock_fd = _lock(self.tag)
+        self._lock_fd = netns._lock(self.tag)
         if self._lock_fd is None:
             raise BedError(f"a live bed already has the tag {self.tag}")
         MADE.append(self.tag)
         self._catch_signals()
         atexit.register(self.close)
         try:
-            destroy(self.tag)  # the lock is ours, so whatever carries the tag is a dead run's leftover
+            netns.destroy(self.tag)  # the lock is ours, so whatever carries the tag is a dead run's leftover
             (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
             self._build()
         except BaseException:
@@ -388,13 +187,13 @@ class Bed:
         for sig in self._handlers:
             signal.signal(sig, signal.SIG_IGN)
         try:
-            destroy(self.tag)
+            netns.destroy(self.tag)
         finally:
             self.agent.close()
             for proc in self.procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.popen.wait(KILL_TIMEOUT)
-            _unlock(self.tag, self._lock_fd)
+                    proc.popen.wait(netns.KILL_TIMEOUT)
+            netns._unlock(self.tag, self._lock_fd)
             self._lock_fd = None
             atexit.unregister(self.close)
             for sig, handler in self._handlers.items():
@@ -407,15 +206,15 @@ class Bed:
             signal.signal(signal.SIGTERM, _raise_exit)
 
     def _build(self) -> None:
-        _ip(batch="".join(f"netns add {ns}\n" for ns in [self.switch, *(h.ns for h in self.hosts.values())]))
+        netns._ip(batch="".join(f"netns add {ns}\n" for ns in [self.switch, *(h.ns for h in self.hosts.values())]))
         bridge = f"{self.tag}br"
         links = [f"link add {bridge} type bridge", f"link set {bridge} up"]
         for host in self.hosts.values():
             links += [f"link add {host.peer} type veth peer name {host.iface} netns {host.ns}",
                       f"link set {host.peer} master {bridge} up"]
-        _ip(ns=self.switch, batch="\n".join(links) + "\n")
+        netns._ip(ns=self.switch, batch="\n".join(links) + "\n")
         for host in self.hosts.values():
-            _ip(ns=host.ns, batch=f"link set lo up\naddr add {host.ip}/{PREFIX_LEN} dev {host.iface}\n"
+            netns._ip(ns=host.ns, batch=f"link set lo up\naddr add {host.ip}/{PREFIX_LEN} dev {host.iface}\n"
                                   f"link set {host.iface} up\n")
 
     # ---- processes
@@ -548,7 +347,7 @@ class Bed:
 
     def kill_host(self, host: str) -> None:
         """SIGKILL every process in the host's namespace, as if the machine died."""
-        kill_all([self.hosts[host].ns])
+        netns.kill_all([self.hosts[host].ns])
         for proc in self.procs:
             if proc.host == host:
                 proc.popen.wait()
@@ -563,8 +362,8 @@ class Bed:
         self._link(host, "up")
 
     def _link(self, host: str, state: str) -> None:
-        _ip("link", "set", self.hosts[host].iface, state, ns=self.hosts[host].ns)
-        _ip("link", "set", self.hosts[host].peer, state, ns=self.switch)
+        netns._ip("link", "set", self.hosts[host].iface, state, ns=self.hosts[host].ns)
+        netns._ip("link", "set", self.hosts[host].peer, state, ns=self.switch)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -589,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--workdir", help="data and logs (default /tmp/taskport-bed-<pid>)")
     up.add_argument("--tag", help="names' tag (default tp<pid><letter>)")
     cleaner = commands.add_parser("clean", help="remove what killed beds left behind")
-    cleaner.add_argument("--prefix", default=TAG_PREFIX)
+    cleaner.add_argument("--prefix", default=netns.TAG_PREFIX)
     args = parser.parse_args(argv)
     if args.command == "up":
         return _up(args)

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 import redis
+from redis.connection import DefaultParser
 
 from app.core.answers import NewTask
 from app.core.config import Config, ConfigError
-from app.core.connection import NoReplicaError, Parser
+from app.core.connection import NoReplicaError
 from app.core.store import TaskStore
 from app.web import create_app
 from app.web.dashboard import displayed_url
@@ -126,7 +127,7 @@ def test_the_dashboard_names_the_sentinels_and_reads_the_apps_redis(conn: Any, t
 
 
 def test_noreplicas_is_a_no_replica_error_and_the_web_calls_it_so() -> None:
-    error = Parser(socket_read_size=65536).parse_error("NOREPLICAS Not enough good replicas to write.")
+    error = DefaultParser(socket_read_size=65536).parse_error("NOREPLICAS Not enough good replicas to write.")
     assert isinstance(error, NoReplicaError) and isinstance(error, redis.exceptions.ConnectionError)
     assert redis_unavailable(error) == "NOREPLICAS"
     assert redis_unavailable(NoReplicaError("the write reached 0 replicas")) == "NOREPLICAS"
