@@ -6,6 +6,9 @@ one of them enqueues at a time; a periodic job registered under a fixed id is re
 duplicated, when a scheduler restarts; and each pass takes a per-interval lock (see
 workers.housekeeping), so even a pass enqueued twice runs once per interval.
 
+Beside them, every scheduler process runs :mod:`workers.timers`: a loop every half second for what is
+due to the second.
+
 Why a queue of its own, served by the scheduler's own child: housekeeping must run when every task
 worker is busy with hour-long exports, or dead (that is when stall recovery is needed most).
 """
@@ -17,6 +20,7 @@ import multiprocessing
 import multiprocessing.process
 import os
 import signal
+import threading
 import warnings
 from datetime import UTC, datetime
 
@@ -31,6 +35,7 @@ from app.core.process import die_with_parent, forked_children_die_with_me
 from app.core.schedule import PASSES, job_id
 from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
 from app.core.states import DEFAULT_QUEUE
+from workers import timers
 from workers.worker import Leased, lease_seconds
 
 log = logging.getLogger(__name__)
@@ -116,8 +121,11 @@ def main(config: Config, name: str | None = None) -> int:
     log.info("scheduler %s polling every %s s; housekeeping every %s s", scheduler.name,
              config.scheduler_interval, config.housekeeping_interval)
     housekeeper = start_housekeeper(config)
+    stop_timers = threading.Event()
+    timers.start(config, stop_timers)  # what must happen within a second of its time (workers.timers)
     try:
         scheduler.run()
     finally:
+        stop_timers.set()
         stop_housekeeper(housekeeper)
     return 0
