@@ -6,10 +6,12 @@
 #                chromium-driver system packages; CI runs it after make test)
 #   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;
 #                CI runs it after make test); TASKPORT_FUZZ_SECONDS sets each run's budget (default 40)
+#   make test-slow  the tests that take minutes by nature (two schedulers over five minutes of a
+#                once-a-minute schedule); CI runs it after make test
 #   make test-scale  the multi-host bed (tests/scale: network namespaces, a Redis primary, two replicas,
 #                three Sentinels, web and worker hosts): failover and host-loss tests; needs root (CI runs it
 #                after make test)
-#   make bench   the benchmarks in bench/
+#   make bench   the benchmarks in bench/ (make bench-scale: the scale-out curve on the bed, as root)
 #   make lint    ruff and mypy only
 #   make clean   remove the venv and caches (var/, the local data, is kept)
 
@@ -21,7 +23,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
 LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test test-browser test-fuzz test-scale lint bench clean
+.PHONY: up test test-browser test-fuzz test-slow test-scale lint bench bench-scale clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
@@ -30,7 +32,7 @@ up: $(RUNTIME_STAMP)
 # starts once), then the tests marked serial alone: they assert durations that contention would stretch.
 TEST_WORKERS ?= 3
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial and not slow"
 	$(BIN)/python -m pytest -m serial
 
 # Screenshots land in build/browser/ (docs/page.png is a copy of build/browser/page.png).
@@ -40,6 +42,10 @@ test-browser: $(DEV_STAMP)
 # Two schemathesis runs (with API keys, in open mode) against a real stack: tests/fuzz/test_contract.py.
 test-fuzz: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/fuzz
+
+# Tests that take minutes of wall time by nature (a schedule watched over five real minutes).
+test-slow: $(DEV_STAMP)
+	$(BIN)/python -m pytest -m slow
 
 # One bed per test module, torn down after it (and by the session's first step, if a killed run left one).
 test-scale: $(DEV_STAMP)
@@ -51,6 +57,10 @@ lint: $(DEV_STAMP)
 
 bench: $(DEV_STAMP)
 	$(BIN)/python bench/run.py
+
+# The scale-out curve on the multi-host bed (root: network namespaces): bench/SCALE.md
+bench-scale: $(DEV_STAMP)
+	$(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info build

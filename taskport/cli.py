@@ -1,4 +1,4 @@
-"""The client commands of the ``taskport`` CLI: submit, status, result, cancel, history, watch.
+"""The client commands of the ``taskport`` CLI: submit, status, result, cancel, retry, history, watch.
 
 They run on :class:`taskport.client.Client` against ``TASKPORT_URL`` with ``TASKPORT_API_KEY`` (or
 ``--url``/``--api-key``). ``app.launch.cli`` registers them beside the server commands (``add_commands``);
@@ -42,7 +42,7 @@ STATE_EXIT: dict[str, int] = {
     TaskStatus.FAILED: FAILED, TaskStatus.CANCELLED: CANCELLED, TaskStatus.EXPIRED: EXPIRED,
     TaskStatus.PENDING: STILL_RUNNING, TaskStatus.PROCESSING: STILL_RUNNING,
 }
-COMMANDS = ("submit", "status", "result", "cancel", "history", "watch")
+COMMANDS = ("submit", "status", "result", "cancel", "retry", "history", "watch")
 STATUSES = tuple(s.value for s in TaskStatus if s in STORED)  # what a task can be (history --status)
 
 
@@ -76,6 +76,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--wait", action="store_true", help="follow the task with a progress bar until it ends")
     p.add_argument("--idempotency-key", metavar="K", help="dedup key: a repeat within the window is a duplicate")
     p.add_argument("--priority", choices=QUEUES, help="queue (default: the type's own)")
+    later = p.add_mutually_exclusive_group()
+    later.add_argument("--delay", type=_positive(float), metavar="SECONDS", help="run it this many seconds from now")
+    later.add_argument("--run-at", metavar="TIME", help="run it at this ISO 8601 time, e.g. 2026-11-29T02:00:00Z")
+    p.add_argument("--after", action="append", metavar="ID",
+                   help="run it once task ID COMPLETED (repeat for several); FAILED -6 if it ends otherwise")
     p.set_defaults(run=_command(cmd_submit))
 
     p = sub.add_parser("status", parents=[common], help="a task's status")
@@ -90,6 +95,11 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("cancel", parents=[common], help="cancel a pending or running task")
     p.add_argument("task_id", metavar="ID")
     p.set_defaults(run=_command(cmd_cancel))
+
+    p = sub.add_parser("retry", parents=[common, waiting], help="run a failed or cancelled task again (same id)")
+    p.add_argument("task_id", metavar="ID")
+    p.add_argument("--wait", action="store_true", help="follow the task with a progress bar until it ends")
+    p.set_defaults(run=_command(cmd_retry))
 
     p = sub.add_parser("history", parents=[common], help="your tasks, newest first")
     p.add_argument("--status", choices=STATUSES, type=str.upper)
@@ -154,7 +164,8 @@ def cmd_submit(client: Client, args: argparse.Namespace, err: Console) -> int:
 
     payload = _payload(args.payload)
     try:
-        doc = client.submit(args.type, payload, idempotency_key=args.idempotency_key, priority=args.priority)
+        doc = client.submit(args.type, payload, idempotency_key=args.idempotency_key, priority=args.priority,
+                            run_at=args.run_at, delay=args.delay, after=args.after)
     except DuplicateTask as exc:
         doc = exc.existing
         err.print(f"duplicate: following the task submitted earlier, {exc.task_id}", markup=False)
@@ -202,6 +213,16 @@ def cmd_cancel(client: Client, args: argparse.Namespace, err: Console) -> int:
     else:
         print(f"cancelled {args.task_id}")
     return OK
+
+
+def cmd_retry(client: Client, args: argparse.Namespace, err: Console) -> int:
+    doc = client.retry(args.task_id)
+    if not args.wait:
+        _print_json(doc) if args.json else print(f"queued again {args.task_id} (attempts so far: {doc['attempts']})")
+        return OK
+    if not args.json:
+        err.print(f"queued again {args.task_id} ({doc['type']})", markup=False)
+    return _follow(client, args.task_id, args, err)
 
 
 def cmd_history(client: Client, args: argparse.Namespace, err: Console) -> int:

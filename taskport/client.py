@@ -25,8 +25,9 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from email.message import Message
 from pathlib import Path
 from typing import Any, NoReturn
@@ -48,6 +49,7 @@ from taskport.errors import (
     Unavailable,
     problem_class,
 )
+from taskport.schedules import ScheduleCalls  # create_schedule, list_schedules ... (their own module)
 from taskport.settings import ClientSettings
 
 API = "/api/v1"
@@ -67,7 +69,7 @@ class Event:
     doc: Doc
 
 
-class Client:
+class Client(ScheduleCalls):
     """A session with one taskport service. ``url`` and ``api_key`` default to ``TASKPORT_URL`` and
     ``TASKPORT_API_KEY`` (see :mod:`taskport.settings`); ``timeout`` bounds each ordinary request.
     Close it, or use it as a context manager."""
@@ -105,12 +107,23 @@ class Client:
     # -- plain requests ---------------------------------------------------------------------------
 
     def submit(self, type: str, payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
-               priority: str | None = None) -> Doc:
+               priority: str | None = None, run_at: str | datetime | None = None, delay: float | None = None,
+               after: Sequence[str] | None = None) -> Doc:
         """Submit a task; returns its status document (PENDING). A duplicate within the dedup window
-        raises :class:`DuplicateTask`, whose ``existing`` is the earlier task's status document."""
+        raises :class:`DuplicateTask`, whose ``existing`` is the earlier task's status document.
+
+        ``run_at`` (an ISO 8601 time, or an aware datetime) or ``delay`` (seconds): it runs then, PENDING
+        with ``run_at`` until then. ``after`` (task ids of yours): it runs once they all COMPLETED, PENDING
+        with ``waiting_for`` until then, FAILED -6 if one of them ends otherwise."""
         body: dict[str, Any] = {"type": type, "payload": payload if payload is not None else {}}
         if priority:
             body["priority"] = priority
+        if run_at is not None:
+            body["run_at"] = run_at.isoformat() if isinstance(run_at, datetime) else run_at
+        if delay is not None:
+            body["delay"] = delay
+        if after is not None:
+            body["after"] = list(after)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         response = self._request("POST", f"{API}/tasks", json=body, headers=headers)
         if response.status_code == 202:
@@ -159,6 +172,16 @@ class Client:
         response = self._request("DELETE", _task_path(task_id))
         if response.status_code != 204:
             self._raise(response)
+
+    def retry(self, task_id: str) -> Doc:
+        """Run a FAILED or CANCELLED task again under its own id; returns its status document (PENDING).
+        Any other state raises :class:`Conflict` (``task_status``), an EXPIRED task :class:`TaskExpired`."""
+        response = self._request("POST", _task_path(task_id, "/retry"))
+        if response.status_code == 202:
+            return _json(response)
+        if response.status_code == 410:
+            raise TaskExpired(task_id, _json(response))
+        self._raise(response)
 
     def history(self, *, status: str | None = None, type: str | None = None,
                 page_size: int = HISTORY_PAGE) -> Iterator[Doc]:

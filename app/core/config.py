@@ -39,9 +39,10 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "redis_tls_verify": ("required", "optional", "none"),  # redis-py's ``ssl_cert_reqs`` values
     "web_worker_class": ("gevent", "gthread"),
 }
-POSITIVE = ("task_ttl", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers", "max_result",
-            "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes", "inline_result_max",
-            "result_store_timeout", "stop_grace", "result_part_size")
+POSITIVE = ("task_ttl", "max_delay", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers",
+            "max_result", "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes",
+            "inline_result_max", "result_store_timeout", "stop_grace", "result_part_size",
+            "max_schedules")
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest multipart part (but the last)
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
@@ -98,7 +99,10 @@ class Config:
         "TASKPORT_WORKER_MAX_JOBS", 10_000, "jobs after which a worker exits and is restarted (0 = never)")
     data_dir: Path = _setting("TASKPORT_DATA_DIR", Path("var"), "embedded Redis data and result files")
     redis_fsync: str = _setting("TASKPORT_REDIS_FSYNC", "everysec", "embedded Redis appendfsync: everysec|always")
-    task_ttl: int = _setting("TASKPORT_TASK_TTL", 86400, "seconds a task may take from submit before EXPIRED -4")
+    task_ttl: int = _setting(
+        "TASKPORT_TASK_TTL", 86400, "seconds a task may take from submit (or from its run_at) before EXPIRED -4")
+    max_delay: int = _setting(
+        "TASKPORT_MAX_DELAY", 30 * 86400, "seconds ahead a submit's run_at or delay may be at most; further = 422")
     result_ttl: int = _setting("TASKPORT_RESULT_TTL", 86400, "seconds a result is kept after completion")
     tombstone_ttl: int = _setting("TASKPORT_TOMBSTONE_TTL", 7 * 86400, "seconds an EXPIRED tombstone is kept")
     dedup_window: int = _setting("TASKPORT_DEDUP_WINDOW", 300, "seconds a dedup key stays held")
@@ -174,6 +178,8 @@ class Config:
         "TASKPORT_SSE_MAX_MINUTES", 30.0, "minutes after which the server ends an event stream (the client "
         "resumes with Last-Event-ID)")
 
+    max_schedules: int = _setting(
+        "TASKPORT_MAX_SCHEDULES", 100, "periodic schedules one member may hold; more creates get 429")
     max_active_tasks: str = _setting(
         "TASKPORT_MAX_ACTIVE_TASKS", "",
         f"unfinished (PENDING or PROCESSING) tasks per member; more submits get 429; unset = "

@@ -54,6 +54,10 @@ class TaskField(StrEnum):
     CHECKPOINTS = "checkpoints"  # checkpoint writes so far (see checkpoint())
     CHECKPOINT_RUN = "checkpoint_run"  # the run that wrote the last checkpoint: its result folder holds the files
     RESUME_MARK = "resume_mark"  # CHECKPOINTS when a lost run was last resumed for free (see TaskStore.recover)
+    RUN_AT = "run_at"  # ms: the time the submit asked the task to run at (run_at/delay); see DELAYED
+    WAITING = "waiting"  # how many of the tasks it runs after (``after``) are not COMPLETED yet; gone at 0
+    WAITING_FOR = "waiting_for"  # their ids, comma-separated (the status document's waiting_for); gone at 0
+    DEPENDENTS = "dependents"  # '1' once a task waits on this one (see dependents()): its end is pushed on SETTLED
 
 
 def payload(task_id: str) -> str:
@@ -95,6 +99,12 @@ def events_task_id(channel: bytes) -> str | None:
     return None
 
 
+def dependents(task_id: str) -> str:
+    """Set: the ids of the PENDING tasks that run after this task (``after``), until it ends and the
+    settle tick releases or fails each of them (workers.deferred); it lives as long as the task's hash."""
+    return f"{PREFIX}dependents:{task_id}"
+
+
 def dedup(member: str, digest: str) -> str:
     """String (SET NX EX): the task id holding this dedup key for the member's window."""
     return f"{PREFIX}dedup:{member}:{digest}"
@@ -116,6 +126,8 @@ ALERT_SENT = f"{PREFIX}alert-sent"  # string (SET NX EX window): a failure alert
 AUDIT = f"{PREFIX}audit"  # stream: one entry per task transition, capped by TASKPORT_AUDIT_RETENTION
 ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's orphan sweep continues after
 LAYOUT = f"{PREFIX}layout"  # string: the key layout this Redis is in (app.core.layout)
+DELAYED = f"{PREFIX}delayed"  # sorted set: PENDING task id scored by its run_at (ms), not queued until then
+SETTLED = f"{PREFIX}settled"  # list: ended tasks whose dependents the settle tick must release or fail
 
 
 # Fields of STATS: submits, retries and recoveries, and a counter per status a transition ends in.
@@ -146,9 +158,40 @@ def streams(member: str) -> str:
 STREAM_LEASE_MS = 60_000
 
 
+def schedule(schedule_id: str) -> str:
+    """Hash: a periodic schedule's record (:class:`ScheduleField`); it lives until it is deleted."""
+    return f"{PREFIX}schedule:{schedule_id}"
+
+
+def schedules(member: str) -> str:
+    """Sorted set: the member's schedule ids scored by creation time (ms): its list, and its count for the cap."""
+    return f"{PREFIX}schedules:{member}"
+
+
+SCHEDULES_DUE = f"{PREFIX}schedules-due"  # sorted set: unpaused schedule id scored by its next fire time (ms)
+
+
+class ScheduleField(StrEnum):
+    """The fields of a schedule's hash (:func:`schedule`): their only home (app.core.schedule_scripts renders
+    them into its Lua as ``%name``)."""
+
+    MEMBER = "member"
+    NAME = "name"
+    CRON = "cron"
+    TIMEZONE = "timezone"
+    TASK = "task"  # JSON {"type", "payload" (validated), "priority" (null = the processor's)}
+    PAUSED = "paused"  # "1" paused, "0" not
+    NEXT_RUN_AT = "next_run_at"  # ms of the next fire time; "" while paused (also its score in SCHEDULES_DUE)
+    LAST_RUN_AT = "last_run_at"  # ms when it last created a task ("" = never)
+    LAST_TASK_ID = "last_task_id"
+    CREATED_AT = "created_at"
+    UPDATED_AT = "updated_at"
+
+
 def housekeeping_lock(job: str) -> str:
     return f"{PREFIX}housekeeping:{job}:lock"
 
 
 def all_static() -> list[str]:
-    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP, LAYOUT]
+    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP, LAYOUT,
+            SCHEDULES_DUE, DELAYED, SETTLED]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from app.core.config import Config
 from app.core.lua import Script, Tail, render
+from app.core.waitscripts import REPLAY
+from app.core.waitscripts import SCRIPTS as WAIT_SCRIPTS
 
 # The audit trail, one fragment for every script that changes a task's status: each calls audit(task key,
 # id, the status it left ('' at submit)) once after its writes, so a transition and its audit entry are one
@@ -60,6 +62,8 @@ SUBMIT = Script(
         "members": "set: every member with a history",
         "stats": "hash: the counters (submitted)",
         "active": "hash: member -> its unfinished tasks (the cap's count)",
+        "delayed": "sorted set: PENDING task id -> run_at (a task whose run_at is ahead waits here, unqueued)",
+        "settled": "list: ended tasks whose dependents are to be released or failed (workers.deferred)",
     },
     args={
         "task_id": "the new task's id",
@@ -71,11 +75,14 @@ SUBMIT = Script(
         "member": "the member submitting",
         "cap": "unfinished tasks the member may hold (0 = no cap)",
         "job_argc": "how many ARGV entries the job's commands take",
+        "run_at_ms": "when the task is due, if ahead: it waits in delayed instead of being queued ('' = now)",
+        "after_ids": "the tasks it runs after, comma-separated ('' = none)",
     },
-    rest_keys=Tail("command_keys", "one key per job command, in order"),
+    rest_keys=Tail("command_keys", "per task of after_ids its hash and its dependents set, then one key per job "
+                                   "command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all), then the task "
                          "hash's field, value pairs"),
-    body="""
+    body=REPLAY + """
 local held = redis.call('GET', dedup)
 if held then
   local at = string.find(task, task_id, 1, true)
@@ -95,15 +102,32 @@ redis.call('ZADD', expiry, expiry_ms, task_id)
 redis.call('SADD', members, member)
 redis.call('HINCRBY', stats, &submitted, 1)
 redis.call('HINCRBY', active, member, 1)
-local i, k = first_command, 1
-while i < first_field do
-  local name, argc = unpack(ARGV, i, i + 1)
-  argc = tonumber(argc)
-  redis.call(name, command_keys[k], unpack(ARGV, i + 2, i + 1 + argc))
-  i, k = i + 2 + argc, k + 1
+local waiting, ended, n, open_statuses = {}, '', 0, $ACTIVE
+for dep in string.gmatch(after_ids, '[^,]+') do
+  local dep_task, dep_set = command_keys[2 * n + 1], command_keys[2 * n + 2]
+  n = n + 1
+  local found = redis.call('HGET', dep_task, @status)
+  if found ~= $COMPLETED then
+    waiting[#waiting + 1] = dep
+    redis.call('SADD', dep_set, task_id)
+    local ttl = redis.call('PTTL', dep_task)
+    if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, key_ttl_s) end
+    if found then redis.call('HSET', dep_task, @dependents, 1) end
+    if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
+      if ended == '' then ended = dep end
+      redis.call('LPUSH', settled, dep)
+    end
+  end
+end
+if #waiting > 0 then
+  redis.call('HSET', task, @waiting, #waiting, @waiting_for, table.concat(waiting, ','))
+elseif run_at_ms ~= '' then
+  redis.call('ZADD', delayed, run_at_ms, task_id)
+else
+  replay(first_command, first_field, 2 * n + 1)
 end
 audit(task, task_id, '')
-return {1}
+return {1, ended, table.concat(waiting, ',')}
 """)
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing,
@@ -223,6 +247,8 @@ TRANSITION = Script(
         "active": "hash: member -> its unfinished tasks (see SUBMIT)",
         "checkpoint": "string: the task's checkpoint log (dropped with the payload)",
         "cursor": "string: the processor's cursor (dropped with the payload)",
+        "delayed": "sorted set: PENDING task id -> run_at (a task leaving PENDING leaves it)",
+        "settled": "list: ended tasks whose dependents are to be released or failed (the task, when it has any)",
     },
     args={
         "expected": "the status(es) the task must be in (comma list)",
@@ -232,21 +258,26 @@ TRANSITION = Script(
         "expiry_ms": "its new time in the expiry index ('' = leave the index)",
         "result_json": "a result for a key of its own ('' = none, or inline in the hash's 'result' field)",
         "result_ttl_s": "that key's lifetime",
-        "drop": "'payload' | 'all' (payload and result) | ''",
+        "drop": "'payload' | 'all' (payload and result) | 'checkpoint' (checkpoint and cursor: the payload stays "
+                "as long as the hash, for a run again) | ''",
         "stale_before_ms": "'' = no check; else the heartbeat must be older (a recovery never takes a live task)",
         "now_ms": "now",
         "stat": "the stats counter to count ('' = none)",
         "task_id": "the task's id",
         "refund": "'1' = give back the attempt the run used (an interruption is not a retry) | ''",
+        "waiting_on": "'' = no check; else a task the task must still wait for (``after``: its -6 is decided once)",
     },
     rest=Tail("field", "the task hash's field, value pairs to write"),
     body="""
-local cur = redis.call('HMGET', task, @status, @run_id, @expires_at)
+local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
 for s in string.gmatch(expected, '[^,]+') do if s == status then ok = true end end
 if not ok or (run_id ~= '' and cur[2] ~= run_id) then return {0, status} end
+if waiting_on ~= '' and not string.find(',' .. (cur[5] or '') .. ',', ',' .. waiting_on .. ',', 1, true) then
+  return {0, status}
+end
 if new_status ~= $EXPIRED and (tonumber(cur[3]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
 if stale_before_ms ~= '' then
   local beat = redis.call('ZSCORE', running, task_id)
@@ -259,6 +290,10 @@ redis.call('ZREM', running, task_id)
 if expiry_ms ~= '' then redis.call('ZADD', expiry, expiry_ms, task_id) end
 if result_json ~= '' then redis.call('SET', result, result_json, 'EX', result_ttl_s) end
 if drop == 'payload' or drop == 'all' then redis.call('DEL', payload, checkpoint, cursor) end
+if drop == 'checkpoint' then
+  redis.call('DEL', checkpoint, cursor)
+  if key_ttl_s ~= '' then redis.call('EXPIRE', payload, key_ttl_s) end
+end
 if refund ~= '' then redis.call('HINCRBY', task, @attempts, -1) end
 if drop == 'all' then
   redis.call('DEL', result)
@@ -270,14 +305,92 @@ local unfinished = $ACTIVE
 if unfinished[status] and not unfinished[new_status] then
   local member = redis.call('HGET', task, @member)
   if member and redis.call('HINCRBY', active, member, -1) <= 0 then redis.call('HDEL', active, member) end
+  if cur[4] then redis.call('LPUSH', settled, task_id) end  -- the tasks that run after it learn of its end
 end
+if status == $PENDING then redis.call('ZREM', delayed, task_id) end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)
 audit(task, task_id, status)
 return {1, status}
 """)
 
-SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION)}
+# Run a FAILED or CANCELLED task again (POST /tasks/{id}/retry): the same task back to PENDING and its RQ job
+# queued as job_id (its commands replayed as in SUBMIT), in one step, so the task is never PENDING without a
+# job nor queued twice (a second retry finds PENDING). The failed run's outcome goes (error, result, items,
+# progress, checkpoint, cursor, times, any run_at/waiting of its submit: it runs now); attempts keeps counting,
+# and max_attempts becomes attempts + budget, so the new run has a fresh budget of automatic retries. Its
+# lifetime starts again as a new task's (expiry_ms, key_ttl_s; the payload's too), and it counts again in
+# active, within the member's cap as a submit does. Refused past expires_at (EXPIRED to every reader) and
+# when the payload is gone (a task that ended before its payload was kept).
+# Returns {1, HGETALL after} when done, {0, status found ('' gone), or EXPIRED / MISSING_PAYLOAD}, or
+# {2, unfinished_count} at the cap.
+RERUN = Script(
+    "rerun",
+    keys={
+        "task": "hash: the task's record",
+        "payload": "string: the task's payload JSON (kept since it failed or was cancelled)",
+        "result": "string: a result JSON of its own (dropped)",
+        "checkpoint": "string: the checkpoint log (dropped)",
+        "cursor": "string: the processor's cursor (dropped)",
+        "expiry": "sorted set: the expiry index (the task's new deadline)",
+        "delayed": "sorted set: tasks waiting for their run_at (the task leaves it: it runs now)",
+        "events": "channel: the task's events",
+        "stats": "hash: the counters (stat)",
+        "active": "hash: member -> its unfinished tasks (see SUBMIT)",
+    },
+    args={
+        "expected": "the statuses a task may be run again from (comma list)",
+        "task_id": "the task's id",
+        "now_ms": "now",
+        "expiry_ms": "its new deadline (now + the task TTL)",
+        "key_ttl_s": "its keys' new lifetime",
+        "message": "the status document's message",
+        "budget": "runs the new run may take, automatic retries included (its processor's retries + 1)",
+        "job_id": "the RQ job id it is queued under (recorded as its job)",
+        "cap": "unfinished tasks the member may hold (0 = no cap)",
+        "stat": "the stats counter to count",
+        "job_argc": "how many ARGV entries the job's commands take",
+    },
+    rest_keys=Tail("command_keys", "one key per job command, in order"),
+    rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
+    body="""
+local cur = redis.call('HMGET', task, @status, @expires_at, @member, @attempts)
+local status, member = cur[1], cur[3]
+if not status then return {0, ''} end
+local ok = false
+for s in string.gmatch(expected, '[^,]+') do if s == status then ok = true end end
+if not ok then return {0, status} end
+if (tonumber(cur[2]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
+if redis.call('EXISTS', payload) == 0 then return {0, $MISSING_PAYLOAD} end
+local limit = tonumber(cap)
+local unfinished = tonumber(redis.call('HGET', active, member) or '0')
+if limit > 0 and unfinished >= limit then return {2, unfinished} end
+redis.call('HDEL', task, @error_code, @error_message, @result, @items_total, @items_succeeded, @items_failed,
+           @started_at, @completed_at, @run_id, @checkpoints, @checkpoint_run, @resume_mark, @run_at, @waiting,
+           @waiting_for)
+redis.call('HSET', task, @status, $PENDING, @progress, 0, @message, message, @updated_at, now_ms,
+           @expires_at, expiry_ms, @max_attempts, (tonumber(cur[4]) or 0) + tonumber(budget), @job, job_id)
+redis.call('DEL', result, checkpoint, cursor)
+redis.call('EXPIRE', task, key_ttl_s)
+redis.call('EXPIRE', payload, key_ttl_s)
+redis.call('ZADD', expiry, expiry_ms, task_id)
+redis.call('ZREM', delayed, task_id)
+redis.call('HINCRBY', stats, stat, 1)
+redis.call('HINCRBY', active, member, 1)
+local i, k, last = first_command, 1, first_command + tonumber(job_argc)
+while i < last do
+  local name, argc = unpack(ARGV, i, i + 1)
+  argc = tonumber(argc)
+  redis.call(name, command_keys[k], unpack(ARGV, i + 2, i + 1 + argc))
+  i, k = i + 2 + argc, k + 1
+end
+local seq = redis.call('HINCRBY', task, @seq, 1)
+redis.call('PUBLISH', events, seq)
+audit(task, task_id, status)
+return {1, redis.call('HGETALL', task)}
+""")
+
+SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, *WAIT_SCRIPTS)}
 # The scripts as Redis runs them (preamble, markers rendered), without the audit fragment: build() adds it.
 SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 

@@ -33,6 +33,7 @@ TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
         (TaskStatus.PENDING, TaskStatus.PROCESSING),
         (TaskStatus.PENDING, TaskStatus.CANCELLED),
         (TaskStatus.PENDING, TaskStatus.EXPIRED),
+        (TaskStatus.PENDING, TaskStatus.FAILED),  # a task it runs after (``after``) did not complete: -6
         (TaskStatus.PROCESSING, TaskStatus.PENDING),  # retry, recovery after a lost worker, or a graceful stop
         (TaskStatus.PROCESSING, TaskStatus.COMPLETED),
         (TaskStatus.PROCESSING, TaskStatus.FAILED),
@@ -41,8 +42,12 @@ TRANSITIONS: frozenset[tuple[TaskStatus, TaskStatus]] = frozenset(
         (TaskStatus.COMPLETED, TaskStatus.EXPIRED),
         (TaskStatus.FAILED, TaskStatus.EXPIRED),
         (TaskStatus.CANCELLED, TaskStatus.EXPIRED),
+        (TaskStatus.FAILED, TaskStatus.PENDING),  # run again (POST /tasks/{id}/retry): the same task, a new run
+        (TaskStatus.CANCELLED, TaskStatus.PENDING),
     }
 )
+# The statuses a task may be run again from (app.core.rerun): it ended without a result.
+RERUNNABLE = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
 
 
 # Error codes are plain ``int`` constants in a namespace class, not IntEnum members: a code is a
@@ -57,6 +62,7 @@ class ErrorCode:
     WORKER_LOST = -3
     EXPIRED = -4
     RESULT_STORE = -5
+    DEPENDENCY = -6
 
 
 class BusinessCode:
@@ -72,6 +78,7 @@ ERROR_MESSAGES = {
     ErrorCode.WORKER_LOST: "worker lost: the process running the task died and no retry was left",
     ErrorCode.EXPIRED: "task expired before it finished",
     ErrorCode.RESULT_STORE: "result store unavailable: the result could not be stored, please retry later",
+    ErrorCode.DEPENDENCY: "a task it depends on did not complete",  # + ": <its id> is <its status>" (TaskStore)
 }
 
 # RQ queue names: a task's ``priority``. Plain strings (they are Redis keys' parts and command arguments).

@@ -40,7 +40,7 @@ from app.core.indexes import ExpiryIndex
 from app.core.keys import STAT_ENTERED, STAT_INTERRUPTED, STAT_RECOVERED, STAT_RETRIED
 from app.core.keys import TaskField as F
 from app.core.lua import Command
-from app.core.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
+from app.core.states import ACTIVE, ERROR_MESSAGES, RERUNNABLE, TERMINAL, ErrorCode, TaskStatus
 from app.core.task import Task
 
 # A result whose JSON is at most this long lives in the task's hash instead of a key of its own: Redis
@@ -101,38 +101,52 @@ class TaskStore:
         return answer
 
     # -- submit ---------------------------------------------------------------------------------
-    def create(self, new: NewTask, job: Sequence[Command] = ()) -> Created:
+    def create(self, new: NewTask, job: Sequence[Command] = (), *, run_at: int | None = None,
+               after: Sequence[str] = ()) -> Created:
         """Create the task and queue its job, unless its dedup key is held: one script, one round trip,
         a duplicate included (the script answers with the holder's record). Raises ActiveCapReached,
         writing nothing, when the member holds ``Config.active_task_cap`` unfinished tasks already.
 
         ``job`` is the commands that queue the task's RQ job (:meth:`app.core.jobs.JobQueue.job_commands`): the
         submit script replays them once it has created the task, so a duplicate queues nothing (tests
-        that start tasks by hand pass none).
+        that start tasks by hand pass none). ``run_at`` (ms) ahead of now: the task waits in ``keys.DELAYED``
+        unqueued, its lifetime counted from then. ``after``: the ids of tasks it runs after (checked to be
+        the member's by the caller); it waits for those not COMPLETED (the created task's ``waiting_for``),
+        and when one of them ended otherwise its id is the created task's ``ended_dep``.
         """
         c = self.config
         created = now_ms()
+        start = max(created, run_at or 0)  # the task TTL counts from its run_at
         body = orjson.dumps(new.payload)
         fields = [
             F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
             F.PROGRESS, 0, F.ATTEMPTS, 0, F.MAX_ATTEMPTS, new.max_attempts, F.PRIORITY, new.priority,
-            F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, created + c.task_ttl * 1000, F.SEQ, 0,
-            F.PAYLOAD_SHA256, digest(body),
+            F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
+            F.PAYLOAD_SHA256, digest(body), *([F.RUN_AT, run_at] if run_at is not None else []),
         ]  # fmt: skip
         job_keys, job_args = lua.replay(job)
+        dep_keys = [key for dep in after for key in (keys.task(dep), keys.dependents(dep))]
         answer = self.run_script(scripts.SUBMIT.name, *scripts.SUBMIT.call(
             keys={"dedup": keys.dedup(new.member, new.dedup_digest), "task": keys.task(new.task_id),
                   "payload": keys.payload(new.task_id), "history": keys.history(new.member), "expiry": keys.EXPIRY,
-                  "members": keys.MEMBERS, "stats": keys.STATS, "active": keys.ACTIVE},
-            args={"task_id": new.task_id, "dedup_window_s": c.dedup_window, "key_ttl_s": c.task_ttl + c.tombstone_ttl,
-                  "created_ms": created, "expiry_ms": created + c.task_ttl * 1000, "payload_json": body,
-                  "member": new.member, "cap": c.active_task_cap, "job_argc": len(job_args)},
-            rest_keys=job_keys, rest=[*job_args, *fields],
+                  "members": keys.MEMBERS, "stats": keys.STATS, "active": keys.ACTIVE, "delayed": keys.DELAYED,
+                  "settled": keys.SETTLED},
+            args={"task_id": new.task_id, "dedup_window_s": c.dedup_window,
+                  "key_ttl_s": c.task_ttl + c.tombstone_ttl + (start - created) // 1000,
+                  "created_ms": created, "expiry_ms": start + c.task_ttl * 1000, "payload_json": body,
+                  "member": new.member, "cap": c.active_task_cap, "job_argc": len(job_args),
+                  "run_at_ms": start if start > created else "", "after_ids": ",".join(after)},
+            rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields],
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
+            if answer[2]:
+                written[F.WAITING_FOR.encode()] = answer[2]
+            if answer[1]:  # a task it runs after ended otherwise already: FAILED -6 now (the settle tick's backstop)
+                self.fail_waiting(new.task_id, answer[1].decode())
+                return Created(True, new.task_id, self.get(new.task_id))
             return Created(True, new.task_id, Task.from_hash(written, new.task_id))
         holder = answer[1].decode()
         return Created(False, holder, Task.from_hash(_pairs(answer[2]), holder) if answer[2] else None)
@@ -198,18 +212,18 @@ class TaskStore:
         self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
-        refund: bool = False, acknowledged: bool = False,
+        refund: bool = False, acknowledged: bool = False, waiting_on: str = "",
     ) -> Transition:
         answer = self.run_script(scripts.TRANSITION.name, *scripts.TRANSITION.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
                   "running": keys.RUNNING, "expiry": keys.EXPIRY, "events": keys.events(task_id), "stats": keys.STATS,
                   "failures": keys.FAILURES, "active": keys.ACTIVE, "checkpoint": keys.checkpoint(task_id),
-                  "cursor": keys.cursor(task_id)},
+                  "cursor": keys.cursor(task_id), "delayed": keys.DELAYED, "settled": keys.SETTLED},
             args={"expected": ",".join(expected), "run_id": run_id, "new_status": new_status, "key_ttl_s": key_ttl,
                   "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
                   "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id,
-                  "refund": "1" if refund else ""},
+                  "refund": "1" if refund else "", "waiting_on": waiting_on},
             rest=fields,
         ), client=client, acknowledged=acknowledged)  # fmt: skip
         if client is not None:
@@ -218,16 +232,19 @@ class TaskStore:
 
     def _terminal(
         self, task_id: str, expected: tuple[str, ...], status: str, fields: list[Any], *,
-        run_id: str = "", result: bytes | str = "", stale_before_ms: int | str = "",
+        run_id: str = "", result: bytes | str = "", stale_before_ms: int | str = "", waiting_on: str = "",
     ) -> Transition:
-        """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now."""
+        """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now. A FAILED or
+        CANCELLED task keeps its payload until it expires, so it can run again (app.core.rerun)."""
         c = self.config
         t = now_ms()
         expires = t + c.result_ttl * 1000
         fields = [*fields, F.COMPLETED_AT, t, F.UPDATED_AT, t, F.EXPIRES_AT, expires]
+        drop = "checkpoint" if status in RERUNNABLE else "payload"
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
-            expiry_ms=expires, result=result, drop="payload", stale_before_ms=stale_before_ms, acknowledged=True,
+            expiry_ms=expires, result=result, drop=drop, stale_before_ms=stale_before_ms, acknowledged=True,
+            waiting_on=waiting_on,
         )
 
     def complete(
@@ -274,6 +291,14 @@ class TaskStore:
         fields = [F.MESSAGE, message, F.UPDATED_AT, now_ms()]
         return self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
                                 stat=STAT_RETRIED).done
+
+    def fail_waiting(self, task_id: str, dep_id: str) -> bool:
+        """PENDING -> FAILED -6 for a task that runs after ``dep_id``, which ended otherwise than COMPLETED (or is
+        gone): only while the task still waits for it, so the news is acted on once. The message names it."""
+        found = self.redis.hget(keys.task(dep_id), F.STATUS)
+        why = f"{ERROR_MESSAGES[ErrorCode.DEPENDENCY]}: {dep_id} is {found.decode() if found else TaskStatus.EXPIRED}"
+        fields = [F.ERROR_CODE, ErrorCode.DEPENDENCY, F.ERROR_MESSAGE, why, F.MESSAGE, why]
+        return self._terminal(task_id, (TaskStatus.PENDING,), TaskStatus.FAILED, fields, waiting_on=dep_id).done
 
     # -- client side ----------------------------------------------------------------------------
     def cancel(self, task_id: str) -> Transition:

@@ -58,6 +58,8 @@ class Task:
     checkpoints: int = 0  # checkpoint writes so far (see TaskStore.recover)
     resume_mark: int = 0
     checkpoint_run: str | None = None  # the run whose result folder the checkpoint's files are in
+    run_at: int | None = None  # the time the submit asked it to run at (run_at/delay), ms
+    waiting_for: tuple[str, ...] = ()  # the tasks it runs after (``after``) that are not COMPLETED yet
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
@@ -96,6 +98,8 @@ class Task:
             checkpoints=int(g(r.CHECKPOINTS) or 0),
             resume_mark=int(g(r.RESUME_MARK) or 0),
             checkpoint_run=_text(g(r.CHECKPOINT_RUN)),
+            run_at=_int(g(r.RUN_AT), None),
+            waiting_for=tuple(g(r.WAITING_FOR, b"").decode().split(",")) if g(r.WAITING_FOR) else (),
         )
 
     @property
@@ -103,6 +107,14 @@ class Task:
         """Whether a lost run of the task may resume without using an attempt: its checkpoint advanced since
         the last such resumption (see TaskStore.recover)."""
         return self.checkpoints > self.resume_mark
+
+    def due_in(self, now: int) -> float:
+        """Seconds until the task's run_at (0 when it has none or it is due): a poller's wait."""
+        return max(0.0, (self.run_at - now) / 1000) if self.run_at is not None else 0.0
+
+    def waits(self, now: int) -> bool:
+        """Whether the task is PENDING unqueued: its run_at is ahead, or tasks it runs after are unfinished."""
+        return self.status == TaskStatus.PENDING and (bool(self.waiting_for) or self.due_in(now) > 0)
 
     def effective_status(self, now: int) -> str:
         """The status a reader sees at ``now`` (ms): EXPIRED once ``expires_at`` has passed, before
@@ -136,4 +148,6 @@ class Task:
             "updated_at": iso(self.updated_at),
             "completed_at": iso_or_none(self.completed_at),
             "expires_at": iso(self.expires_at),
+            "run_at": iso_or_none(self.run_at),
+            "waiting_for": list(self.waiting_for) if self.waiting_for and self.status == TaskStatus.PENDING else None,
         }

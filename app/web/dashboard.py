@@ -13,8 +13,9 @@ display it (password masked). Nothing connects while the app is created.
 
 Choices: an empty ``TASKPORT_DASHBOARD_PASSWORD`` turns the dashboard off (404 "dashboard disabled",
 before any credential check); wrong or missing credentials get 401 with ``WWW-Authenticate: Basic``;
-``RQ_DASHBOARD_DISABLE_DELETE`` hides deleting and emptying. Requeueing a failed job stays possible
-and is harmless here: the task's compare-and-set start ignores a job whose task is no longer PENDING.
+``RQ_DASHBOARD_DISABLE_DELETE`` hides deleting and emptying. Requeueing a taskport job runs its task
+again when it is FAILED or CANCELLED, and is otherwise refused with a 409 saying why (app.web.requeue);
+any other job is requeued by RQ.
 
 Cross-site requests: a browser sends the operator's saved Basic credentials with any request to this
 host, including one an image tag or a form on another site makes. So every route of rq-dashboard that
@@ -42,6 +43,7 @@ from werkzeug.exceptions import MethodNotAllowed
 
 from app.core.config import Config
 from app.core.jobs import register_queues
+from app.web import requeue
 from app.web.errors import Forbidden, NotFound, Unauthorized, render
 
 PREFIX = "/rq"
@@ -59,6 +61,7 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
     hooks = app.before_request_funcs.get(BLUEPRINT, [])
     hooks[:] = [hook for hook in hooks if hook is not rq_dashboard.web.push_rq_connection]
     app.redis_conn = conn  # type: ignore[attr-defined]  # what setup_rq_connection would set, minus the connect
+    requeue.wrap(app, BLUEPRINT)  # a taskport job's Requeue runs its task again, or says why not
     for endpoint, view in list(app.view_functions.items()):
         if endpoint.startswith(f"{BLUEPRINT}."):
             app.view_functions[endpoint] = _with_connection(view, conn)

@@ -14,6 +14,7 @@ value means, so it is refused); every validator, by calling the validator itself
 other field classes, field-level ``pre_load``/``post_load``, a dotted ``attribute``, schema hooks
 (``@pre_load``, ``@post_load``, ``@validates``, ``@validates_schema``), ``many`` and ``partial``.
 A body with a key the schema does not load is always left to the schema (whatever ``unknown`` says).
+A ``List`` is mirrored when its inner field is (each element loaded as that field).
 """
 
 from __future__ import annotations
@@ -68,6 +69,19 @@ def _dict_kind(field: fields.Field) -> Convert | None:
     return _dict_of_string_keys if plain_key else None
 
 
+def _list_kind(field: fields.Field) -> Convert | None:
+    """A list whose every element loads as its inner field (mirrored itself, validators included) would."""
+    element = _field_loader(f"{type(field).__name__} of", field.inner)  # type: ignore[attr-defined]
+
+    def load(value: Any) -> Any:
+        if type(value) is not list:
+            return DECLINE
+        loaded = [element(v) for v in value]
+        return DECLINE if any(v is DECLINE or v is missing for v in loaded) else loaded
+
+    return load
+
+
 # field class (exactly) -> how a value of such a field is loaded (None: this field is not mirrored)
 KINDS: dict[type[fields.Field], Callable[[fields.Field], Convert | None]] = {
     fields.String: lambda _: _string,
@@ -75,6 +89,7 @@ KINDS: dict[type[fields.Field], Callable[[fields.Field], Convert | None]] = {
     fields.Float: lambda _: _float,
     fields.Boolean: _boolean_kind,
     fields.Dict: _dict_kind,
+    fields.List: _list_kind,
 }
 _LOAD_HOOKS = (PRE_LOAD, POST_LOAD, VALIDATES, VALIDATES_SCHEMA)
 

@@ -19,7 +19,7 @@ from app.core.config import Config
 from app.core.keys import PREFIX
 from app.web.auth import Members
 
-LIMITED_BLUEPRINTS = frozenset({"tasks", "events"})
+LIMITED_BLUEPRINTS = frozenset({"tasks", "events", "schedules"})
 
 
 def init_app(app: Flask, config: Config, members: Members, conn: Redis) -> Limiter | None:

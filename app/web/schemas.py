@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from marshmallow import RAISE, Schema, fields, validate
+from datetime import datetime
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from app.core.history import CURSOR_PATTERN
 from app.core.states import QUEUES, STORED
@@ -10,6 +12,23 @@ from app.web.urls import task_path
 
 MAX_DEDUP_KEY = 128
 MAX_TYPE = 200  # characters of a task type name (submit, and the history filter)
+MAX_AFTER = 100  # task ids a submit's ``after`` may name
+
+
+def check_timestamp(value: str) -> None:
+    """A ``run_at``: an ISO 8601 time with its zone (``Z`` or an offset), else a ValidationError."""
+    parse_timestamp(value)
+
+
+def parse_timestamp(value: str) -> int:
+    """ms since the epoch of an ISO 8601 time with its zone; ValidationError for anything else."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.utcoffset() is None:
+        raise ValidationError("Not an ISO 8601 time with a zone, e.g. 2026-11-29T02:00:00Z.")
+    return int(moment.timestamp() * 1000)
 
 
 class SubmitSchema(Schema):
@@ -20,6 +39,14 @@ class SubmitSchema(Schema):
     payload = fields.Dict(keys=fields.String(), load_default=dict)
     dedup_key = fields.String(validate=validate.Length(min=1, max=MAX_DEDUP_KEY), load_default=None)
     priority = fields.String(validate=validate.OneOf(QUEUES), load_default=None)
+    run_at = fields.String(validate=check_timestamp, load_default=None, metadata={
+        "description": "ISO 8601 time (UTC, e.g. 2026-11-29T02:00:00Z) to run the task at, at most "
+                       "TASKPORT_MAX_DELAY ahead; one in the past runs now. Not with `delay`", "format": "date-time"})
+    delay = fields.Float(validate=validate.Range(min=0, min_inclusive=False), load_default=None, metadata={
+        "description": "seconds from now to run the task in (> 0, at most TASKPORT_MAX_DELAY). Not with `run_at`"})
+    after = fields.List(fields.String(), validate=validate.Length(min=1, max=MAX_AFTER), load_default=None, metadata={
+        "description": "ids of your tasks (1-100) this one runs after: queued once all are COMPLETED, FAILED -6 "
+                       "when one ends otherwise"})
 
 
 class HistoryQuerySchema(Schema):
@@ -31,6 +58,13 @@ class HistoryQuerySchema(Schema):
     limit = fields.Integer(validate=validate.Range(min=1, max=200), load_default=50)
     cursor = fields.String(validate=validate.Regexp(CURSOR_PATTERN), load_default=None,
                            metadata={"description": "opaque: the next_cursor of a previous page, unchanged"})
+
+
+class RetrySchema(Schema):
+    """The body of ``POST /tasks/{id}/retry``: none, or ``{}`` (a field is 422, naming it)."""
+
+    class Meta:
+        unknown = RAISE
 
 
 class ItemsSchema(Schema):
@@ -69,6 +103,11 @@ class StatusDocumentSchema(Schema):
     updated_at = fields.String()
     completed_at = fields.String(allow_none=True)
     expires_at = fields.String()
+    run_at = fields.String(allow_none=True, metadata={
+        "description": "the time the submit asked it to run at (`run_at`/`delay`), null without; PENDING and "
+                       "not queued until then"})
+    waiting_for = fields.List(fields.String(), allow_none=True, metadata={
+        "description": "the tasks of its `after` not COMPLETED yet, while it is PENDING (null otherwise)"})
     links = fields.Nested(LinksSchema)
 
 

@@ -9,28 +9,32 @@ the warning header.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import redis
 
-from app.core import audit, processors
-from app.core.answers import ActiveCapReached, Created, NewTask, Transition, WithResult
+from app.core import audit
+from app.core.answers import ActiveCapReached, Created, Transition, WithResult
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.deferred import create_waiting
 from app.core.history import Histories, Page, decode_cursor
-from app.core.ids import digest, is_task_id, new_task_id
+from app.core.ids import digest, is_task_id
 from app.core.jobs import JobQueue
 from app.core.logs import task_logger
 from app.core.states import ACTIVE, TaskStatus
 from app.core.stats import Stats
 from app.core.store import TaskStore
+from app.core.submit import create_task
 from app.core.task import Task
-from app.web.errors import Conflict, TooManyRequests, task_not_found
+from app.web.errors import Conflict, TooManyRequests, ValidationFailed, task_not_found
 from app.web.readiness import STAT_UNSERVED, WorkerWatch
 
 log = logging.getLogger(__name__)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
+UNKNOWN_TASK = "No such task."  # an ``after`` id that is unknown, malformed or someone else's: the same words
 
 
 def dedup_digest(task_type: str, payload: dict[str, Any], explicit: str | None) -> str:
@@ -57,22 +61,21 @@ class TaskService:
         self.workers = WorkerWatch(conn)  # live worker counts, cached briefly (the no-worker warning)
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
-               priority: str | None, submitted: dict[str, Any] | None = None) -> Created:
+               priority: str | None, submitted: dict[str, Any] | None = None, *, run_at: int | None = None,
+               after: Sequence[str] | None = None) -> Created:
         """Create and queue a task, or name (and read) the task holding the dedup key: one round trip either way.
 
         ``payload`` is the validated payload the processor gets; the dedup hash covers ``submitted``,
-        the payload as the client sent it (the contract's "canonical JSON of the payload").
+        the payload as the client sent it (the contract's "canonical JSON of the payload"). ``run_at`` (ms)
+        and ``after`` (task ids: ValidationFailed naming ``after.N`` for one not the member's) make it wait.
         """
-        proc = processors.get(task_type)
-        assert proc is not None, "validated before"
         dedup = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
-        new = NewTask(
-            task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup,
-            priority=priority or proc.priority, max_attempts=proc.retries + 1,
-        )
-        job = self.jobs.job_commands(new.task_id, new.priority, proc.timeout)
         try:
-            outcome = self.store.create(new, job)
+            if run_at is None and after is None:
+                outcome = create_task(self.store, self.jobs, member, task_type, payload, dedup, priority)
+            else:
+                outcome = create_waiting(self.store, self.jobs, member, task_type, payload, dedup, priority,
+                                         run_at=run_at, after=self._owned_ids(member, after or []))
         except ActiveCapReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise TooManyRequests(
@@ -82,10 +85,23 @@ class TaskService:
             ) from None
         tlog = task_logger(log, outcome.task_id)
         if outcome.created:
-            tlog.info("submitted %s by %s on queue %s", task_type, member, new.priority)
+            assert outcome.task is not None
+            tlog.info("submitted %s by %s on queue %s", task_type, member, outcome.task.priority)
         else:
             tlog.info("duplicate submit of %s by %s", task_type, member)
         return outcome
+
+    def _owned_ids(self, member: str, task_ids: Sequence[str]) -> list[str]:
+        """``task_ids`` once each, in order, when every one is the member's task; else ValidationFailed naming
+        ``after.N`` of each that is not, with the same words for unknown, malformed and someone else's."""
+        unique = list(dict.fromkeys(task_ids))
+        valid = [t for t in unique if is_task_id(t)]
+        tasks = dict(zip(valid, self.store.get_many(valid), strict=True)) if valid else {}
+        wrong = {f"after.{i}": [UNKNOWN_TASK] for i, t in enumerate(task_ids)
+                 if (task := tasks.get(t)) is None or task.member != member}
+        if wrong:
+            raise ValidationFailed(wrong)
+        return unique
 
     def unserved(self, queue: str, task_id: str) -> bool:
         """Whether no worker listens on ``queue``, asked for a task just accepted on it (it stays PENDING until
@@ -127,7 +143,8 @@ class TaskService:
         return audit.read(self.redis, task_id=task_id, member=member, limit=limit, cursor=cursor)
 
     def cancel(self, member: str, task_id: str) -> None:
-        status = self.find(member, task_id).effective_status(now_ms())
+        task, now = self.find(member, task_id), now_ms()
+        status = task.effective_status(now)
         done, previous = Transition(False, status) if status not in ACTIVE else self.store.cancel(task_id)
         if not done:
             raise Conflict(f"task is {previous}; only PENDING or PROCESSING tasks can be cancelled",
@@ -136,7 +153,7 @@ class TaskService:
         in_flight = ""
         if previous != TaskStatus.PENDING:
             self.jobs.stop(job)
-        elif self.jobs.remove(job):
+        elif self.jobs.remove(job) and not task.waits(now):  # a waiting task has no job to find
             in_flight = "; a worker had just taken its job and will drop it"
         task_logger(log, task_id).info("cancelled (was %s%s)", previous, in_flight)
 

@@ -24,7 +24,7 @@ from tests.integration.harness import TASKS, Api, RedisServer, Stack, started_st
 
 MAX_BODY = 16 * 1024
 DOC_KEYS = {"task_id", "type", "status", "progress", "message", "items", "error", "attempts", "resumed",
-            "created_at", "started_at", "updated_at", "completed_at", "expires_at", "links"}
+            "created_at", "started_at", "updated_at", "completed_at", "expires_at", "run_at", "waiting_for", "links"}
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 LEAKS = re.compile(r"\{tp\}:|traceback|redis", re.IGNORECASE)

@@ -246,7 +246,8 @@ class TestTaskStoreContract:
         assert store.report(new.task_id, run_id, 99, "late") == TaskStatus.CANCELLED
         task = read(store, new.task_id)
         assert (task.status, task.progress, task.message) == (TaskStatus.CANCELLED, 0, "cancelled")
-        assert not conn.exists(keys.result(new.task_id), keys.payload(new.task_id))
+        assert not conn.exists(keys.result(new.task_id))
+        assert conn.exists(keys.payload(new.task_id))  # kept until it expires, so the task can run again
         assert store.cancel(new.task_id) == (False, TaskStatus.CANCELLED)
         assert store.cancel(str(uuid.uuid4())) == (False, "")
 

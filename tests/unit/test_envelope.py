@@ -145,7 +145,7 @@ def test_what_the_fast_path_cannot_vouch_for_is_left_to_the_schema(body: dict[st
 def test_the_new_fields_reach_the_loaded_envelope() -> None:
     loaded = FastLoad(Later())({"type": "sleep", "where": "here", "run_in": 7, "Label": "ab"})
     assert loaded == {"type": "sleep", "payload": {}, "dedup_key": None, "priority": None, "run_in": 7,
-                      "notify": False, "label": "ab", "where": "here"}
+                      "notify": False, "label": "ab", "where": "here", "run_at": None, "delay": None, "after": None}
 
 
 class WithDate(SubmitSchema):

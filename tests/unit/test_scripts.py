@@ -12,12 +12,14 @@ import fakeredis
 import pytest
 from redis.crc import key_slot
 
-from app.core import keys, lua, scripts
+from app.core import deferred, keys, lua, scripts, waitscripts
 from app.core.answers import NewTask
 from app.core.audit import EntryField
+from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.jobs import JobQueue
 from app.core.lua import AUDIT_STREAM, Script, ScriptCallError, Tail
+from app.core.rerun import rerun, rerun_job_id
 from app.core.states import ACTIVE
 from app.core.store import TaskStore
 
@@ -52,7 +54,7 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
     """Every key taskport passes a script is on the slot of ``{tp}``, the prefix's hash tag, so a Cluster
     could run each script (it runs a script only on keys of one slot).
 
-    Excluded, exactly: the submit's tail of job command keys (``command_keys``), which are RQ's own
+    Excluded, exactly: the tails of job command keys (``command_keys``), which are RQ's own
     (``rq:queues``, ``rq:queue:<name>``, ``rq:job:<id>``), written in the same script so that a task and its
     job land together. RQ does not run on a Redis Cluster, so that script's RQ keys are the one reason
     taskport targets one primary; asserted below to be RQ's and nothing else. (The one key a script builds
@@ -72,6 +74,18 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
     store.start(failed.task_id, "r3")
     store.fail(failed.task_id, "r3", 7, "no")
     store.cancel(cancelled.task_id)
+    again = rerun_job_id(cancelled.task_id, 0)
+    rerun(store, cancelled.task_id, again, jobs.job_commands(cancelled.task_id, "default", 60, again), 1)
+    later, waiter, follower = new_task(), new_task(), new_task()  # run_at and after (app.core.deferred)
+    store.create(later, run_at=now_ms() + 60_000)
+    store.create(waiter, after=[done.task_id, failed.task_id])  # failed: FAILED -6 at once
+    store.create(follower, jobs.job_commands(follower.task_id, "default", 60), after=[later.task_id])
+    store.run_script(waitscripts.PROMOTE.name, *waitscripts.PROMOTE.call(
+        keys={"task": keys.task(later.task_id), "delayed": keys.DELAYED},
+        args={"task_id": later.task_id, "now_ms": now_ms() + 61_000, "job_argc": 0}))
+    store.start(later.task_id, "r4")
+    store.complete(later.task_id, "r4", 1, items=None, failures=[], error_code=None)
+    assert deferred.settle_all(store, jobs, now_ms()) == {"released": 1, "failed": 0}
 
     slot = key_slot(keys.PREFIX.encode())
     names = {s.name: s for s in SCRIPTS}
@@ -82,7 +96,7 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
         named, tail, audit_stream = passed[:len(script.keys)], passed[len(script.keys):-1], passed[-1]
         assert audit_stream == keys.AUDIT
         assert not tail or script.rest_keys is not None
-        assert all(RQ_KEY.fullmatch(key) for key in tail), tail
+        assert all(RQ_KEY.fullmatch(key) or key_slot(key.encode()) == slot for key in tail), tail
         assert {key: key_slot(key.encode()) for key in [*named, audit_stream]} == \
             {key: slot for key in [*named, audit_stream]}
     assert seen == set(names)

@@ -21,6 +21,7 @@ from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import decode_cursor, encode_cursor
 from app.core.keys import STAT_INTERRUPTED
+from app.core.rerun import rerun, rerun_job_id
 from app.core.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
 from app.core.store import TaskStore
 
@@ -107,6 +108,9 @@ STORE_MOVES: dict[str, Callable[[TaskStore, str, str], object]] = {
         dataclasses.replace(store.get(task_id), max_attempts=1, checkpoints=1), now_ms() + 60_000),
     "graceful stop": lambda store, task_id, run: store.requeue(
         task_id, [], (), None, run_id=run, stat=STAT_INTERRUPTED, refund=True),
+    "fail a dependent": lambda store, task_id, run: (  # as if it waited for a task that failed (after)
+        store.redis.hset(keys.task(task_id), "waiting_for", "gone"), store.fail_waiting(task_id, "gone")),
+    "run again": lambda store, task_id, run: rerun(store, task_id, rerun_job_id(task_id, 0), (), 1),
 }
 REACHED_BY = {TaskStatus.COMPLETED: "complete", TaskStatus.FAILED: "fail", TaskStatus.CANCELLED: "cancel",
               TaskStatus.EXPIRED: "expire"}
@@ -182,7 +186,8 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
     assert CLAIM_TAKEN in words and TaskStatus.EXPIRED in words
     assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
                               "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD",
-                              "TIME", "XADD", "XTRIM", "MAXLEN", "MINID", "APPEND", "PTTL", "PEXPIRE"}
+                              "TIME", "XADD", "XTRIM", "MAXLEN", "MINID", "APPEND", "PTTL", "PEXPIRE",
+                              "EXISTS", "SREM", "SCARD", "LPUSH", "LREM"}
 
 
 def test_the_script_sources_spell_no_status_field_or_stat_by_hand():

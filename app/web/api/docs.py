@@ -133,6 +133,9 @@ def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
     _components(spec)
     security: list[dict[str, list[str]]] = [{"bearerAuth": []}] if keys_configured else [{}]
     _task_paths(spec, security)
+    from app.web.api.schedule_docs import schedule_paths  # here: that module builds on this one's helpers
+
+    schedule_paths(spec, security)
     _other_paths(spec, operator)
     return spec
 
@@ -272,6 +275,7 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         204: {"description": "cancelled"}, 404: "NotFound", 409: "TaskConflict"}, security, operationId="cancelTask")
     spec.path(task_path("{task_id}"), parameters=[TASK_ID], operations={"get": status, "delete": cancel})
     _result_paths(spec, security)
+    _retry_path(spec, security)
     events = _op("Live status documents (Server-Sent Events)", {
         200: {"description": "`event: status`, `id: <seq>`, `data: <status document>` per change, starting with "
                              "the current document; `: keep-alive` comments; ends after the terminal event",
@@ -296,6 +300,18 @@ def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
                       "with a result that has no file (only exports have one); or its file is gone from the result "
                       "store", "Problem")}, security, operationId="getResultFile")
     spec.path(task_path("{task_id}", "/result/file"), parameters=[TASK_ID], operations={"get": file})
+
+
+def _retry_path(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
+    retry = _op("Run a FAILED or CANCELLED task again under its own id (docs/api.md#run-again)", {
+        202: {**_content(JSON, "queued again: the status document (PENDING; `attempts` keeps counting)",
+                         "StatusDocument", True), "headers": {"Location": "Location", "Retry-After": "RetryAfter"}},
+        404: "NotFound", 409: "TaskConflict", 410: "Gone", 400: "BadRequest", 415: "UnsupportedMediaType",
+        422: "ValidationFailed",
+    }, security, operationId="retryTask",
+        requestBody={"required": False, "description": "none, or `{}`: the task runs again as it was submitted",
+                     "content": {JSON: {"schema": schemas.RetrySchema}}})
+    spec.path(task_path("{task_id}", "/retry"), parameters=[TASK_ID], operations={"post": retry})
 
 
 def _other_paths(spec: APISpec, operator: bool) -> None:

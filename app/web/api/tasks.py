@@ -1,4 +1,4 @@
-"""/api/v1/tasks: submit, status, result, result file, cancel, history."""
+"""/api/v1/tasks: submit, status, result, result file, cancel, retry (run again), history."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from app.core.results import StoreUnavailable, streamed_body, unspill
 from app.core.states import ACTIVE, TaskStatus
 from app.core.task import Task
 from app.web.api import json_response
+from app.web.deferral import retry_after, run_at_ms
 from app.web.errors import (
     BadRequest,
     Conflict,
@@ -30,8 +31,9 @@ from app.web.errors import (
 )
 from app.web.fastload import FastLoad
 from app.web.readiness import WARNING_HEADER
+from app.web.rerun import run_again
 from app.web.runtime import runtime
-from app.web.schemas import MAX_DEDUP_KEY, HistoryQuerySchema, SubmitSchema
+from app.web.schemas import MAX_DEDUP_KEY, HistoryQuerySchema, RetrySchema, SubmitSchema
 from app.web.service import BadCursor, check_cursor
 from app.web.urls import API_PREFIX, file_url, status_document, task_path
 
@@ -39,6 +41,7 @@ bp = Blueprint("tasks", __name__, url_prefix=API_PREFIX)
 _submit_schema = SubmitSchema()
 _fast_envelope = FastLoad(_submit_schema)  # built at import: a field it cannot mirror fails loudly here
 _history_schema = HistoryQuerySchema()
+_retry_schema = RetrySchema()
 RETRY_AFTER = {"Retry-After": "1"}
 NOT_A_CURSOR = "Not a cursor from a previous page."
 log = logging.getLogger(__name__)
@@ -54,12 +57,16 @@ def submit() -> Response:
     rt.members.check_priority(data["priority"])
     dedup_key = _dedup_key(data["dedup_key"])
     payload = _validated_payload(data["type"], data["payload"])
-    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"], submitted=data["payload"])
+    now = now_ms()
+    run_at = run_at_ms(data, rt.config, now)
+    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"], submitted=data["payload"],
+                                run_at=run_at, after=data["after"])
     location = {"Location": task_path(outcome.task_id)}
     if outcome.created:
         assert outcome.task is not None
-        doc, headers = status_document(outcome.task, now_ms()), {**location, **RETRY_AFTER}
-        if rt.service.unserved(outcome.task.priority, outcome.task_id):  # accepted, but it waits for a worker
+        doc, headers = status_document(outcome.task, now), {**location, **retry_after(outcome.task, now)}
+        waits = outcome.task.waits(now) or outcome.task.status != TaskStatus.PENDING  # not queued: no warning
+        if not waits and rt.service.unserved(outcome.task.priority, outcome.task_id):  # it waits for a worker
             headers[WARNING_HEADER] = f"no-worker; queue={outcome.task.priority}"
         return json_response(doc, 202, headers)
     existing = status_document(outcome.task, now_ms()) if outcome.task else None
@@ -140,10 +147,11 @@ def status(task_id: str) -> Response:
     """The task's status document (one Redis read)."""
     rt = runtime()
     task = rt.service.find(rt.members.current(), task_id)
-    doc = status_document(task, now_ms())
+    now = now_ms()
+    doc = status_document(task, now)
     if doc["status"] == TaskStatus.EXPIRED:
         return json_response(doc, 410)
-    return json_response(doc, 200, RETRY_AFTER if doc["status"] in ACTIVE else None)
+    return json_response(doc, 200, retry_after(task, now) if doc["status"] in ACTIVE else None)
 
 
 def _completed(view: Callable[[Task, dict[str, Any]], Response]) -> Callable[[str], Response]:
@@ -228,6 +236,41 @@ def cancel(task_id: str) -> Response:
     response = Response(status=204)
     del response.headers["Content-Type"]  # no body, no type
     return response
+
+
+@bp.post("/tasks/<task_id>/retry")
+def retry(task_id: str) -> Response:
+    """Run a FAILED or CANCELLED task again under its own id: 202 with its status document (PENDING); 409 in
+    any other state, 410 once expired."""
+    rt = runtime()
+    _retry_body(rt.config.max_body)
+    task = run_again(rt.service, rt.results, rt.service.find(rt.members.current(), task_id))
+    doc = status_document(task, now_ms())
+    if doc["status"] == TaskStatus.EXPIRED:
+        return json_response(doc, 410)
+    headers = {"Location": task_path(task.id), **RETRY_AFTER}
+    if rt.service.unserved(task.priority, task.id):  # queued again, but it waits for a worker
+        headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"
+    return json_response(doc, 202, headers)
+
+
+def _retry_body(limit: int) -> None:
+    """A retry's body: none, or a JSON object with no member (:class:`RetrySchema`; a member is 422 naming it)."""
+    raw = _body_bytes(limit)
+    if not raw.strip():
+        return
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("send no body, or {} as application/json")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    try:
+        _retry_schema.load(body)
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
 
 
 @bp.get("/tasks")

@@ -3,9 +3,10 @@
 // with textContent. The branches follow seed 002: a 10001 ("bill unpaid"), whole task or item, shows
 // the settle-the-bill guidance; other codes show their message; when the waiting limit runs out the
 // task is "still running: check the history later", not an error.
-import { cancelTask, configure, listHistory, submitTask, TERMINAL, watchTask } from "/static/taskport.mjs";
+import { cancelTask, configure, listHistory, retryTask, submitTask, TERMINAL, watchTask } from "/static/taskport.mjs";
 
 const BILL_UNPAID = 10001;
+const RERUNNABLE = ["FAILED", "CANCELLED"]; // a task in these statuses can run again (POST /tasks/{id}/retry)
 const HISTORY_PAGE = 10;
 const $ = (id) => document.getElementById(id);
 const examples = new Map();
@@ -149,6 +150,7 @@ function render(doc) {
   $("created").textContent = doc.created_at;
   $("updated").textContent = doc.updated_at;
   $("cancel").disabled = TERMINAL.includes(doc.status);
+  $("rerun").hidden = !RERUNNABLE.includes(doc.status);
   announce(doc);
 }
 
@@ -219,6 +221,23 @@ async function cancel() {
   }
 }
 
+// Run the task again under its own id, then watch it as a new submit is watched.
+async function rerun() {
+  if (!current) return;
+  useKey();
+  $("rerun").disabled = true;
+  try {
+    const doc = await retryTask(current.task_id);
+    notice("Queued to run again.");
+    watch(doc);
+  } catch (error) {
+    notice(describe(error), true);
+  } finally {
+    $("rerun").disabled = false;
+    loadHistory();
+  }
+}
+
 async function loadHistory() {
   useKey();
   const cursor = pages.cursors[pages.index];
@@ -271,6 +290,7 @@ function start() {
   $("task-type").addEventListener("change", resetPayload);
   $("reset-payload").addEventListener("click", resetPayload);
   $("cancel").addEventListener("click", cancel);
+  $("rerun").addEventListener("click", rerun);
   $("history-refresh").addEventListener("click", restartHistory);
   $("history-status").addEventListener("change", restartHistory);
   $("history-prev").addEventListener("click", () => turnPage(-1));

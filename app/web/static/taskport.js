@@ -96,12 +96,16 @@
   }
 
   /** POST /tasks. Resolves to the status document (PENDING). A duplicate rejects with `duplicate: true`
-   * and `existing` (the earlier task's document). Options: {idempotencyKey, priority, apiKey, baseUrl}. */
+   * and `existing` (the earlier task's document). Options: {idempotencyKey, priority, runAt (an ISO 8601
+   * string or a Date), delay (seconds), after (task ids), apiKey, baseUrl}. */
   async function submitTask(type, payload, options) {
     const o = options || {};
     const s = settingsOf(o);
     const body = { type, payload: payload === undefined ? {} : payload };
     if (o.priority) body.priority = o.priority;
+    if (o.runAt != null) body.run_at = o.runAt instanceof Date ? o.runAt.toISOString() : o.runAt;
+    if (o.delay != null) body.delay = o.delay;
+    if (o.after != null) body.after = Array.from(o.after);
     const extra = { "Content-Type": "application/json" };
     if (o.idempotencyKey) extra["Idempotency-Key"] = o.idempotencyKey;
     const response = await call(s, "POST", API + "/tasks", { headers: headersOf(s, extra), body: JSON.stringify(body) });
@@ -137,6 +141,15 @@
     const s = settingsOf(options);
     const response = await call(s, "DELETE", taskPath(id), { headers: headersOf(s) });
     if (response.status === 204) return true;
+    return failWith(response);
+  }
+
+  /** POST /tasks/{id}/retry: run a FAILED or CANCELLED task again under its own id. Resolves to its status
+   * document (PENDING); any other state rejects with status 409 and `taskStatus`, an EXPIRED task with 410. */
+  async function retryTask(id, options) {
+    const s = settingsOf(options);
+    const response = await call(s, "POST", taskPath(id, "/retry"), { headers: headersOf(s) });
+    if (response.status === 202) return response.json();
     return failWith(response);
   }
 
@@ -349,7 +362,7 @@
   }
 
   global.taskport = Object.freeze({
-    configure, submitTask, getTask, getResult, cancelTask, listHistory, watchTask, TaskportError, TERMINAL, OUTCOMES,
-    sseParser,
+    configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
+    OUTCOMES, sseParser,
   });
 })(typeof globalThis !== "undefined" ? globalThis : window);

@@ -4,7 +4,7 @@ import "./taskport.js";
 
 const taskport = globalThis.taskport;
 export const {
-  configure, submitTask, getTask, getResult, cancelTask, listHistory, watchTask, TaskportError, TERMINAL, OUTCOMES,
-  sseParser,
+  configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
+  OUTCOMES, sseParser,
 } = taskport;
 export default taskport;

@@ -1,0 +1,66 @@
+"""Run a FAILED or CANCELLED task again: the same task id back to PENDING, its RQ job queued, in one step.
+
+The step is the RERUN script (app.core.scripts): one compare-and-set that resets the failed run's outcome,
+starts the task's lifetime again and queues its job (the commands of
+:meth:`app.core.jobs.JobQueue.requeue_commands`, replayed inside the script as a submit's are). The job gets
+an id of its own (:func:`rerun_job_id`): the old delivery's job may still be in RQ's registries (failed,
+or ending after a cancel), and RQ must not take one for the other. Dedup is not consulted: it is the same
+task. Its payload is there because a FAILED or CANCELLED task keeps it until it expires
+(``TaskStore._terminal``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from app.core import keys, lua, scripts
+from app.core.answers import ActiveCapReached
+from app.core.clock import now_ms
+from app.core.lua import Command
+from app.core.states import RERUNNABLE
+from app.core.store import TaskStore
+from app.core.task import Task
+
+STAT_RERUN = "rerun"  # the STATS field counting tasks run again (exported as taskport_tasks_total{event="rerun"})
+RERUN_MESSAGE = "queued to run again"
+
+
+def rerun_job_id(task_id: str, seq: int) -> str:
+    """The RQ job id under which a task is queued to run again: unique per write of the task (``seq``), and,
+    like every job id of a task, the task id and a suffix (:func:`app.core.jobs.task_of_job`)."""
+    return f"{task_id}_a{seq}"
+
+
+class Rerun(NamedTuple):
+    """What :func:`rerun` did: ``task`` as written when done; else None, and ``status`` is the status that
+    prevented it ('' when the task is gone; EXPIRED past its time; MISSING_PAYLOAD when its payload is gone)."""
+
+    status: str
+    task: Task | None = None
+
+
+def rerun(store: TaskStore, task_id: str, job_id: str, job: Sequence[Command], budget: int) -> Rerun:
+    """FAILED|CANCELLED -> PENDING, queued as RQ job ``job_id`` (the commands ``job``), with ``budget`` runs
+    for the new attempt (its processor's retries + 1). Raises ActiveCapReached, writing nothing, when the
+    member holds ``Config.active_task_cap`` unfinished tasks already."""
+    c = store.config
+    t = now_ms()
+    job_keys, job_args = lua.replay(job)
+    answer = store.run_script(scripts.RERUN.name, *scripts.RERUN.call(
+        keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
+              "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id), "expiry": keys.EXPIRY,
+              "delayed": keys.DELAYED, "events": keys.events(task_id), "stats": keys.STATS, "active": keys.ACTIVE},
+        args={"expected": ",".join(sorted(RERUNNABLE)), "task_id": task_id, "now_ms": t,
+              "expiry_ms": t + c.task_ttl * 1000, "key_ttl_s": c.task_ttl + c.tombstone_ttl,
+              "message": RERUN_MESSAGE, "budget": max(int(budget), 1), "job_id": job_id,
+              "cap": c.active_task_cap, "stat": STAT_RERUN, "job_argc": len(job_args)},
+        rest_keys=job_keys, rest=job_args,
+    ), acknowledged=True)  # fmt: skip
+    if answer[0] == 2:
+        raise ActiveCapReached(c.active_task_cap, int(answer[1]))
+    if answer[0] == 1:
+        flat = answer[1]  # the hash as HGETALL answers in a script: field, value, ...
+        task = Task.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), task_id)
+        return Rerun(task.status, task)
+    return Rerun(answer[1].decode())

@@ -1,0 +1,98 @@
+"""The Lua scripts of tasks that wait before they are queued: for their ``run_at`` (PROMOTE) or for the tasks
+they run after (RELEASE, SETTLE_DONE). Each is one compare-and-set, like those of app.core.scripts (which
+lists them with its own, so every TaskStore loads them); the submit and transition scripts there put a task in
+``keys.DELAYED`` and a finished task on ``keys.SETTLED``, these take them off.
+
+A task waiting for its time has no RQ job: its job is built when it is due, from the task, by the caller
+(:meth:`app.core.jobs.JobQueue.requeue_commands`) and replayed here, so a promotion queues it exactly once
+(the ZREM that answers 1 to one caller only) and nothing of a job waits in Redis meanwhile.
+"""
+
+from __future__ import annotations
+
+from app.core.lua import Script, Tail
+
+# A Lua function replaying the job commands of a script's tail (lua.replay): ARGV from index i up to (not
+# including) stop, the n-th command on command_keys[k + n - 1].
+REPLAY = """
+local function replay(i, stop, k)
+  while i < stop do
+    local name, argc = unpack(ARGV, i, i + 1)
+    argc = tonumber(argc)
+    redis.call(name, command_keys[k], unpack(ARGV, i + 2, i + 1 + argc))
+    i, k = i + 2 + argc, k + 1
+  end
+end
+"""
+_COMMANDS = Tail("command_keys", "one key per job command, in order")
+_JOB = Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)")
+
+# A task of keys.DELAYED whose run_at has come: out of the set and queued, while it is PENDING and waits for
+# nothing else. Any other task leaves the set and is not queued (cancelled, expired: its transition took it
+# out already, this is the fallback). Two schedulers promoting the same task: one ZREM answers 1, the other
+# queues nothing. Returns {1} when queued, {0, the status found ('' when gone)} otherwise.
+PROMOTE = Script(
+    "promote",
+    keys={"task": "hash: the task's record", "delayed": "sorted set: PENDING task id -> run_at (the task leaves it)"},
+    args={"task_id": "the task's id", "now_ms": "now", "job_argc": "how many ARGV entries the job's commands take"},
+    rest_keys=_COMMANDS, rest=_JOB,
+    body=REPLAY + """
+local cur = redis.call('HMGET', task, @status, @run_at, @waiting)
+if cur[1] ~= $PENDING or (tonumber(cur[3]) or 0) > 0 then
+  redis.call('ZREM', delayed, task_id)
+  return {0, cur[1] or ''}
+end
+if (tonumber(cur[2]) or 0) > tonumber(now_ms) then return {0, $PENDING} end
+if redis.call('ZREM', delayed, task_id) == 0 then return {0, $PENDING} end
+replay(first_command, first_command + tonumber(job_argc), 1)
+return {1}
+""")
+
+# A task that runs after dep_id, which COMPLETED: dep_id leaves its waiting list, and with the last one it
+# is queued (the job commands of the tail), or put in keys.DELAYED when its run_at is still ahead. Only while
+# the task is PENDING and still waits for dep_id, so a second delivery of the same news does nothing. The
+# task leaves dep_id's dependents set in any case. Returns {1, how many it still waits for} when it counted,
+# {0, the status found} otherwise.
+RELEASE = Script(
+    "release",
+    keys={"task": "hash: the waiting task's record", "dependents": "set: the tasks that run after dep_id",
+          "delayed": "sorted set: PENDING task id -> run_at", "events": "channel: the waiting task's events"},
+    args={"task_id": "the waiting task's id", "dep_id": "the task it ran after, which completed", "now_ms": "now",
+          "job_argc": "how many ARGV entries the job's commands take"},
+    rest_keys=_COMMANDS, rest=_JOB,
+    body=REPLAY + """
+redis.call('SREM', dependents, task_id)
+local cur = redis.call('HMGET', task, @status, @waiting_for, @run_at)
+if cur[1] ~= $PENDING then return {0, cur[1] or ''} end
+local list = ',' .. (cur[2] or '') .. ','
+local at = string.find(list, ',' .. dep_id .. ',', 1, true)
+if not at then return {0, cur[1]} end
+list = string.sub(list, 1, at) .. string.sub(list, at + #dep_id + 2)
+local left = redis.call('HINCRBY', task, @waiting, -1)
+redis.call('HSET', task, @waiting_for, string.sub(list, 2, -2), @updated_at, now_ms)
+if left <= 0 then
+  redis.call('HDEL', task, @waiting, @waiting_for)
+  if cur[3] and tonumber(cur[3]) > tonumber(now_ms) then redis.call('ZADD', delayed, cur[3], task_id)
+  else replay(first_command, first_command + tonumber(job_argc), 1) end
+end
+local seq = redis.call('HINCRBY', task, @seq, 1)
+redis.call('PUBLISH', events, seq)
+return {1, left}
+""")
+
+# dep_id's entry of keys.SETTLED is done with: one entry leaves the list when no task waits on dep_id any more
+# (its dependents set is empty), or when dep_id is unfinished again (run again: its next end is pushed anew).
+# A task that started waiting on dep_id meanwhile keeps an entry there, so it is not forgotten. Returns 1
+# when an entry left.
+SETTLE_DONE = Script(
+    "settle_done",
+    keys={"settled": "list: ended tasks whose dependents are to be released or failed",
+          "dependents": "set: the tasks that run after dep_id", "dep": "hash: dep_id's record"},
+    args={"dep_id": "the ended task"},
+    body="""
+local unfinished = $ACTIVE
+if redis.call('SCARD', dependents) > 0 and not unfinished[redis.call('HGET', dep, @status)] then return 0 end
+return redis.call('LREM', settled, -1, dep_id)
+""")
+
+SCRIPTS = (PROMOTE, RELEASE, SETTLE_DONE)
