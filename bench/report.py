@@ -220,6 +220,12 @@ def worker_class_table(workers: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The figures measured by hand-run benches of their own, which --record does not rewrite
+SEE_ALSO = ["Scale-out across hosts (the multi-host bed, `make bench-scale`): [SCALE.md](SCALE.md).",
+            "Tasks that wait (`run_at`, `after`) and schedules: lateness and Redis bytes in "
+            "[SCHEDULING.md](SCHEDULING.md).", ""]
+
+
 def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any]) -> str:
     """bench/RESULTS.md: the committed copy of a run's figures."""
     cpu = meta.get("cpu", {})
@@ -254,4 +260,5 @@ def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any])
                   "| Key | bytes/task |", "|---|---|"]
         parts += [f"| `{kind}` | {size:,.1f} |" for kind, size in breakdown.items() if size >= 0.5]
         parts += [""]
+    parts += SEE_ALSO
     return "\n".join(parts)

@@ -1,4 +1,5 @@
-"""The client commands of the ``taskport`` CLI: submit, status, result, cancel, retry, history, watch.
+"""The client commands of the ``taskport`` CLI: submit, status, result, cancel, retry, history, watch and
+schedules.
 
 They run on :class:`taskport.client.Client` against ``TASKPORT_URL`` with ``TASKPORT_API_KEY`` (or
 ``--url``/``--api-key``). ``app.launch.cli`` registers them beside the server commands (``add_commands``);
@@ -42,7 +43,7 @@ STATE_EXIT: dict[str, int] = {
     TaskStatus.FAILED: FAILED, TaskStatus.CANCELLED: CANCELLED, TaskStatus.EXPIRED: EXPIRED,
     TaskStatus.PENDING: STILL_RUNNING, TaskStatus.PROCESSING: STILL_RUNNING,
 }
-COMMANDS = ("submit", "status", "result", "cancel", "retry", "history", "watch")
+COMMANDS = ("submit", "status", "result", "cancel", "retry", "history", "watch", "schedules")
 STATUSES = tuple(s.value for s in TaskStatus if s in STORED)  # what a task can be (history --status)
 
 
@@ -110,6 +111,10 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("watch", parents=[common, waiting], help="follow a task with a progress bar until it ends")
     p.add_argument("task_id", metavar="ID")
     p.set_defaults(run=_command(cmd_watch))
+
+    from taskport import schedules_cli  # here: it imports this module
+
+    schedules_cli.add_commands(sub, common)
 
 
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -12,13 +12,9 @@ a chain is decided one level per round (:data:`ROUNDS` rounds per tick).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from app.core import keys, lua, processors
-from app.core.answers import Created, NewTask
-from app.core.clock import now_ms
-from app.core.ids import new_task_id
+from app.core import keys, lua
 from app.core.jobs import JobQueue
 from app.core.states import ACTIVE, TaskStatus
 from app.core.store import TaskStore
@@ -26,23 +22,6 @@ from app.core.waitscripts import PROMOTE, RELEASE, SETTLE_DONE
 
 BATCH = 500  # tasks per round trip
 ROUNDS = 20  # settle rounds per tick: a chain this deep is decided within one tick
-
-
-def create_waiting(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],
-                   dedup_digest: str, priority: str | None, *, run_at: int | None,
-                   after: Sequence[str]) -> Created:
-    """app.core.submit.create_task for a task with a ``run_at`` (ms) and/or ``after`` (ids the caller checked
-    are the member's, each once): its job is replayed by the submit only when it may run now."""
-    proc = processors.get(task_type)
-    if proc is None:
-        raise KeyError(task_type)
-    new = NewTask(
-        task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
-        priority=priority or proc.priority, max_attempts=proc.retries + 1,
-    )
-    ahead = run_at is not None and run_at > now_ms()
-    job = () if ahead else jobs.job_commands(new.task_id, new.priority, proc.timeout)
-    return store.create(new, job, run_at=run_at, after=after)
 
 
 def promote_due(store: TaskStore, jobs: JobQueue, now: int, limit: int = BATCH) -> tuple[int, int]:

@@ -8,7 +8,8 @@
     taskport config       the configuration table (markdown)
     taskport audit        the audit trail of task transitions (--task ID, --member M)
 
-and the client commands (submit, status, result, cancel, history, watch), whose home is taskport/cli.py.
+and the client commands (submit, status, result, cancel, retry, history, watch, schedules), whose home is
+taskport/cli.py.
 """
 
 from __future__ import annotations
@@ -194,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
         run=cmd_up)
     sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)
-    add_client_commands(sub)  # submit, status, result, cancel, history, watch
+    add_client_commands(sub)  # submit, status, result, cancel, retry, history, watch, schedules
     add_audit_command(sub)
     return parser
 

@@ -19,7 +19,6 @@ from app.core import audit
 from app.core.answers import ActiveCapReached, Created, Transition, WithResult
 from app.core.clock import now_ms
 from app.core.config import Config
-from app.core.deferred import create_waiting
 from app.core.history import Histories, Page, decode_cursor
 from app.core.ids import digest, is_task_id
 from app.core.jobs import JobQueue
@@ -71,11 +70,8 @@ class TaskService:
         """
         dedup = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
         try:
-            if run_at is None and after is None:
-                outcome = create_task(self.store, self.jobs, member, task_type, payload, dedup, priority)
-            else:
-                outcome = create_waiting(self.store, self.jobs, member, task_type, payload, dedup, priority,
-                                         run_at=run_at, after=self._owned_ids(member, after or []))
+            outcome = create_task(self.store, self.jobs, member, task_type, payload, dedup, priority, run_at=run_at,
+                                  after=self._owned_ids(member, after) if after is not None else ())
         except ActiveCapReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise TooManyRequests(

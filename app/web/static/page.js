@@ -3,7 +3,9 @@
 // with textContent. The branches follow seed 002: a 10001 ("bill unpaid"), whole task or item, shows
 // the settle-the-bill guidance; other codes show their message; when the waiting limit runs out the
 // task is "still running: check the history later", not an error.
-import { cancelTask, configure, listHistory, retryTask, submitTask, TERMINAL, watchTask } from "/static/taskport.mjs";
+import {
+  cancelTask, configure, getTask, listHistory, retryTask, submitTask, TERMINAL, watchTask,
+} from "/static/taskport.mjs";
 
 const BILL_UNPAID = 10001;
 const RERUNNABLE = ["FAILED", "CANCELLED"]; // a task in these statuses can run again (POST /tasks/{id}/retry)
@@ -71,6 +73,7 @@ async function submit(event) {
     const doc = await submitTask($("task-type").value, payload, {
       priority: $("priority").value || undefined,
       idempotencyKey: $("idempotency-key").value.trim() || undefined,
+      delay: $("delay").value ? Number($("delay").value) : undefined,
     });
     notice("");
     watch(doc);
@@ -151,7 +154,49 @@ function render(doc) {
   $("updated").textContent = doc.updated_at;
   $("cancel").disabled = TERMINAL.includes(doc.status);
   $("rerun").hidden = !RERUNNABLE.includes(doc.status);
+  showWaiting(doc);
   announce(doc);
+}
+
+// A PENDING task may wait for its time (`run_at`) or for other tasks (`waiting_for`): say which.
+function showWaiting(doc) {
+  const pending = doc.status === "PENDING";
+  const runAt = pending && doc.run_at ? runsAt(doc.run_at) : "";
+  const ids = (pending && doc.waiting_for) || [];
+  $("runs-at").textContent = runAt;
+  const links = ids.flatMap((id, i) => [i ? ", " : ": ", taskButton(id, () => openTask(id))]);
+  $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links);
+  $("waiting").hidden = !runAt && !ids.length;
+}
+
+const runsAt = (iso) => "runs at " + new Date(iso).toLocaleString();
+const waitingCount = (ids) => `waiting for ${ids.length} task${ids.length === 1 ? "" : "s"}`;
+
+// The history's one-line version of the same: the status, and what a PENDING task waits for.
+function statusLine(doc) {
+  if (doc.status !== "PENDING") return doc.status;
+  if (doc.run_at) return doc.status + " · " + runsAt(doc.run_at);
+  if (doc.waiting_for && doc.waiting_for.length) return doc.status + " · " + waitingCount(doc.waiting_for);
+  return doc.status;
+}
+
+function taskButton(taskId, onClick) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "link";
+  button.textContent = taskId.slice(0, 8) + "…";
+  button.setAttribute("aria-label", "watch task " + taskId);
+  button.addEventListener("click", onClick);
+  return button;
+}
+
+async function openTask(taskId) {
+  useKey();
+  try {
+    watch(await getTask(taskId));
+  } catch (error) {
+    notice(describe(error), true);
+  }
 }
 
 // The live region speaks on a status change and at every tenth of the progress, not at every event.
@@ -250,16 +295,10 @@ async function loadHistory() {
   }
   const rows = page.tasks.map((doc) => {
     const row = document.createElement("tr");
-    const open = document.createElement("button");
-    open.type = "button";
-    open.className = "link";
-    open.textContent = doc.task_id.slice(0, 8) + "…";
-    open.setAttribute("aria-label", "watch task " + doc.task_id);
-    open.addEventListener("click", () => watch(doc));
     const first = document.createElement("td");
-    first.append(open);
+    first.append(taskButton(doc.task_id, () => watch(doc)));
     row.append(first);
-    for (const value of [doc.type, doc.status, doc.progress + "%", doc.created_at]) {
+    for (const value of [doc.type, statusLine(doc), doc.progress + "%", doc.created_at]) {
       const cell = document.createElement("td");
       cell.textContent = value;
       row.append(cell);

@@ -168,6 +168,58 @@
     return { tasks: page.tasks, nextCursor: page.next_cursor };
   }
 
+  function schedulePath(id) {
+    return API + "/schedules" + (id === undefined ? "" : "/" + encodeURIComponent(String(id)));
+  }
+
+  async function jsonCall(s, method, path, expected, body) {
+    const init = { headers: headersOf(s, body === undefined ? {} : { "Content-Type": "application/json" }) };
+    if (body !== undefined) init.body = JSON.stringify(body);
+    const response = await call(s, method, path, init);
+    if (response.status === expected) return expected === 204 ? true : response.json();
+    return failWith(response);
+  }
+
+  /** POST /schedules: every fire time of `cron` (5 fields, read in `timezone`, default UTC) submits a task of
+   * `type` with `payload`. Options: {timezone, name, priority, paused}. Resolves to the schedule document;
+   * a bad cron, time zone or task rejects with 422 (`errors` names the field), the member's cap with 429. */
+  async function createSchedule(cron, type, payload, options) {
+    const o = options || {};
+    const task = { type, payload: payload === undefined ? {} : payload };
+    if (o.priority) task.priority = o.priority;
+    const body = { cron, task, paused: Boolean(o.paused) };
+    if (o.timezone) body.timezone = o.timezone;
+    if (o.name) body.name = o.name;
+    return jsonCall(settingsOf(o), "POST", schedulePath(), 201, body);
+  }
+
+  /** GET /schedules: one page of the member's schedules, newest first. Query: {limit, cursor}. Resolves to
+   * {schedules, nextCursor}; pass nextCursor back as `cursor` for the next page (null: last). */
+  async function listSchedules(query, options) {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query || {})) {
+      if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
+    }
+    const qs = params.toString();
+    const page = await jsonCall(settingsOf(options), "GET", schedulePath() + (qs ? "?" + qs : ""), 200);
+    return { schedules: page.schedules, nextCursor: page.next_cursor };
+  }
+
+  /** GET /schedules/{id}: the schedule document (someone else's or an unknown id rejects with 404). */
+  async function getSchedule(id, options) {
+    return jsonCall(settingsOf(options), "GET", schedulePath(id), 200);
+  }
+
+  /** PATCH /schedules/{id} with `changes` ({paused, cron, timezone, task}): the changed document. */
+  async function updateSchedule(id, changes, options) {
+    return jsonCall(settingsOf(options), "PATCH", schedulePath(id), 200, changes || {});
+  }
+
+  /** DELETE /schedules/{id}. Resolves to true (the tasks it created stay). */
+  async function deleteSchedule(id, options) {
+    return jsonCall(settingsOf(options), "DELETE", schedulePath(id), 204);
+  }
+
   /** A tiny text/event-stream parser: feed it text, it calls onEvent({event, id, data}) per event. */
   function sseParser(onEvent) {
     let buffer = "";
@@ -363,6 +415,6 @@
 
   global.taskport = Object.freeze({
     configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
-    OUTCOMES, sseParser,
+    OUTCOMES, sseParser, createSchedule, listSchedules, getSchedule, updateSchedule, deleteSchedule,
   });
 })(typeof globalThis !== "undefined" ? globalThis : window);

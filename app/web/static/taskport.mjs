@@ -5,6 +5,6 @@ import "./taskport.js";
 const taskport = globalThis.taskport;
 export const {
   configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
-  OUTCOMES, sseParser,
+  OUTCOMES, sseParser, createSchedule, listSchedules, getSchedule, updateSchedule, deleteSchedule,
 } = taskport;
 export default taskport;
