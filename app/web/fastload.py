@@ -26,6 +26,8 @@ from typing import Any, Final
 from marshmallow import Schema, ValidationError, fields, missing
 from marshmallow.decorators import POST_LOAD, PRE_LOAD, VALIDATES, VALIDATES_SCHEMA
 
+from app.core.fields import JsonNumber
+
 DECLINE: Final = object()  # "not plainly valid": the schema answers this body
 Convert = Callable[[Any], Any]  # a present, non-null value -> its loaded value, or DECLINE
 
@@ -87,6 +89,7 @@ KINDS: dict[type[fields.Field], Callable[[fields.Field], Convert | None]] = {
     fields.String: lambda _: _string,
     fields.Integer: lambda _: _integer,
     fields.Float: lambda _: _float,
+    JsonNumber: lambda _: _float,  # a float as JSON gives it; anything else falls back to the schema's load
     fields.Boolean: _boolean_kind,
     fields.Dict: _dict_kind,
     fields.List: _list_kind,

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
+from app.core.fields import JsonNumber
 from app.core.history import CURSOR_PATTERN
 from app.core.states import QUEUES, STORED
 from app.web.urls import task_path
@@ -42,7 +43,7 @@ class SubmitSchema(Schema):
     run_at = fields.String(validate=check_timestamp, load_default=None, metadata={
         "description": "ISO 8601 time (UTC, e.g. 2026-11-29T02:00:00Z) to run the task at, at most "
                        "TASKPORT_MAX_DELAY ahead; one in the past runs now. Not with `delay`", "format": "date-time"})
-    delay = fields.Float(validate=validate.Range(min=0, min_inclusive=False), load_default=None, metadata={
+    delay = JsonNumber(validate=validate.Range(min=0, min_inclusive=False), load_default=None, metadata={
         "description": "seconds from now to run the task in (> 0, at most TASKPORT_MAX_DELAY). Not with `run_at`"})
     after = fields.List(fields.String(), validate=validate.Length(min=1, max=MAX_AFTER), load_default=None, metadata={
         "description": "ids of your tasks (1-100) this one runs after: queued once all are COMPLETED, FAILED -6 "

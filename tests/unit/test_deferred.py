@@ -49,6 +49,7 @@ def errors(response) -> dict[str, list[str]]:
     ({"delay": 0}, "delay"),
     ({"delay": -1}, "delay"),
     ({"delay": 30 * 86400 + 1}, "delay"),
+    ({"delay": "5"}, "delay"),  # a number, not a numeric string
     ({"run_at": "tomorrow"}, "run_at"),
     ({"run_at": "2030-01-01T00:00:00"}, "run_at"),  # no zone
     ({"run_at": (datetime.now(UTC) + timedelta(days=31)).isoformat()}, "run_at"),

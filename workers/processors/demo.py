@@ -12,10 +12,9 @@ context's checkpoint (workers.checkpoint).
 
 from __future__ import annotations
 
-from typing import Any
-
 from marshmallow import Schema, fields, validate
 
+from app.core.fields import JsonNumber
 from app.core.processors import INT64, INT64_MAX, processor
 from app.core.states import BusinessCode
 from workers.context import TaskContext
@@ -24,15 +23,6 @@ from workers.exceptions import ItemError, TaskError
 MAX_SECONDS = 3600
 MAX_ITEMS = 100000
 MAX_ITEM_SECONDS = 60
-
-
-class JsonNumber(fields.Float):
-    """A JSON number (int or float); unlike ``fields.Float`` it refuses numeric strings like "1.5"."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
-        if isinstance(value, str):
-            raise self.make_error("invalid")
-        return super()._deserialize(value, attr, data, **kwargs)
 
 
 class SleepSchema(Schema):
