@@ -353,7 +353,7 @@ RERUN = Script(
     },
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
-    body="""
+    body=REPLAY + """
 local cur = redis.call('HMGET', task, @status, @expires_at, @member, @attempts)
 local status, member = cur[1], cur[3]
 if not status then return {0, ''} end
@@ -377,13 +377,7 @@ redis.call('ZADD', expiry, expiry_ms, task_id)
 redis.call('ZREM', delayed, task_id)
 redis.call('HINCRBY', stats, stat, 1)
 redis.call('HINCRBY', active, member, 1)
-local i, k, last = first_command, 1, first_command + tonumber(job_argc)
-while i < last do
-  local name, argc = unpack(ARGV, i, i + 1)
-  argc = tonumber(argc)
-  redis.call(name, command_keys[k], unpack(ARGV, i + 2, i + 1 + argc))
-  i, k = i + 2 + argc, k + 1
-end
+replay(first_command, first_command + tonumber(job_argc), 1)
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)
 audit(task, task_id, status)

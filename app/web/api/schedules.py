@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, current_app
 from marshmallow import Schema, ValidationError
 
 from app.core import processors
 from app.core.clock import now_ms
 from app.web.api import json_response
-from app.web.api.tasks import NOT_A_CURSOR, _json_body, _validated_payload
+from app.web.api.tasks import NOT_A_CURSOR, _json_body, _validated_payload, page_query
 from app.web.errors import ValidationFailed
 from app.web.runtime import runtime
 from app.web.schedule_schemas import ScheduleCreateSchema, ScheduleQuerySchema, ScheduleUpdateSchema
@@ -66,14 +66,9 @@ def create() -> Response:
 def listing() -> Response:
     """The caller's schedules, newest first, a page at a time."""
     member = runtime().members.current()
+    query = page_query(_query_schema)
     try:
-        query = _query_schema.load(request.args.to_dict())
         page = _service().page(member, limit=query["limit"], cursor=query["cursor"])
-    except ValidationError as exc:
-        errors = processors.flatten_errors(exc.messages)
-        if "cursor" in errors:
-            errors["cursor"] = [NOT_A_CURSOR]
-        raise ValidationFailed(errors) from None
     except ValueError:
         raise ValidationFailed({"cursor": [NOT_A_CURSOR]}) from None
     return json_response({"schedules": [schedule_document(s) for s in page.schedules],

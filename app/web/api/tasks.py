@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import orjson
 from flask import Blueprint, Response, request, send_file
-from marshmallow import ValidationError
+from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wsgi import get_input_stream
 
@@ -86,6 +86,23 @@ def _envelope(body: dict[str, Any]) -> dict[str, Any]:
         return _submit_schema.load(body)  # type: ignore[no-any-return]
     except ValidationError as exc:
         raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+
+
+def page_query(schema: Schema) -> dict[str, Any]:
+    """A paged listing's query string loaded by ``schema``; a cursor that no earlier page gave is 422 on
+    ``cursor`` (one message, whatever is wrong with it)."""
+    try:
+        query: dict[str, Any] = schema.load(request.args.to_dict())
+        if query["cursor"]:
+            check_cursor(query["cursor"])
+    except ValidationError as exc:
+        errors = processors.flatten_errors(exc.messages)
+        if "cursor" in errors:
+            errors["cursor"] = [NOT_A_CURSOR]
+        raise ValidationFailed(errors) from None
+    except BadCursor:
+        raise ValidationFailed({"cursor": [NOT_A_CURSOR]}) from None
+    return query
 
 
 def _json_body() -> dict[str, Any]:
@@ -278,17 +295,7 @@ def history() -> Response:
     """The caller's tasks, newest first, filtered by status and type, a page at a time."""
     rt = runtime()
     member = rt.members.current()
-    try:
-        query = _history_schema.load(request.args.to_dict())
-        if query["cursor"]:
-            check_cursor(query["cursor"])
-    except ValidationError as exc:
-        errors = processors.flatten_errors(exc.messages)
-        if "cursor" in errors:
-            errors["cursor"] = [NOT_A_CURSOR]
-        raise ValidationFailed(errors) from None
-    except BadCursor:
-        raise ValidationFailed({"cursor": [NOT_A_CURSOR]}) from None
+    query = page_query(_history_schema)
     now = now_ms()
     page = rt.service.history(member, limit=query["limit"], cursor=query["cursor"], status=query["status"],
                               type_=query["type"], now=now)
