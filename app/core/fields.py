@@ -14,3 +14,12 @@ class JsonNumber(fields.Float):
         if isinstance(value, str):
             raise self.make_error("invalid")
         return super()._deserialize(value, attr, data, **kwargs)
+
+
+class JsonBoolean(fields.Boolean):
+    """``true`` or ``false`` as JSON gives them; marshmallow's own also takes "yes", "on", 1, 0..."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if type(value) is not bool:
+            raise self.make_error("invalid")
+        return value

@@ -12,10 +12,14 @@ import copy
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from app.core import cron
+from app.core.fields import JsonBoolean
 from app.core.history import CURSOR_PATTERN
 from app.web.schemas import SubmitSchema
 
 MAX_NAME = 100
+
+
+
 
 
 class ScheduleTaskSchema(Schema):
@@ -54,7 +58,7 @@ class ScheduleCreateSchema(Schema):
                              metadata={"description": "IANA name; fire times are read in it", "example": "UTC"})
     task = fields.Nested(ScheduleTaskSchema, required=True)
     name = fields.String(load_default="", validate=validate.Length(max=MAX_NAME))
-    paused = fields.Boolean(load_default=False)
+    paused = JsonBoolean(load_default=False)
 
 
 class ScheduleUpdateSchema(Schema):
@@ -64,7 +68,7 @@ class ScheduleUpdateSchema(Schema):
     cron = fields.String(validate=[validate.Length(min=1, max=cron.MAX_CRON), _check_cron])
     timezone = fields.String(validate=_check_zone)
     task = fields.Nested(ScheduleTaskSchema)
-    paused = fields.Boolean()
+    paused = JsonBoolean()
 
 
 class ScheduleQuerySchema(Schema):

@@ -3,6 +3,8 @@ every check, the stateful links of the document (submit -> status -> result -> c
 stack: a real redis-server, a real RQ worker and gunicorn with its gevent workers, once with API keys (the
 fuzzer also sends requests without one: its ignored_auth check) and once in open mode.
 
+One worker thread: with two, hypothesis' ast.parse of a lambda's source in both threads at once hit CPython
+3.11's "AST constructor recursion depth mismatch" SystemError (a race in the interpreter, gh-106905) once.
 One check is left out: use_after_free assumes DELETE removes the resource, while here DELETE cancels a task
 and the task stays readable (as CANCELLED) by contract. Everything else that fails is a finding to fix.
 """
@@ -49,7 +51,7 @@ def test_every_answer_conforms_to_the_document(server: RedisServer, tmp_path: Pa
                    message="the stack to be ready (a worker per queue, housekeeping has run)")
         command = [str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", stack.url("/api/v1/openapi.json"),
                    "--checks", "all", "--exclude-checks", "use_after_free", "--max-time", str(MAX_TIME),
-                   "--workers", "2", "--suppress-health-check", "too_slow", "--request-timeout", "10"]
+                   "--workers", "1", "--suppress-health-check", "too_slow", "--request-timeout", "10"]
         if keys:
             command += ["--header", "Authorization: Bearer kf"]
         done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=MAX_TIME * 3 + 60)
