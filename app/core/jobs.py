@@ -61,6 +61,12 @@ def resume_job_id(task_id: str, seq: int) -> str:
     return f"{task_id}_r{seq}"
 
 
+def rerun_job_id(task_id: str, seq: int) -> str:
+    """The RQ job id under which a FAILED or CANCELLED task is queued to run again (app.core.rerun): unique per
+    write of the task (``seq``), so RQ never takes it for the failed delivery's job still in its registries."""
+    return f"{task_id}_a{seq}"
+
+
 TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
 
 

@@ -134,6 +134,7 @@ SETTLED = f"{PREFIX}settled"  # list: ended tasks whose dependents the settle ti
 STAT_SUBMITTED = "submitted"
 STAT_RETRIED = "retried"
 STAT_RECOVERED = "recovered"
+STAT_RERUN = "rerun"  # tasks run again (POST /tasks/{id}/retry, rq-dashboard's Requeue)
 STAT_INTERRUPTED = "interrupted"  # runs put back on their queue by a graceful stop (no attempt used)
 STAT_ENTERED: dict[str, str] = {
     TaskStatus.COMPLETED: "completed",

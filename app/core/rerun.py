@@ -3,7 +3,7 @@
 The step is the RERUN script (app.core.scripts): one compare-and-set that resets the failed run's outcome,
 starts the task's lifetime again and queues its job (the commands of
 :meth:`app.core.jobs.JobQueue.requeue_commands`, replayed inside the script as a submit's are). The job gets
-an id of its own (:func:`rerun_job_id`): the old delivery's job may still be in RQ's registries (failed,
+an id of its own (:func:`app.core.jobs.rerun_job_id`): the old delivery's job may still be in RQ's registries (failed,
 or ending after a cancel), and RQ must not take one for the other. Dedup is not consulted: it is the same
 task. Its payload is there because a FAILED or CANCELLED task keeps it until it expires
 (``TaskStore._terminal``).
@@ -17,19 +17,13 @@ from typing import NamedTuple
 from app.core import keys, lua, scripts
 from app.core.answers import ActiveCapReached
 from app.core.clock import now_ms
+from app.core.keys import STAT_RERUN
 from app.core.lua import Command
 from app.core.states import RERUNNABLE
 from app.core.store import TaskStore
 from app.core.task import Task
 
-STAT_RERUN = "rerun"  # the STATS field counting tasks run again (exported as taskport_tasks_total{event="rerun"})
 RERUN_MESSAGE = "queued to run again"
-
-
-def rerun_job_id(task_id: str, seq: int) -> str:
-    """The RQ job id under which a task is queued to run again: unique per write of the task (``seq``), and,
-    like every job id of a task, the task id and a suffix (:func:`app.core.jobs.task_of_job`)."""
-    return f"{task_id}_a{seq}"
 
 
 class Rerun(NamedTuple):

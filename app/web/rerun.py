@@ -14,13 +14,14 @@ import logging
 from app.core import processors
 from app.core.answers import ActiveCapReached
 from app.core.clock import now_ms
+from app.core.jobs import rerun_job_id
 from app.core.logs import task_logger
-from app.core.rerun import Rerun, rerun, rerun_job_id
+from app.core.rerun import Rerun, rerun
 from app.core.results import ResultStore, StoreUnavailable
 from app.core.states import MISSING_PAYLOAD, RERUNNABLE, TaskStatus
 from app.core.task import Task
-from app.web.errors import AppError, Conflict, TooManyRequests, task_not_found
-from app.web.service import ACTIVE_CAP_RETRY_AFTER, TaskService
+from app.web.errors import AppError, Conflict, task_not_found
+from app.web.service import TaskService, over_active_cap
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,7 @@ def run_again(service: TaskService, results: ResultStore, task: Task) -> Task:
         done = rerun(service.store, task.id, job_id, service.jobs.requeue_commands(task, job_id),
                      budget=proc.retries + 1 if proc else 1)
     except ActiveCapReached as exc:
-        raise TooManyRequests(
-            f"you have {exc.active} unfinished tasks, the most one member may have (TASKPORT_MAX_ACTIVE_TASKS): "
-            "wait for some to finish or cancel some", retry_after=ACTIVE_CAP_RETRY_AFTER, limit="max_active_tasks",
-            cap=exc.cap, active=exc.active) from None
+        raise over_active_cap(exc) from None
     if done.task is None:
         return _not_done(task, done)
     task_logger(log, task.id).info("run again (was %s, %d attempts so far) as job %s", status, task.attempts, job_id)

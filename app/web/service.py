@@ -33,6 +33,16 @@ from app.web.readiness import STAT_UNSERVED, WorkerWatch
 
 log = logging.getLogger(__name__)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
+
+
+def over_active_cap(exc: ActiveCapReached) -> TooManyRequests:
+    """The 429 for a write that would give the member one unfinished task more than its cap (a submit, a
+    run again)."""
+    return TooManyRequests(
+        f"you have {exc.active} unfinished tasks, the most one member may have (TASKPORT_MAX_ACTIVE_TASKS): "
+        "wait for some to finish or cancel some",
+        retry_after=ACTIVE_CAP_RETRY_AFTER, limit="max_active_tasks", cap=exc.cap, active=exc.active,
+    )
 UNKNOWN_TASK = "No such task."  # an ``after`` id that is unknown, malformed or someone else's: the same words
 
 
@@ -74,11 +84,7 @@ class TaskService:
                                   after=self._owned_ids(member, after) if after is not None else ())
         except ActiveCapReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
-            raise TooManyRequests(
-                f"you have {exc.active} unfinished tasks, the most one member may have "
-                "(TASKPORT_MAX_ACTIVE_TASKS): wait for some to finish or cancel some",
-                retry_after=ACTIVE_CAP_RETRY_AFTER, limit="max_active_tasks", cap=exc.cap, active=exc.active,
-            ) from None
+            raise over_active_cap(exc) from None
         tlog = task_logger(log, outcome.task_id)
         if outcome.created:
             assert outcome.task is not None

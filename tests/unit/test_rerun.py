@@ -15,8 +15,9 @@ from rq.job import Job
 from app.core import keys
 from app.core.answers import ActiveCapReached, NewTask
 from app.core.clock import now_ms
-from app.core.jobs import JobQueue, task_of_job
-from app.core.rerun import STAT_RERUN, rerun, rerun_job_id
+from app.core.jobs import JobQueue, rerun_job_id, task_of_job
+from app.core.keys import STAT_RERUN
+from app.core.rerun import rerun
 from app.core.results import LocalResultStore
 from app.core.states import MISSING_PAYLOAD, RERUNNABLE, STORED, TaskStatus
 from app.core.stats import Stats

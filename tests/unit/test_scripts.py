@@ -17,9 +17,9 @@ from app.core.answers import NewTask
 from app.core.audit import EntryField
 from app.core.clock import now_ms
 from app.core.config import Config
-from app.core.jobs import JobQueue
+from app.core.jobs import JobQueue, rerun_job_id
 from app.core.lua import AUDIT_STREAM, Script, ScriptCallError, Tail
-from app.core.rerun import rerun, rerun_job_id
+from app.core.rerun import rerun
 from app.core.states import ACTIVE
 from app.core.store import TaskStore
 

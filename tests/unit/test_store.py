@@ -20,8 +20,9 @@ from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import decode_cursor, encode_cursor
+from app.core.jobs import rerun_job_id
 from app.core.keys import STAT_INTERRUPTED
-from app.core.rerun import rerun, rerun_job_id
+from app.core.rerun import rerun
 from app.core.states import CLAIM_TAKEN, STORED, TRANSITIONS, TaskStatus
 from app.core.store import TaskStore
 
