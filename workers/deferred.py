@@ -21,31 +21,16 @@ from app.core.store import TaskStore
 from workers import timers
 
 log = logging.getLogger(__name__)
-_parts: dict[int, tuple[TaskStore, JobQueue]] = {}
-
-
-def _for(conn: redis.Redis, config: Config) -> tuple[TaskStore, JobQueue]:
-    """The store and job queue of the timers' connection, made once (with the processors loaded: a job's
-    timeout is its processor's)."""
-    found = _parts.get(id(conn))
-    if found is None:
-        processors.load(config.processor_modules)
-        found = _parts[id(conn)] = (TaskStore(conn, config), JobQueue(conn, config))
-    return found
-
-
-def promote_tick(conn: redis.Redis, config: Config) -> int:
+def promote(store: TaskStore, jobs: JobQueue) -> int:
     """Queue every task whose run_at has come (batched): how many were queued."""
-    store, jobs = _for(conn, config)
     queued = deferred.promote_all_due(store, jobs, now_ms())
     if queued:
         log.debug("delayed: %d tasks queued", queued)
     return queued
 
 
-def settle_tick(conn: redis.Redis, config: Config) -> dict[str, int]:
+def settle(store: TaskStore, jobs: JobQueue) -> dict[str, int]:
     """Release or fail the tasks that run after tasks that ended (a chain, several levels per tick)."""
-    store, jobs = _for(conn, config)
     counts = deferred.settle_all(store, jobs, now_ms())
     if any(counts.values()):
         log.info("after: %d released, %d failed -6 (a task they depend on did not complete)",
@@ -53,4 +38,17 @@ def settle_tick(conn: redis.Redis, config: Config) -> dict[str, int]:
     return counts
 
 
-timers.TICKS += [promote_tick, settle_tick]
+def ticks(conn: redis.Redis, config: Config) -> timers.Tick:
+    """The tick over ``conn``: promote, then settle (with the processors loaded: a job's timeout is its
+    processor's)."""
+    processors.load(config.processor_modules)
+    store, jobs = TaskStore(conn, config), JobQueue(conn, config)
+
+    def tick() -> None:
+        promote(store, jobs)
+        settle(store, jobs)
+
+    return tick
+
+
+timers.TICKS.append(ticks)

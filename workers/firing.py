@@ -87,15 +87,4 @@ def next_fire(schedule: Schedule, now: int) -> int:
     return cron.next_fire(schedule.cron, schedule.timezone, now)
 
 
-_firing: dict[int, Firing] = {}  # per connection: each scheduler process's loop has one
-
-
-def fire_schedules(conn: redis.Redis, config: Config) -> int:
-    """The tick: one round over ``conn``."""
-    firing = _firing.get(id(conn))
-    if firing is None:
-        firing = _firing[id(conn)] = Firing(conn, config)
-    return firing.round()
-
-
-timers.TICKS.append(fire_schedules)
+timers.TICKS.append(lambda conn, config: Firing(conn, config).round)

@@ -2,8 +2,9 @@
 
 rq-scheduler polls every ``TASKPORT_SCHEDULER_INTERVAL`` (5 s) and housekeeping runs every minute: too
 coarse for a task due at 02:00:00 or a schedule's fire time. So each scheduler process also runs this
-loop in a thread of its own, calling every function of :data:`TICKS` with the process's connection and
-config. Any number of scheduler processes run it at once: each tick function must be safe under that
+loop in a thread of its own. :data:`TICKS` holds builders: the loop calls each once with its connection and
+config (a builder makes what its tick needs, a store, its processors loaded) and then calls the ticks they
+return every round. Any number of scheduler processes run it at once: each tick function must be safe under that
 (a compare-and-set per item, a dedup key per fire time), so a second scheduler only adds availability.
 
 A tick that raises a Redis error is logged once per outage (the loop carries on, the connection rides
@@ -24,8 +25,8 @@ from app.core.connection import connect
 log = logging.getLogger(__name__)
 
 TICK = 0.5  # seconds between two rounds: what is due is acted on within this (plus the round's own time)
-Tick = Callable[[redis.Redis, Config], object]
-TICKS: list[Tick] = []  # the functions of each round, registered by the modules that own them
+Tick = Callable[[], object]
+TICKS: list[Callable[[redis.Redis, Config], Tick]] = []  # tick builders, registered by the modules that own them
 
 
 def start(config: Config, stop: threading.Event) -> threading.Thread:
@@ -37,11 +38,12 @@ def start(config: Config, stop: threading.Event) -> threading.Thread:
 
 def _run(config: Config, stop: threading.Event) -> None:
     conn = connect(config)
+    ticks = [build(conn, config) for build in TICKS]
     failing = False
     while not stop.wait(TICK):
-        for tick in list(TICKS):
+        for tick in ticks:
             try:
-                tick(conn, config)
+                tick()
             except redis.RedisError as exc:
                 if not failing:
                     log.warning("timers: redis unavailable (%s); retrying every %s s", exc, TICK)
