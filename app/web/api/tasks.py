@@ -64,11 +64,7 @@ def submit() -> Response:
     location = {"Location": task_path(outcome.task_id)}
     if outcome.created:
         assert outcome.task is not None
-        doc, headers = status_document(outcome.task, now), {**location, **retry_after(outcome.task, now)}
-        waits = outcome.task.waits(now) or outcome.task.status != TaskStatus.PENDING  # not queued: no warning
-        if not waits and rt.service.unserved(outcome.task.priority, outcome.task_id):  # it waits for a worker
-            headers[WARNING_HEADER] = f"no-worker; queue={outcome.task.priority}"
-        return json_response(doc, 202, headers)
+        return json_response(status_document(outcome.task, now), 202, _accepted(outcome.task, now))
     existing = status_document(outcome.task, now_ms()) if outcome.task else None
     message = "an identical task was submitted within the deduplication window"
     raise Duplicate(message, headers={**location, "X-Task-Deduplicated": "true"}, task_id=outcome.task_id,
@@ -86,6 +82,16 @@ def _envelope(body: dict[str, Any]) -> dict[str, Any]:
         return _submit_schema.load(body)  # type: ignore[no-any-return]
     except ValidationError as exc:
         raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+
+
+def _accepted(task: Task, now: int) -> dict[str, str]:
+    """The headers of a 202 that queued ``task`` (a submit, a run again): where to poll, when, and a warning
+    when its queue has no worker (not for a task that is not queued yet: it waits for its time or others)."""
+    headers = {"Location": task_path(task.id), **retry_after(task, now)}
+    queued = task.status == TaskStatus.PENDING and not task.waits(now)
+    if queued and runtime().service.unserved(task.priority, task.id):
+        headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"
+    return headers
 
 
 def page_query(schema: Schema) -> dict[str, Any]:
@@ -265,10 +271,7 @@ def retry(task_id: str) -> Response:
     doc = status_document(task, now_ms())
     if doc["status"] == TaskStatus.EXPIRED:
         return json_response(doc, 410)
-    headers = {"Location": task_path(task.id), **RETRY_AFTER}
-    if rt.service.unserved(task.priority, task.id):  # queued again, but it waits for a worker
-        headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"
-    return json_response(doc, 202, headers)
+    return json_response(doc, 202, _accepted(task, now_ms()))
 
 
 def _retry_body(limit: int) -> None:
