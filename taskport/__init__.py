@@ -24,6 +24,7 @@ from taskport.errors import (
     TaskExpired,
     TaskFailed,
     TaskportError,
+    TooManyRequests,
     Unauthorized,
     Unavailable,
 )
@@ -32,5 +33,5 @@ from taskport.settings import ClientSettings
 __all__ = [
     "Client", "ClientSettings", "Conflict", "DuplicateTask", "ErrorCode", "Event", "Gone", "InvalidRequest", "NotFound",
     "ProblemError", "ServiceUnreachable", "StillRunning", "StreamFailed", "TaskCancelled", "TaskEnded",
-    "TaskExpired", "TaskFailed", "TaskportError", "Unauthorized", "Unavailable",
+    "TaskExpired", "TaskFailed", "TaskportError", "TooManyRequests", "Unauthorized", "Unavailable",
 ]

@@ -2,8 +2,12 @@
 schedules.
 
 They run on :class:`taskport.client.Client` against ``TASKPORT_URL`` with ``TASKPORT_API_KEY`` (or
-``--url``/``--api-key``). ``app.launch.cli`` registers them beside the server commands (``add_commands``);
-``python -m taskport`` runs them on their own, without the server's packages.
+``--url``/``--api-key``, before the command or after it: :func:`add_global_options`). ``app.launch.cli``
+registers them beside the server commands (``add_commands``); ``python -m taskport`` runs them on their own,
+without the server's packages.
+
+``pause QUEUE`` / ``resume QUEUE`` are the operator's: they call the operator API (app.web.api.operator) with
+the dashboard's HTTP Basic credentials, the password asked for on the terminal or read from stdin.
 
 Exit codes (a shell can branch on them; the same for every command that reports a task's state). This is
 their one home: the server commands of ``app.launch.cli`` use 0, 1 (a runtime failure), 2 (a configuration
@@ -25,7 +29,9 @@ Status and queue names come from ``app.core.states``, the service's own table of
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,8 +49,14 @@ STATE_EXIT: dict[str, int] = {
     TaskStatus.FAILED: FAILED, TaskStatus.CANCELLED: CANCELLED, TaskStatus.EXPIRED: EXPIRED,
     TaskStatus.PENDING: STILL_RUNNING, TaskStatus.PROCESSING: STILL_RUNNING,
 }
-COMMANDS = ("submit", "status", "result", "cancel", "retry", "history", "watch", "schedules")
+COMMANDS = ("submit", "status", "result", "cancel", "retry", "history", "watch", "schedules", "batch", "pause",
+            "resume")
 STATUSES = tuple(s.value for s in TaskStatus if s in STORED)  # what a task can be (history --status)
+# The service's default operator user (its TASKPORT_DASHBOARD_USER); tests/unit/test_operator_cli.py keeps the two
+# equal (this package may not import the server's Config).
+OPERATOR_USER = "admin"
+URL_HELP = "the service's base URL (default: $TASKPORT_URL or http://127.0.0.1:8000)"
+API_KEY_HELP = "API key (default: $TASKPORT_API_KEY)"
 
 
 class UsageError(Exception):
@@ -60,16 +72,26 @@ def exit_code(doc: dict[str, Any]) -> int:
 
 # -- the parser ------------------------------------------------------------------------------------
 
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """``--url`` and ``--api-key`` on the top-level ``parser``, so they may come before the command as well as
+    after it (the commands' own copies leave a value given before untouched: ``argparse.SUPPRESS``)."""
+    parser.add_argument("--url", default=None, help=URL_HELP)
+    parser.add_argument("--api-key", default=None, help=API_KEY_HELP)
+
+
 def add_commands(sub: Any) -> None:
     """Add the client commands to ``sub`` (an argparse subparsers action)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help="the service's base URL (default: $TASKPORT_URL or http://127.0.0.1:8000)")
-    common.add_argument("--api-key", help="API key (default: $TASKPORT_API_KEY)")
+    common.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
+    common.add_argument("--api-key", default=argparse.SUPPRESS, help=API_KEY_HELP)
     common.add_argument("--json", action="store_true", help="print JSON documents only (for scripts)")
     waiting = argparse.ArgumentParser(add_help=False)
     waiting.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="stop waiting after this long")
     waiting.add_argument("--max-attempts", type=_positive(int), metavar="N",
-                         help="stop waiting after N status reads or stream connections")
+                         help="stop waiting after N status reads or event-stream connections (one stream may "
+                              "follow a task to its end: --timeout bounds the time)")
+
+    from taskport import batches_cli, schedules_cli  # here: they import this module
 
     p = sub.add_parser("submit", parents=[common, waiting], help="submit a task (and --wait for it)")
     p.add_argument("type", help="the task type, e.g. orders.split")
@@ -82,6 +104,7 @@ def add_commands(sub: Any) -> None:
     later.add_argument("--run-at", metavar="TIME", help="run it at this ISO 8601 time, e.g. 2026-11-29T02:00:00Z")
     p.add_argument("--after", action="append", metavar="ID",
                    help="run it once task ID COMPLETED (repeat for several); FAILED -6 if it ends otherwise")
+    batches_cli.add_callback_options(p)
     p.set_defaults(run=_command(cmd_submit))
 
     p = sub.add_parser("status", parents=[common], help="a task's status")
@@ -112,9 +135,23 @@ def add_commands(sub: Any) -> None:
     p.add_argument("task_id", metavar="ID")
     p.set_defaults(run=_command(cmd_watch))
 
-    from taskport import schedules_cli  # here: it imports this module
-
     schedules_cli.add_commands(sub, common)
+    batches_cli.add_commands(sub, common)
+    add_operator_commands(sub, common)
+
+
+def add_operator_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``pause QUEUE`` and ``resume QUEUE``: the operator API, with the operator's credentials."""
+    for name, fn, text in (
+            ("pause", cmd_pause, "pause a queue: no worker takes its jobs until it is resumed (operators)"),
+            ("resume", cmd_resume, "resume a paused queue (operators)")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("queue", choices=QUEUES)
+        p.add_argument("--user", default=OPERATOR_USER,
+                       help=f"operator user, the service's TASKPORT_DASHBOARD_USER (default {OPERATOR_USER})")
+        p.add_argument("--password-stdin", action="store_true",
+                       help="read the operator password from stdin (else it is asked for on the terminal)")
+        p.set_defaults(run=_command(fn))
 
 
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -141,7 +178,7 @@ def _command(fn: Callable[[Client, argparse.Namespace, Console], int]) -> Callab
 
         err = Console(stderr=True, highlight=False)
         try:
-            with Client(args.url, args.api_key) as client:
+            with Client(getattr(args, "url", None), getattr(args, "api_key", None)) as client:
                 return fn(client, args, err)
         except UsageError as exc:
             return _fail(err, str(exc), USAGE)
@@ -165,12 +202,14 @@ def _fail(err: Console, text: str, code: int, prefix: str = "taskport: error") -
 # -- the commands ----------------------------------------------------------------------------------
 
 def cmd_submit(client: Client, args: argparse.Namespace, err: Console) -> int:
+    from taskport import batches_cli
     from taskport.errors import DuplicateTask
 
     payload = _payload(args.payload)
     try:
         doc = client.submit(args.type, payload, idempotency_key=args.idempotency_key, priority=args.priority,
-                            run_at=args.run_at, delay=args.delay, after=args.after)
+                            run_at=args.run_at, delay=args.delay, after=args.after,
+                            callback=batches_cli.callback_of(args))
     except DuplicateTask as exc:
         doc = exc.existing
         err.print(f"duplicate: following the task submitted earlier, {exc.task_id}", markup=False)
@@ -244,6 +283,56 @@ def cmd_history(client: Client, args: argparse.Namespace, err: Console) -> int:
     return OK
 
 
+def cmd_pause(client: Client, args: argparse.Namespace, err: Console) -> int:
+    return _queue_action(client, args, "pause")
+
+
+def cmd_resume(client: Client, args: argparse.Namespace, err: Console) -> int:
+    return _queue_action(client, args, "resume")
+
+
+def _queue_action(client: Client, args: argparse.Namespace, action: str) -> int:
+    """POST the operator API's ``/queues/QUEUE/<action>`` and say what it answered."""
+    doc = _operator_post(client.url, args.user, _operator_password(args), f"/queues/{args.queue}/{action}")
+    if args.json:
+        _print_json(doc)
+    elif doc["paused"]:
+        print(f"paused {args.queue}: no worker takes its jobs until `taskport resume {args.queue}` "
+              "(running ones finish, submits still queue there)")
+    else:
+        print(f"resumed {args.queue}")
+    return OK
+
+
+def _operator_password(args: argparse.Namespace) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if sys.stdin.isatty():
+        return getpass.getpass(f"operator password for {args.user}: ")
+    raise UsageError("the operator password is needed: give it on stdin with --password-stdin")
+
+
+def _operator_post(url: str, user: str, password: str, path: str) -> dict[str, Any]:
+    """POST ``path`` of the API with HTTP Basic credentials; the answer's JSON, or the client's errors."""
+    import httpx
+
+    from taskport.client import API
+    from taskport.errors import ServiceUnreachable, problem_class
+
+    try:
+        response = httpx.post(f"{url}{API}{path}", auth=(user, password), timeout=10.0,
+                              headers={"Accept": "application/json", "User-Agent": "taskport-client"})
+    except httpx.TransportError as exc:
+        raise ServiceUnreachable(f"no answer from {url}: {type(exc).__name__}: {exc}") from None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code >= 400:
+        raise problem_class(response.status_code)(response.status_code, body if isinstance(body, dict) else None)
+    return dict(body)
+
+
 def _follow(client: Client, task_id: str, args: argparse.Namespace, err: Console) -> int:
     """Follow the task (a progress bar on stderr unless --json), then print its outcome."""
     from taskport import render
@@ -297,6 +386,7 @@ def _print_json(value: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m taskport COMMAND ...``: the client commands alone."""
     parser = argparse.ArgumentParser(prog="taskport", description="taskport client")
+    add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub)
     args = parser.parse_args(argv)

@@ -12,7 +12,8 @@
             if done["error_code"] == 10001: ...                # partial failure, see docs/api.md
 
 Documents are returned as the plain JSON dicts of docs/api.md (status document, result document).
-Errors are the typed exceptions of :mod:`taskport.errors`.
+Errors are the typed exceptions of :mod:`taskport.errors`. The schedule and batch calls are mixed in from
+modules of their own (:mod:`taskport.schedules`, :mod:`taskport.batches`).
 
 Why httpx (and httpx-sse): one well-kept library gives a sync client with connection pooling, per-
 phase timeouts and response streaming, which the event stream and file downloads need; httpx-sse
@@ -37,6 +38,7 @@ import httpx
 import httpx_sse
 
 from app.core.states import ACTIVE, STORED, TaskStatus
+from taskport.batches import BatchCalls, Callback, callback_body  # submit_batch, batch ... (their own module)
 from taskport.errors import (
     ENDED,
     Doc,
@@ -63,13 +65,14 @@ HISTORY_PAGE = 50
 
 @dataclass(frozen=True)
 class Event:
-    """One ``status`` event of a task's stream: its ``id`` (the task's write sequence) and the document."""
+    """One event of a stream (``status`` of a task's, ``batch`` of a batch's): its ``id`` (the write sequence)
+    and the document."""
 
     id: int | None
     doc: Doc
 
 
-class Client(ScheduleCalls):
+class Client(BatchCalls, ScheduleCalls):
     """A session with one taskport service. ``url`` and ``api_key`` default to ``TASKPORT_URL`` and
     ``TASKPORT_API_KEY`` (see :mod:`taskport.settings`); ``timeout`` bounds each ordinary request.
     Close it, or use it as a context manager."""
@@ -108,13 +111,16 @@ class Client(ScheduleCalls):
 
     def submit(self, type: str, payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
                priority: str | None = None, run_at: str | datetime | None = None, delay: float | None = None,
-               after: Sequence[str] | None = None) -> Doc:
+               after: Sequence[str] | None = None, callback: Callback | None = None) -> Doc:
         """Submit a task; returns its status document (PENDING). A duplicate within the dedup window
         raises :class:`DuplicateTask`, whose ``existing`` is the earlier task's status document.
 
         ``run_at`` (an ISO 8601 time, or an aware datetime) or ``delay`` (seconds): it runs then, PENDING
         with ``run_at`` until then. ``after`` (task ids of yours): it runs once they all COMPLETED, PENDING
-        with ``waiting_for`` until then, FAILED -6 if one of them ends otherwise."""
+        with ``waiting_for`` until then, FAILED -6 if one of them ends otherwise. ``callback``: a URL, or
+        ``{"url": ..., "events": [...]}``, the service POSTs the status document to (signed) when the task
+        ends in one of ``events`` (default all four terminal statuses); a URL it may not call is
+        :class:`InvalidRequest` naming ``callback.url``."""
         body: dict[str, Any] = {"type": type, "payload": payload if payload is not None else {}}
         if priority:
             body["priority"] = priority
@@ -124,6 +130,8 @@ class Client(ScheduleCalls):
             body["delay"] = delay
         if after is not None:
             body["after"] = list(after)
+        if callback is not None:
+            body["callback"] = callback_body(callback)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         response = self._request("POST", f"{API}/tasks", json=body, headers=headers)
         if response.status_code == 202:
@@ -211,7 +219,7 @@ class Client(ScheduleCalls):
         the service sends only what changed since; after ``reconnects`` consecutive failures
         :class:`StreamFailed` is raised. An expired task yields its EXPIRED document once.
         """
-        yield from self._stream(task_id, last_event_id, reconnects, stop_at=None, before_connect=lambda: None)
+        yield from self._stream(_task_stream(task_id), last_event_id, reconnects, None, lambda: None)
 
     def follow(self, task_id: str, *, timeout: float | None = None, max_attempts: int | None = None,
                sse: bool = True) -> Iterator[Doc]:
@@ -222,20 +230,8 @@ class Client(ScheduleCalls):
         attempt; after ``max_attempts`` attempts, or ``timeout`` seconds, :class:`StillRunning` is
         raised: the task may still finish, check later. With neither limit it follows to the end.
         """
-        stop_at = None if timeout is None else self._clock() + timeout
-        watch = _Watch(task_id, max_attempts, stop_at, self._clock)
-        if sse:
-            try:
-                for event in self._stream(task_id, None, STREAM_RECONNECTS, stop_at, watch.attempt):
-                    watch.last = event.doc
-                    yield event.doc
-                    if event.doc["status"] in TERMINAL:
-                        return
-                    watch.check_time()
-            except StreamFailed:
-                pass  # fall back to polling below
-            watch.check_time()
-        yield from self._poll(watch)
+        yield from self._follow(_task_stream(task_id), lambda: self._status(task_id), timeout=timeout,
+                                max_attempts=max_attempts, sse=sse)
 
     def wait(self, task_id: str, *, timeout: float | None = None, max_attempts: int | None = None,
              sse: bool = False, on_update: Callable[[Doc], None] | None = None) -> Doc:
@@ -256,35 +252,54 @@ class Client(ScheduleCalls):
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _poll(self, watch: _Watch) -> Iterator[Doc]:
+    def _follow(self, stream: Stream, read: Callable[[], tuple[Doc, float | None]], *, timeout: float | None,
+                max_attempts: int | None, sse: bool) -> Iterator[Doc]:
+        """What :meth:`follow` does, for any stream (a task's, a batch's): ``read`` is its one status read."""
+        stop_at = None if timeout is None else self._clock() + timeout
+        watch = _Watch(stream.id, max_attempts, stop_at, self._clock, stream.kind)
+        if sse:
+            try:
+                for event in self._stream(stream, None, STREAM_RECONNECTS, stop_at, watch.attempt):
+                    watch.last = event.doc
+                    yield event.doc
+                    if stream.ends(event.doc):
+                        return
+                    watch.check_time()
+            except StreamFailed:
+                pass  # fall back to polling below
+            watch.check_time()
+        yield from self._poll(stream, read, watch)
+
+    def _poll(self, stream: Stream, read: Callable[[], tuple[Doc, float | None]], watch: _Watch) -> Iterator[Doc]:
         while True:
             watch.attempt()
             try:
-                doc, retry_after = self._status(watch.task_id)
+                doc, retry_after = read()
             except Unavailable as exc:
                 retry_after = exc.retry_after
             else:
                 watch.last = doc
                 yield doc
-                if doc["status"] in TERMINAL:
+                if stream.ends(doc):
                     return
             watch.check_attempts()  # give up now rather than after one more wait
             self._sleep(watch.clamp(retry_after or DEFAULT_POLL))
             watch.check_time()
 
-    def _stream(self, task_id: str, last_id: int | None, reconnects: int, stop_at: float | None,
+    def _stream(self, stream: Stream, last_id: int | None, reconnects: int, stop_at: float | None,
                 before_connect: Callable[[], None]) -> Iterator[Event]:
+        """The events of ``stream`` until its last document, reopened with ``Last-Event-ID`` after a drop."""
         failures = 0
         while True:
             before_connect()
             try:
-                for event in self._connection(task_id, last_id, stop_at):
+                for event in self._connection(stream, last_id, stop_at):
                     failures = 0
                     last_id = event.id if event.id is not None else last_id
                     yield event
-                    if event.doc["status"] in TERMINAL:
+                    if stream.ends(event.doc):
                         return
-                reason = "the stream ended before the task did"
+                reason = f"the stream ended before the {stream.kind} did"
                 delay = 0.0
             except (httpx.TransportError, httpx_sse.SSEError) as exc:
                 reason, delay = f"{type(exc).__name__}: {exc}", 0.0
@@ -294,15 +309,14 @@ class Client(ScheduleCalls):
                 return
             failures += 1
             if failures > reconnects:
-                raise StreamFailed(f"event stream of task {task_id}: {reason}")
+                raise StreamFailed(f"event stream of {stream.kind} {stream.id}: {reason}")
             self._sleep(min(delay or 0.2 * failures, _remaining(stop_at, self._clock)))
 
-    def _connection(self, task_id: str, last_id: int | None, stop_at: float | None) -> Iterator[Event]:
+    def _connection(self, stream: Stream, last_id: int | None, stop_at: float | None) -> Iterator[Event]:
         headers = {} if last_id is None else {"Last-Event-ID": str(last_id)}
         read = min(STREAM_READ_TIMEOUT, max(0.01, _remaining(stop_at, self._clock)))
         timeout = httpx.Timeout(self.timeout, read=read)
-        with httpx_sse.connect_sse(self._http, "GET", _task_path(task_id, "/events"), headers=headers,
-                                   timeout=timeout) as source:
+        with httpx_sse.connect_sse(self._http, "GET", stream.path, headers=headers, timeout=timeout) as source:
             response = source.response
             if response.status_code == 410:
                 response.read()
@@ -312,7 +326,7 @@ class Client(ScheduleCalls):
                 response.read()
                 self._raise(response)
             for sse in source.iter_sse():
-                if sse.event == "status":
+                if sse.event == stream.event:
                     yield Event(int(sse.id) if sse.id.isdigit() else None, json.loads(sse.data))
 
     def _status(self, task_id: str) -> tuple[Doc, float | None]:
@@ -349,12 +363,30 @@ class Client(ScheduleCalls):
         raise cls(status, body if isinstance(body, dict) else None, _retry_after(response))
 
 
+@dataclass(frozen=True)
+class Stream:
+    """An event stream to follow: what it follows (``kind`` and ``id``), its ``path``, the ``event`` that carries
+    a document and what ``ends`` it (the document after which the service closes it)."""
+
+    kind: str
+    id: str
+    path: str
+    event: str
+    ends: Callable[[Doc], bool]
+
+
+def _task_stream(task_id: str) -> Stream:
+    return Stream("task", task_id, _task_path(task_id, "/events"), "status", lambda doc: doc["status"] in TERMINAL)
+
+
 class _Watch:
-    """The limits of one :meth:`Client.follow`: attempts made, the deadline, the last document seen."""
+    """The limits of one :meth:`Client.follow` (or ``watch_batch``): attempts made, the deadline, the last
+    document seen. ``kind`` names what is followed in :class:`StillRunning`."""
 
     def __init__(self, task_id: str, max_attempts: int | None, stop_at: float | None,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], kind: str = "task") -> None:
         self.task_id = task_id
+        self.kind = kind
         self.max_attempts = max_attempts
         self.stop_at = stop_at
         self.clock = clock
@@ -369,11 +401,11 @@ class _Watch:
 
     def check_attempts(self) -> None:
         if self.max_attempts is not None and self.attempts >= self.max_attempts:
-            raise StillRunning(self.task_id, self.last, self.attempts)
+            raise StillRunning(self.task_id, self.last, self.attempts, self.kind)
 
     def check_time(self) -> None:
         if self.stop_at is not None and self.clock() >= self.stop_at:
-            raise StillRunning(self.task_id, self.last, self.attempts)
+            raise StillRunning(self.task_id, self.last, self.attempts, self.kind)
 
     def clamp(self, delay: float) -> float:
         return min(delay, _remaining(self.stop_at, self.clock))

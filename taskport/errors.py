@@ -64,7 +64,7 @@ class Unauthorized(ProblemError):
 
 
 class NotFound(ProblemError):
-    """404: no such task for this member (unknown, someone else's, or gone entirely)."""
+    """404: no such task (or batch, or schedule) for this member (unknown, someone else's, or gone entirely)."""
 
 
 class Conflict(ProblemError):
@@ -92,13 +92,18 @@ class Gone(ProblemError):
     """410 where a document was expected but the task expired (the body is its EXPIRED status document)."""
 
 
+class TooManyRequests(ProblemError):
+    """429: over a limit of the member's (the request rate, the active tasks, which a batch counts task by task,
+    the open streams, the schedules); ``retry_after`` says when to try again."""
+
+
 class Unavailable(ProblemError):
     """503: the service cannot reach its Redis; ``retry_after`` says when to try again."""
 
 
 _BY_STATUS: dict[int, type[ProblemError]] = {
     400: InvalidRequest, 413: InvalidRequest, 415: InvalidRequest, 422: InvalidRequest,
-    401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone, 503: Unavailable,
+    401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone, 429: TooManyRequests, 503: Unavailable,
 }
 
 
@@ -142,20 +147,22 @@ class TaskExpired(TaskEnded):
 
 
 class StillRunning(TaskportError):
-    """The caller's limit (``timeout`` or ``max_attempts``) ran out while the task was still running.
+    """The caller's limit (``timeout`` or ``max_attempts``) ran out while the task (or the batch: ``kind``) was
+    still running.
 
     Not a failure of the task: check its status (or the history) later. ``doc`` is the last status read.
     """
 
-    def __init__(self, task_id: str, doc: Doc | None, attempts: int) -> None:
+    def __init__(self, task_id: str, doc: Doc | None, attempts: int, kind: str = "task") -> None:
         self.task_id = task_id
         self.doc = doc
         self.attempts = attempts
+        self.kind = kind
         status = (doc or {}).get("status", TaskStatus.PENDING.value)
         progress = (doc or {}).get("progress", 0)
         plural = "" if attempts == 1 else "s"
-        super().__init__(f"task {task_id} is still {status} ({progress}%) after {attempts} attempt{plural}: "
-                         "check its status or the history later")
+        later = "check its status or the history later" if kind == "task" else "check its status later"
+        super().__init__(f"{kind} {task_id} is still {status} ({progress}%) after {attempts} attempt{plural}: {later}")
 
 
 ENDED: dict[str, type[TaskEnded]] = {cls.status: cls for cls in (TaskFailed, TaskCancelled, TaskExpired)}

@@ -1,4 +1,4 @@
-"""How the CLI shows documents to a person (rich): the live progress bar, status, result, history.
+"""How the CLI shows documents to a person (rich): the live progress bar, status, result, history, batches.
 
 Why rich: one well-kept library gives the live bar (redrawn in place on a terminal, printed once
 when the output is a pipe or a log) and the tables, with no terminal code of our own.
@@ -7,7 +7,7 @@ when the output is a pipe or a log) and the tables, with no terminal code of our
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rich.console import Console
@@ -46,15 +46,24 @@ def resumed(doc: Doc) -> str:
 
 def progress(docs: Iterable[Doc], console: Console) -> Doc | None:
     """Show a live bar (percent, status, item counts, message) while ``docs`` come; return the last."""
+    return _bar(docs, console, TaskStatus.PENDING.value, lambda doc: (counts(doc), doc.get("message") or ""))
+
+
+def batch_progress(docs: Iterable[Doc], console: Console) -> Doc | None:
+    """The same bar for a batch's documents: percent, status, its tasks by status; return the last."""
+    return _bar(docs, console, "RUNNING", lambda doc: (batch_counts(doc), ""))
+
+
+def _bar(docs: Iterable[Doc], console: Console, first: str, texts: Callable[[Doc], tuple[str, str]]) -> Doc | None:
     columns = (TextColumn("{task.fields[status]:<10}"), BarColumn(bar_width=30), TaskProgressColumn(),
                TextColumn("{task.fields[counts]}"), TextColumn("{task.description}"))
     last: Doc | None = None
     with Progress(*columns, console=console, transient=False) as bar:
-        job = bar.add_task("", total=100, status=TaskStatus.PENDING.value, counts="")
+        job = bar.add_task("", total=100, status=first, counts="")
         for doc in docs:
             last = doc
-            bar.update(job, completed=doc["progress"], description=doc.get("message") or "",
-                       status=doc["status"], counts=counts(doc))
+            shown, description = texts(doc)
+            bar.update(job, completed=doc["progress"], description=description, status=doc["status"], counts=shown)
     return last
 
 
@@ -116,3 +125,34 @@ def history(docs: list[Doc], console: Console | None = None) -> None:
         table.add_row(doc["task_id"], doc["type"], doc["status"], f"{doc['progress']}%", counts(doc),
                       doc.get("created_at") or "")
     out.print(table)
+
+
+def batch_counts(doc: Doc) -> str:
+    """A batch's tasks by status, ``18 completed, 1 failed, 1 processing of 20`` (statuses with none left out)."""
+    shown = [f"{number} {status.lower()}" for status, number in (doc.get("counts") or {}).items() if number]
+    return f"{', '.join(shown) or 'none'} of {doc['size']}"
+
+
+def callback_state(doc: Doc) -> str:
+    """``delivered after 3 attempts (last answer 204)``, or an empty string when there is no callback."""
+    callback = doc.get("callback")
+    if not callback:
+        return ""
+    attempts = callback.get("attempts") or 0
+    text = str(callback["state"])
+    if attempts:
+        text += f" after {attempts} attempt{'' if attempts == 1 else 's'}"
+    return text + (f" (last answer {callback['last_status']})" if callback.get("last_status") else "")
+
+
+def batch(doc: Doc, console: Console | None = None) -> None:
+    """A batch document as aligned lines (empty fields left out)."""
+    out = console or stdout()
+    rows = [("batch", doc["batch_id"]), ("status", doc["status"]), ("progress", f"{doc['progress']}%"),
+            ("tasks", batch_counts(doc)), ("items", counts(doc) if (doc.get("items") or {}).get("total") else ""),
+            ("then", doc.get("then_task_id") or ""), ("callback", callback_state(doc)),
+            ("created", doc.get("created_at") or ""), ("completed", doc.get("completed_at") or ""),
+            ("expires", doc.get("expires_at") or "")]
+    for name, value in rows:
+        if value:
+            out.print(f"{name:<9} {value}", markup=False, soft_wrap=True)

@@ -35,6 +35,7 @@ from workers.items import PROPAGATE, ItemRun, ItemScope, length
 
 if TYPE_CHECKING:
     from app.core.results import ResultStore
+    from workers.batchview import BatchView
 
 # MAX_FAILURES (workers.checkpoint): at most this many failure records are kept per task (the counts
 # stay exact), so a batch where every item fails cannot blow up the result stored in Redis.
@@ -65,6 +66,7 @@ class TaskContext:
     ) -> None:
         self.task_id = task_id
         self.results = results
+        self.batch: BatchView | None = None  # a batch's then task: its batch (set by the runner)
         self.log = logger if logger is not None else log
         self._report_fn = report
         self._interval = interval

@@ -19,7 +19,7 @@ import logging
 import redis
 
 from app.core import cron, processors
-from app.core.answers import ActiveCapReached
+from app.core.answers import ActiveCapReached, StoredBytesReached
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.jobs import JobQueue
@@ -68,14 +68,13 @@ class Firing:
         task = schedule.task
         try:
             outcome = create_task(self.store, self.jobs, schedule.member, task["type"], task["payload"],
-                                  fire_digest(schedule.id, fire_ms), task.get("priority"))
+                                  fire_digest(schedule.id, fire_ms), task.get("priority"), callback=task.get("callback"))
         except KeyError:
             log.error("schedule %s: task type %r is not registered here (TASKPORT_PROCESSORS?): fire time skipped",
                       schedule.id, task["type"])
             return None, False
-        except ActiveCapReached as exc:
-            log.warning("schedule %s: %s holds %s (TASKPORT_MAX_ACTIVE_TASKS): fire time skipped", schedule.id,
-                        schedule.member, exc)
+        except (ActiveCapReached, StoredBytesReached) as exc:
+            log.warning("schedule %s: %s is at a quota (%s): fire time skipped", schedule.id, schedule.member, exc)
             return None, False
         if outcome.created:
             log.info("schedule %s fired: task %s", schedule.id, outcome.task_id)

@@ -30,7 +30,7 @@ from app.core.jobs import JobQueue, attempt_job_id, resume_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
 from app.core.schedule import QUEUE
-from app.core.states import TaskStatus
+from app.core.states import TERMINAL, TaskStatus
 from app.core.stats import Stats
 from app.core.store import TaskStore
 from app.core.task import Task
@@ -102,6 +102,7 @@ class Housekeeper:
             report.add("due", len(due))
             expired = self.store.expire_batch(due, now)
             self.jobs.remove(*(e.job for e in expired if e.previous == TaskStatus.PENDING))
+            self.jobs.forget(*(e.job for e in expired if e.previous in TERMINAL))  # its end's record in RQ goes too
             for e in expired:
                 self._after_expiry(e.task_id, e.previous, e.job)
                 report.add(f"expired_{e.previous.lower()}")

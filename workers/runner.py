@@ -19,6 +19,11 @@ restart), :meth:`Runner.interrupt` makes the run stop at its next cancellation p
 checkpoint and puts the task back on its queue without using an attempt. A run that does not get there
 within the stop grace (``TASKPORT_STOP_GRACE``) is put back all the same, from its last checkpoint, and its
 process ends.
+
+How a delivery ended is what :func:`run_task` returns to RQ: a :class:`RunEnd` when it ended its task COMPLETED or
+FAILED (the worker files the job in RQ's finished or failed registry, with the task's code and message as the
+failure's text: workers.worker.RecordsOutcome), a ``Retry`` for another attempt, None for a delivery that
+changed nothing of the task's end (ignored, put back, stopped, taken over: RQ deletes its job).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -45,6 +51,7 @@ from app.core.results import ResultStore, StoreUnavailable, result_store, spill
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import TaskStore
 from app.core.task import Task
+from workers.batchview import BatchView
 from workers.checkpoint import Resume, Saved
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError, TaskInterrupted
@@ -52,6 +59,23 @@ from workers.heartbeat import Heartbeat, resumes_in
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class RunEnd:
+    """A delivery that ended its task: ``status`` COMPLETED or FAILED, with the task's error code and message
+    when FAILED. Only these go into the RQ job's record, so an operator reading rq-dashboard sees the same
+    code and message as the task's status document, and never a traceback or the payload."""
+
+    status: TaskStatus
+    code: int | None = None
+    message: str = ""
+
+    def describe(self) -> str:
+        """The text RQ keeps as the failure's ``exc_string`` (rq-dashboard's "Exception Info")."""
+        return f"task FAILED with code {self.code}: {self.message}"
+
+
+COMPLETED = RunEnd(TaskStatus.COMPLETED)
 
 
 class Runner:
@@ -66,7 +90,7 @@ class Runner:
         self.current: Heartbeat | None = None  # the run in progress in this process
         processors.load(config.processor_modules)
 
-    def run(self, task_id: str) -> Retry | None:
+    def run(self, task_id: str) -> Retry | RunEnd | None:
         if os.getpid() != self.owner_pid:
             self._adopt_work_horse()
         tlog = task_logger(log, task_id)
@@ -106,8 +130,11 @@ class Runner:
             return self.store.report(task.id, run_id, progress, message, items, checkpoint=saved.line,
                                      cursor=saved.cursor, files_run=folder, replace=saved.replace)
 
-        return TaskContext(task.id, report, results=self.results.for_run(folder),
-                           interval=self.config.progress_interval, logger=tlog, resume=resume)
+        ctx = TaskContext(task.id, report, results=self.results.for_run(folder),
+                          interval=self.config.progress_interval, logger=tlog, resume=resume)
+        if task.then_of:  # a batch's then task reads its batch (workers.batchview)
+            ctx.batch = BatchView(self.store, self.results, task.then_of)
+        return ctx
 
     def interrupt(self) -> None:
         """The worker is stopping: the run in progress stops at its next cancellation point and is put back
@@ -148,7 +175,8 @@ class Runner:
         # SIGTERM, and a platform may signal the whole process group)
         signal.signal(signal.SIGTERM, lambda signum, frame: self.interrupt())
 
-    def _execute(self, started: Started, run_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> Retry | None:
+    def _execute(self, started: Started, run_id: str, ctx: TaskContext,
+                 tlog: logging.LoggerAdapter) -> Retry | RunEnd | None:
         task = started.task
         proc = processors.get(task.type)
         try:
@@ -162,11 +190,9 @@ class Runner:
             self._stopped(task.id, ctx, tlog)
             return None
         except TaskError as exc:
-            self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
-            return None
+            return self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
         except JobTimeoutException:
-            self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
-            return None
+            return self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
         except StoreUnavailable as exc:  # the processor's own writes to the result store
             return self._store_down(task, run_id, exc, ctx, tlog)
         except Exception:
@@ -178,7 +204,7 @@ class Runner:
         return self._complete(task, run_id, output, ctx, tlog)
 
     def _store_down(self, task: Task, run_id: str, exc: StoreUnavailable, ctx: TaskContext,
-                    tlog: logging.LoggerAdapter) -> Retry | None:
+                    tlog: logging.LoggerAdapter) -> Retry | RunEnd | None:
         """The result store is unreachable: known and transient, so no traceback; -5 once no attempt is left."""
         tlog.warning("result store unavailable (attempt %d of %d): %s", task.attempts, task.max_attempts, exc)
         return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog,
@@ -194,9 +220,9 @@ class Runner:
             tlog.warning("could not remove earlier runs' files (left to the orphan sweep): %s", exc)
 
     def _unstorable(self, task_id: str, run_id: str, exc: Exception, ctx: TaskContext,
-                    tlog: logging.LoggerAdapter) -> None:
+                    tlog: logging.LoggerAdapter) -> RunEnd | None:
         tlog.error("output of %s cannot be stored: %s", task_id, exc)  # a known condition: no traceback
-        self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
+        return self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
 
     def _stopped(self, task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
         tlog.info("stopped: the task was cancelled, expired or taken over by another run")
@@ -218,39 +244,39 @@ class Runner:
             return False  # the usual path then records the failure as well as it can
 
     def _complete(self, task: Task, run_id: str, output: Any, ctx: TaskContext,
-                  tlog: logging.LoggerAdapter) -> Retry | None:
+                  tlog: logging.LoggerAdapter) -> Retry | RunEnd | None:
         try:
             output = spill(ctx.results, task.id, output, self.config.inline_result_max)  # large JSON: a reference
             files_run = ctx.results.run_id if ctx.results.has_files(task.id) else None  # a resumed run's: the folder
         except StoreUnavailable as exc:
             return self._store_down(task, run_id, exc, ctx, tlog)
         except orjson.JSONEncodeError as exc:  # not JSON
-            self._unstorable(task.id, run_id, exc, ctx, tlog)
-            return None
+            return self._unstorable(task.id, run_id, exc, ctx, tlog)
         try:
             done = self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
                                        error_code=ctx.error_code, files_run=files_run)
         except ResultNotStorable as exc:  # too large
-            self._unstorable(task.id, run_id, exc, ctx, tlog)
-            return None
+            return self._unstorable(task.id, run_id, exc, ctx, tlog)
         if done:
             tlog.info("completed")
-        else:
-            tlog.info("finished, but the task was cancelled, expired or taken over meanwhile: output dropped")
-            ctx.results.delete(task.id)
+            return COMPLETED
+        tlog.info("finished, but the task was cancelled, expired or taken over meanwhile: output dropped")
+        ctx.results.delete(task.id)
         return None
 
     def _fail(self, task_id: str, run_id: str, code: int, message: str, ctx: TaskContext,
-              tlog: logging.LoggerAdapter) -> None:
+              tlog: logging.LoggerAdapter) -> RunEnd | None:
+        """FAILED with ``code``: the end to record in RQ, or None when the run no longer held the task."""
         ctx.results.delete(task_id)
-        if self.store.fail(task_id, run_id, code, message, items=ctx.item_counts):
-            tlog.info("failed with code %d: %s", code, message)
+        if not self.store.fail(task_id, run_id, code, message, items=ctx.item_counts):
+            return None
+        tlog.info("failed with code %d: %s", code, message)
+        return RunEnd(TaskStatus.FAILED, code, message)
 
     def _retry_or_fail(self, task_id: str, run_id: str, attempts: int, max_attempts: int, ctx: TaskContext,
-                       tlog: logging.LoggerAdapter, code: int = ErrorCode.INTERNAL) -> Retry | None:
+                       tlog: logging.LoggerAdapter, code: int = ErrorCode.INTERNAL) -> Retry | RunEnd | None:
         if attempts >= max_attempts:
-            self._fail(task_id, run_id, code, ERROR_MESSAGES[code], ctx, tlog)
-            return None
+            return self._fail(task_id, run_id, code, ERROR_MESSAGES[code], ctx, tlog)
         backoff = self.config.backoff
         delay = backoff[min(attempts - 1, len(backoff) - 1)]
         ctx.results.delete(task_id)
@@ -308,7 +334,8 @@ def on_stopped(job: Any, connection: Any) -> None:
     task_logger(log, task_id).info("work horse stopped; its partial files were removed")
 
 
-def run_task(task_id: str) -> Retry | None:
-    """RQ's entry point: run one delivery of the task; a returned Retry makes RQ deliver it again later."""
+def run_task(task_id: str) -> Retry | RunEnd | None:
+    """RQ's entry point: run one delivery of the task; a returned Retry makes RQ deliver it again later, a
+    RunEnd says how it ended the task (see the module docstring)."""
     runner = _runner or prepare(Config.from_env())
     return runner.run(task_id)

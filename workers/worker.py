@@ -12,6 +12,11 @@ worker, its work horse and RQ's scheduler ride out a restart of the embedded red
 A worker under a slot's name (``taskport up``'s supervisor, a dyno) takes over from a predecessor that died
 in that slot (:func:`replace_predecessor`), and every worker's registration in RQ expires soon after its
 process dies (:class:`Leased`): RQ lists live workers only.
+
+What operators see of a task in RQ is its end (:class:`RecordsOutcome`): a COMPLETED task's job sits in the
+finished registry for ``FINISHED_JOB_TTL``, a FAILED one's in the failed registry with the task's code and
+message. A queue an operator paused (``taskport pause QUEUE``) gives no job to any worker until it is resumed
+(:class:`HonoursPauses`); the other queues are served as before.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
-from rq import Queue, Retry, SimpleWorker, worker_registration
+from rq import Queue, SimpleWorker, worker_registration
 from rq import Worker as RQWorker
 from rq.exceptions import NoSuchJobError
 from rq.executions import Execution, ExecutionRegistry
@@ -31,14 +37,14 @@ from rq.job import Job, JobStatus
 from rq.job_lifecycle import record_job_failure
 from rq.registry import CanceledJobRegistry, StartedJobRegistry
 from rq.results import Result
-from rq.utils import as_text, now, utcparse
+from rq.utils import as_text, now, utcformat, utcparse
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
-from app.core import layout, processors
+from app.core import keys, layout, processors
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
-from app.core.jobs import CANCELED_JOB_TTL, RUN_TASK, JobQueue, register_queues, task_of_job
+from app.core.jobs import CANCELED_JOB_TTL, FINISHED_JOB_TTL, RUN_TASK, JobQueue, register_queues, task_of_job
 from app.core.logs import setup_logging, task_logger
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES, TaskStatus
@@ -50,6 +56,9 @@ log = logging.getLogger(__name__)
 LEASE_STALLS = 3  # a dead worker's registration expires this many stall timeouts after its last renewal
 MIN_LEASE = 30  # seconds, however short the stall timeout
 STOP_MARGIN = 2.0  # seconds past its stop grace a stopping predecessor may take to register its death
+# Seconds a worker with a paused queue waits on the others (or idles, when all its queues are paused) before it
+# reads the paused set again: how soon it sees a resume (a pause it sees at its next dequeue, at once).
+PAUSE_RECHECK = 1
 
 
 def record_stopped_as_canceled(job: Job) -> None:
@@ -77,6 +86,177 @@ class CancelAware:
         super().handle_job_failure(job, queue, *args, **kwargs)  # type: ignore[misc]
         if job.get_status(refresh=False) == JobStatus.STOPPED:
             record_stopped_as_canceled(job)
+
+
+class RecordsOutcome:
+    """Mixin for an RQ worker class: a taskport job ends in the RQ registry of its task's end, so rq-dashboard and
+    ``rq info`` show what failed, why, and how much finished.
+
+    ``run_task`` returns a :class:`workers.runner.RunEnd` when its delivery ended the task. FAILED: RQ's own
+    failure path, with the task's code and message as the failure's text (never a traceback: nothing was
+    raised), so the job sits in the failed registry for ``FAILED_JOB_TTL`` (rq-dashboard's Requeue runs the
+    task again: app.web.requeue). COMPLETED: the job stays, in the finished registry, for ``FINISHED_JOB_TTL``
+    (one MULTI; no result record: the task hash holds the result). Any other return (None, a ``Retry``) takes
+    RQ's path as before: a delivery that changed nothing is deleted at once (``RESULT_TTL`` 0).
+    """
+
+    def _finalize_success(self, job: Job, queue: Queue, execution: Execution, return_value: Any) -> None:
+        from workers.runner import RunEnd  # late, as runner itself: it loads the processors
+
+        if not isinstance(return_value, RunEnd):
+            super()._finalize_success(job, queue, execution, return_value)  # type: ignore[misc]
+            return
+        worker: Any = self
+        job.ended_at = now()
+        if getattr(worker, "_stopped_job_id", None) == job.id:
+            worker._stopped_job_id = None  # the stop came as the run ended the task: its end stands
+        if return_value.status == TaskStatus.FAILED:
+            job._status = JobStatus.FAILED
+            worker.handle_job_failure(job, queue, started_job_registry=queue.started_job_registry,
+                                      exc_string=return_value.describe(), execution=execution)
+            worker.log.info("Worker %s: %s: Job failed (%s): %s", worker.name, job.origin, job.id,
+                            return_value.describe())
+            return
+        job._status = JobStatus.FINISHED
+        self._finish_completed(job, queue, execution)
+        worker.log.info("Worker %s: %s: Job OK (%s)", worker.name, job.origin, job.id)
+
+    def _finish_completed(self, job: Job, queue: Queue, execution: Execution) -> None:
+        """What RQ's success path writes for a kept job, minus the result record, in one MULTI."""
+        worker: Any = self
+        assert job.started_at is not None and job.ended_at is not None
+        with worker.connection.pipeline() as pipe:
+            worker.increment_successful_job_count(pipeline=pipe)
+            worker.increment_total_working_time(job.ended_at - job.started_at, pipe)
+            worker.cleanup_execution(job, pipeline=pipe, execution=execution)
+            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": utcformat(job.ended_at)})
+            pipe.expire(job.key, FINISHED_JOB_TTL)
+            queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
+            self._job_done(pipe)
+            pipe.execute()
+
+    def _job_done(self, pipe: Any) -> None:
+        """Anything more the worker class writes with a job's end (the simple worker: its state)."""
+
+
+class PausableQueue(Queue):
+    """RQ's Queue whose ``dequeue_any`` knows paused queues (``keys.PAUSED_QUEUES``).
+
+    RQ 2.x/3.x has no per-queue pause (rq/rq#2339, open). The worker (:class:`HonoursPauses`) listens only on
+    the queues it knows are not paused; this dequeue closes the gap of a pause that lands while it waits: the
+    job's hash and the paused set are read in one round trip (where RQ reads the hash alone), and a job of a
+    queue paused meanwhile goes back to the head of its queue, untouched, and :class:`QueuePaused` tells the
+    worker. So no job starts from a queue that was paused before it was popped, at no cost per delivery.
+
+    It always pops with BLPOP/LPOP, never RQ's single-queue LMOVE into an intermediate list: a worker down to
+    one unpaused queue would leave the ids there for RQ's maintenance to re-queue (RQ trims that list only for
+    a worker of one queue).
+    """
+
+    @classmethod
+    def dequeue_any(cls, queues: Any, timeout: int | None, connection: Any, job_class: Any = None,
+                    serializer: Any = None, death_penalty_class: Any = None) -> tuple[Job, Queue] | None:
+        job_cls = job_class or Job
+        queue_keys = [queue.key for queue in queues]
+        while True:
+            popped = cls.lpop(queue_keys, timeout, connection=connection)
+            if popped is None:
+                return None
+            queue_key, job_id = map(as_text, popped)
+            queue = cls.from_queue_key(queue_key, connection=connection, job_class=job_cls, serializer=serializer,
+                                       death_penalty_class=death_penalty_class)
+            with connection.pipeline(transaction=False) as pipe:
+                pipe.smembers(keys.PAUSED_QUEUES)
+                pipe.hgetall(Job.key_for(job_id))
+                paused_raw, data = pipe.execute()
+            paused = frozenset(as_text(name) for name in paused_raw)
+            if queue.name in paused:
+                connection.lpush(queue_key, job_id)  # back where it was: the head (RQ pops from the left)
+                raise QueuePaused(paused)
+            if not data:
+                continue  # as RQ: a job id whose hash is gone is skipped
+            job = job_cls(job_id, connection=connection, serializer=serializer)
+            job.restore(data)
+            return job, queue
+
+
+class QueuePaused(Exception):
+    """The queue of the job just popped was paused meanwhile (the job is back on it); ``paused`` is every
+    paused queue now. Not a DequeueTimeout: RQ's dequeue loop would go on popping the same job; it passes
+    this one up to :class:`HonoursPauses`, which listens again without that queue."""
+
+    def __init__(self, paused: frozenset[str]) -> None:
+        super().__init__(", ".join(sorted(paused)))
+        self.paused = paused
+
+
+class HonoursPauses:
+    """Mixin for an RQ worker class: it takes no job from a paused queue (running ones finish), and keeps
+    serving its other queues. See :class:`PausableQueue` for how a pause that lands mid-wait is caught.
+
+    The paused set is read again only while one of the worker's queues is paused (every ``PAUSE_RECHECK``
+    s, to see a resume), and comes for free with each job otherwise: nothing is paused, nothing is added.
+    """
+
+    queue_class = PausableQueue
+    _paused: frozenset[str] = frozenset()  # the paused queues as last read
+    _paused_read = -math.inf  # time.monotonic() of that read
+
+    def validate_queues(self) -> None:
+        """Any RQ Queue will do, as for RQ's own worker (callers hand in plain ones): only the popping changes."""
+        worker: Any = self
+        for queue in worker.queues:
+            if not isinstance(queue, Queue):
+                raise TypeError(f"{queue} is not an RQ Queue or a queue name")
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None,
+                                     max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
+        worker: Any = self
+        every = list(worker._ordered_queues)
+        idle_since = time.monotonic()
+        try:
+            while True:
+                serving = self._unpaused(every)
+                held = len(serving) < len(every)
+                left = None if max_idle_time is None else max_idle_time - (time.monotonic() - idle_since)
+                if left is not None and left <= 0:
+                    return None
+                if not serving:
+                    if timeout is None:
+                        return None  # a burst worker with nothing it may take is done
+                    self._wait_for_resume(min(PAUSE_RECHECK, left) if left is not None else PAUSE_RECHECK)
+                    continue
+                idle = PAUSE_RECHECK if held else max_idle_time
+                if held and left is not None:
+                    idle = max(1, min(idle or PAUSE_RECHECK, math.ceil(left)))
+                worker._ordered_queues = serving
+                try:
+                    result = super().dequeue_job_and_maintain_ttl(timeout, idle)  # type: ignore[misc]
+                except QueuePaused as paused:
+                    self._paused, self._paused_read = paused.paused, time.monotonic()
+                    continue
+                if result is not None or timeout is None or not held:
+                    return cast("tuple[Job, Queue] | None", result)
+        finally:
+            worker._ordered_queues = every
+
+    def _unpaused(self, queues: Sequence[Queue]) -> list[Queue]:
+        """``queues`` minus the paused ones; the set read again if one of them is paused and the read is stale."""
+        names = {queue.name for queue in queues}
+        stale = time.monotonic() - self._paused_read >= PAUSE_RECHECK
+        if stale and (self._paused & names or self._paused_read == -math.inf):
+            worker: Any = self
+            self._paused = frozenset(as_text(n) for n in worker.connection.smembers(keys.PAUSED_QUEUES))
+            self._paused_read = time.monotonic()
+        return [queue for queue in queues if queue.name not in self._paused]
+
+    def _wait_for_resume(self, seconds: float) -> None:
+        """Every queue of this worker is paused: stay registered (a heartbeat) and idle, then look again. A
+        stop request meanwhile ends the wait (RQ's handler raises StopRequested while the worker is idle)."""
+        worker: Any = self
+        worker.set_state(WorkerStatus.IDLE)
+        worker.heartbeat()
+        time.sleep(seconds)
 
 
 class Leased:
@@ -145,9 +325,10 @@ def lease_seconds(config: Config) -> int:
 
 
 def cancel_aware(worker_class: type[Any]) -> type[Any]:
-    """``worker_class`` with :class:`CancelAware`, the graceful stop and the lease mixed in (same name, so RQ's
-    listings read as before)."""
-    return type(worker_class.__name__, (Leased, GracefulStop, CancelAware, worker_class), {})
+    """``worker_class`` with :class:`CancelAware`, the outcome records, the pauses, the graceful stop and the lease
+    mixed in (same name, so RQ's listings read as before)."""
+    return type(worker_class.__name__,
+                (Leased, GracefulStop, HonoursPauses, RecordsOutcome, CancelAware, worker_class), {})
 
 
 # Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
@@ -156,7 +337,7 @@ Worker = cancel_aware(RQWorker)
 SpawnWorker = cancel_aware(RQSpawnWorker)
 
 
-class StoppableSimpleWorker(Leased, GracefulStop, SimpleWorker):
+class StoppableSimpleWorker(Leased, GracefulStop, HonoursPauses, RecordsOutcome, SimpleWorker):
     """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
     command stops the run in progress: at its next cancellation point, or by ending this process after
     ``workers.heartbeat.CANCEL_GRACE`` if it never reaches a cancellation point (the supervisor starts a new worker).
@@ -242,7 +423,7 @@ class StoppableSimpleWorker(Leased, GracefulStop, SimpleWorker):
                 and job.id != getattr(self, "_stopped_job_id", None))
 
     def _finalize_success(self, job: Job, queue: Queue, execution: Execution, return_value: Any) -> None:
-        if isinstance(return_value, Retry) or not self._disposable(job):
+        if return_value is not None or not self._disposable(job):  # a Retry, or an end (RecordsOutcome)
             super()._finalize_success(job, queue, execution, return_value)
             return
         job.ended_at = now()
@@ -264,6 +445,9 @@ class StoppableSimpleWorker(Leased, GracefulStop, SimpleWorker):
                         job.execution_registry.key)
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
             pipe.execute()
+
+    def _job_done(self, pipe: Any) -> None:
+        self.set_state(WorkerStatus.IDLE, pipeline=pipe)  # as _finish_disposable: execute_job's IDLE is then a no-op
 
     def kill_horse(self, sig: Any = None) -> None:
         from workers import runner

@@ -16,6 +16,15 @@ class ActiveCapReached(Exception):
         self.cap, self.active = cap, active
 
 
+class StoredBytesReached(Exception):
+    """A submit whose payloads would take the member past its quota of bytes held in Redis (nothing written)."""
+
+    def __init__(self, cap: int, held: int) -> None:
+        super().__init__(f"member holds {held} bytes in Redis, its quota is {cap} (TASKPORT_MAX_STORED_BYTES)")
+        self.cap = cap
+        self.held = held
+
+
 class ResultNotStorable(ValueError):
     """A processor's output cannot be stored (not JSON-serializable, or over ``Config.max_result``)."""
 
@@ -29,6 +38,10 @@ class NewTask:
     dedup_digest: str
     priority: str
     max_attempts: int
+    callback_url: str = ""  # where its terminal events are delivered ('' = nowhere)
+    callback_events: tuple[str, ...] = ()  # which ones
+    batch: str = ""  # the batch it is created in ('' = none)
+    then_of: str = ""  # the batch whose then task it is ('' = none)
 
 
 class Created(NamedTuple):

@@ -7,6 +7,8 @@ docs/configuration.md lists the same variables; ``Config.describe()`` prints tha
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import logging
 import os
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.core.states import HIGH_QUEUE
 
@@ -22,7 +25,10 @@ LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # binds that listen on every interface
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
-                      "rate_limit", "max_active_tasks"})
+                      "rate_limit", "max_active_tasks", "callback_secrets"})
+# The roles that run no processor code, so they get the WEB_ONLY settings too: the web, and the deliverer, which
+# signs callbacks with TASKPORT_CALLBACK_SECRETS (workers.delivery). A processor never holds a signing secret.
+TRUSTED_ROLES = frozenset({"web", "deliverer"})
 
 
 class WorkerClass(StrEnum):
@@ -42,11 +48,16 @@ CHOICES: dict[str, tuple[str, ...]] = {
 POSITIVE = ("task_ttl", "max_delay", "result_ttl", "tombstone_ttl", "dedup_window", "max_body", "workers",
             "max_result", "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes",
             "inline_result_max", "result_store_timeout", "stop_grace", "result_part_size",
-            "max_schedules")
+            "max_schedules", "callback_timeout", "callback_max_age")
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest multipart part (but the last)
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
+KEYED_MAX_STORED_BYTES = 256 * 2**20  # bytes a member's tasks may hold in Redis, with API keys and no quota set
+BYTE_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30}  # TASKPORT_MAX_STORED_BYTES suffixes (binary: 256m = 256 MiB)
 HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
+MEMORY_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}  # TASKPORT_REDIS_MAXMEMORY's, as redis.conf reads them
+WEBHOOK_SECRET_PREFIX = "whsec_"  # a Standard Webhooks secret: this, then the key's bytes in base64
+WEBHOOK_KEY_BYTES = (24, 64)  # the key lengths the Standard Webhooks specification recommends
 
 
 def is_loopback(host: str) -> bool:
@@ -99,6 +110,9 @@ class Config:
         "TASKPORT_WORKER_MAX_JOBS", 10_000, "jobs after which a worker exits and is restarted (0 = never)")
     data_dir: Path = _setting("TASKPORT_DATA_DIR", Path("var"), "embedded Redis data and result files")
     redis_fsync: str = _setting("TASKPORT_REDIS_FSYNC", "everysec", "embedded Redis appendfsync: everysec|always")
+    redis_maxmemory: str = _setting(
+        "TASKPORT_REDIS_MAXMEMORY", "1gb", "embedded Redis maxmemory (bytes, or kb/mb/gb; 0 = no limit), with the "
+        "noeviction policy: a full Redis refuses writes (503) and never drops a task")
     task_ttl: int = _setting(
         "TASKPORT_TASK_TTL", 86400, "seconds a task may take from submit (or from its run_at) before EXPIRED -4")
     max_delay: int = _setting(
@@ -124,7 +138,8 @@ class Config:
     housekeeping_interval: int = _setting("TASKPORT_HOUSEKEEPING_INTERVAL", 60, "seconds between passes")
     scheduler_interval: float = _setting(
         "TASKPORT_SCHEDULER_INTERVAL", 5.0, "seconds between rq-scheduler polls for due periodic jobs")
-    alert_webhook: str = _setting("TASKPORT_ALERT_WEBHOOK", "", "URL that gets a JSON POST on failure alerts")
+    alert_webhook: str = _setting(
+        "TASKPORT_ALERT_WEBHOOK", "", "http:// or https:// URL that gets a JSON POST on failure alerts")
     alert_failures: int = _setting("TASKPORT_ALERT_FAILURES", 10, "failures within the window that alert")
     alert_window: int = _setting("TASKPORT_ALERT_WINDOW", 300, "seconds of the failure-alert window")
     redis_timeout: float = _setting("TASKPORT_REDIS_TIMEOUT", 2.0, "socket timeout for Redis calls, seconds")
@@ -170,7 +185,8 @@ class Config:
     web_connections: int = _setting(
         "TASKPORT_WEB_CONNECTIONS", 2000, "open connections per gevent web process (streams included)")
     web_io_timeout: float = _setting(
-        "TASKPORT_WEB_IO_TIMEOUT", 30.0, "seconds a gevent web connection may move no byte while reading or writing")
+        "TASKPORT_WEB_IO_TIMEOUT", 30.0, "seconds a web connection may move no byte while its body is read (then "
+        "408) or its response written")
     max_streams_per_member: int = _setting(
         "TASKPORT_MAX_STREAMS_PER_MEMBER", 1000, "open event streams one member may hold (all web processes); "
         "more get 429")
@@ -184,6 +200,23 @@ class Config:
         "TASKPORT_MAX_ACTIVE_TASKS", "",
         f"unfinished (PENDING or PROCESSING) tasks per member; more submits get 429; unset = "
         f"{KEYED_MAX_ACTIVE_TASKS} with API keys, off in open mode; off = never")
+    max_stored_bytes: str = _setting(
+        "TASKPORT_MAX_STORED_BYTES", "",
+        "bytes of payloads, results and checkpoints one member's tasks may hold in Redis (e.g. 268435456 or 256m); "
+        f"a submit past it gets 429; unset = {KEYED_MAX_STORED_BYTES // 2**20}m with API keys, off in open mode; "
+        "off = never")
+    callback_secrets: str = _setting(
+        "TASKPORT_CALLBACK_SECRETS", "", "comma list member:whsec_<base64 of 24-64 random bytes>: the key that signs "
+        "each member's callbacks (Standard Webhooks; open mode's member is public); a member without one may not "
+        "ask for callbacks")
+    callback_allow_hosts: str = _setting(
+        "TASKPORT_CALLBACK_ALLOW_HOSTS", "", "comma list of callback host names (or addresses) exempt from the "
+        "public-address rule, which may also use plain http, e.g. 127.0.0.1 for a receiver on this machine")
+    callback_timeout: float = _setting(
+        "TASKPORT_CALLBACK_TIMEOUT", 5.0, "seconds one callback delivery attempt may take, connect and answer")
+    callback_max_age: int = _setting(
+        "TASKPORT_CALLBACK_MAX_AGE", 86400, "seconds after its first attempt a failing callback is retried for "
+        "(backoff 1 s, 5 s, 30 s... at most an hour apart) before it is given up")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -225,7 +258,11 @@ class Config:
         if self.request_limit:
             _check_rate_limit(self.request_limit)
         self.active_task_cap  # noqa: B018
+        self.stored_bytes_cap  # noqa: B018
         self.members  # noqa: B018
+        self.redis_maxmemory_bytes  # noqa: B018
+        _check_webhook(self.alert_webhook)
+        self.callback_keys  # noqa: B018
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
@@ -294,6 +331,38 @@ class Config:
         return keys
 
     @property
+    def callback_keys(self) -> dict[str, str]:
+        """Member -> its callback signing secret (``whsec_...``, as the standardwebhooks library takes it), from
+        TASKPORT_CALLBACK_SECRETS. A malformed entry raises ConfigError naming the entry, never showing the secret."""
+        secrets: dict[str, str] = {}
+        for n, entry in enumerate(filter(None, (e.strip() for e in self.callback_secrets.split(","))), 1):
+            member, sep, secret = (part.strip() for part in entry.partition(":"))
+            what = ("no member" if not sep or not member else _secret_problem(secret)
+                    or ("a member named twice" if member in secrets else ""))
+            if what:
+                low, high = WEBHOOK_KEY_BYTES
+                raise ConfigError(f"TASKPORT_CALLBACK_SECRETS entries look like member:{WEBHOOK_SECRET_PREFIX}<base64 "
+                                  f"of {low} to {high} random bytes>; entry {n} has {what}")
+            secrets[member] = secret
+        return secrets
+
+    @property
+    def callback_hosts(self) -> frozenset[str]:
+        """TASKPORT_CALLBACK_ALLOW_HOSTS: host names (lower case, an IPv6 address without brackets) a callback
+        may go to whatever they resolve to, over http too."""
+        return frozenset(h.strip().strip("[]").lower() for h in self.callback_allow_hosts.split(",") if h.strip())
+
+    @property
+    def redis_maxmemory_bytes(self) -> int:
+        """TASKPORT_REDIS_MAXMEMORY in bytes (0 = no limit), in Redis' own units: kb, mb and gb are powers of 1024."""
+        raw = self.redis_maxmemory.strip().lower()
+        number, unit = (raw[:-2], raw[-2:]) if raw[-2:] in MEMORY_UNITS else (raw, "")
+        if not (number.isascii() and number.isdigit() and len(number) <= 15):
+            raise ConfigError(f"TASKPORT_REDIS_MAXMEMORY must be bytes or a number with kb, mb or gb (1gb), "
+                              f"got {self.redis_maxmemory!r}")
+        return int(number) * MEMORY_UNITS.get(unit, 1)
+
+    @property
     def active_task_cap(self) -> int:
         """Unfinished tasks one member may hold (0 = no cap): on by default with API keys, off in open mode."""
         raw = self.max_active_tasks.strip().lower()
@@ -304,6 +373,20 @@ class Config:
         if not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**31):
             raise ConfigError("TASKPORT_MAX_ACTIVE_TASKS must be a positive whole number or off")
         return int(raw)
+
+    @property
+    def stored_bytes_cap(self) -> int:
+        """Bytes one member's tasks may hold in Redis (0 = no quota): on by default with API keys, off in open mode."""
+        raw = self.max_stored_bytes.strip().lower()
+        if raw == "off":
+            return 0
+        if not raw:
+            return KEYED_MAX_STORED_BYTES if self.api_keys.strip() else 0
+        unit = BYTE_UNITS.get(raw[-1], 1)
+        digits = raw[:-1] if raw[-1] in BYTE_UNITS else raw
+        if not (digits.isascii() and digits.isdigit() and 0 < int(digits) * unit < 2**53):
+            raise ConfigError("TASKPORT_MAX_STORED_BYTES must be a positive number of bytes (k, m or g allowed) or off")
+        return int(digits) * unit
 
     @property
     def request_limit(self) -> str:
@@ -377,12 +460,13 @@ class Config:
         """The environment a child process of ``role`` needs to rebuild this Config.
 
         Workers and the scheduler run user processor code, so they get none of the web's secrets or
-        web-only settings (WEB_ONLY): what a process does not hold, a processor cannot leak.
+        web-only settings (WEB_ONLY): what a process does not hold, a processor cannot leak. The deliverer runs
+        none, and signs callbacks: it gets them as the web does (TRUSTED_ROLES).
         """
         env: dict[str, str] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is not None and (role == "web" or f.name not in WEB_ONLY):
+            if value is not None and (role in TRUSTED_ROLES or f.name not in WEB_ONLY):
                 env[f.metadata["env"]] = str(value)
         return env
 
@@ -414,6 +498,33 @@ def _parse(name: str, env: str, raw: str, default: Any) -> Any:
         return raw
     except ValueError as exc:
         raise ConfigError(f"{env} must be {KIND_NAMES.get(kind, kind.__name__)}, got {raw!r}") from exc
+
+
+def _secret_problem(secret: str) -> str:
+    """What is wrong with a TASKPORT_CALLBACK_SECRETS secret ('' = nothing), in words that never show it."""
+    if not secret.startswith(WEBHOOK_SECRET_PREFIX):
+        return f"a secret that does not start with {WEBHOOK_SECRET_PREFIX}"
+    encoded = secret[len(WEBHOOK_SECRET_PREFIX):]
+    try:  # strict, where the library's own decoding skips what is not base64
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return "a secret that is not base64"
+    low, high = WEBHOOK_KEY_BYTES
+    return "" if low <= len(key) <= high else f"a key of {len(key)} bytes"
+
+
+def _check_webhook(url: str) -> None:
+    """ConfigError unless ``url`` is empty or an http(s) URL with a host. The value is not shown: a webhook URL
+    often carries its secret (a Slack or Teams incoming webhook is one)."""
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # an unclosed [, a port that is no number or out of range
+        usable = False
+    if not usable or any(c.isspace() for c in url):
+        raise ConfigError("TASKPORT_ALERT_WEBHOOK must be an http:// or https:// URL with a host name")
 
 
 def _check_rate_limit(text: str) -> None:

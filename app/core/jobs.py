@@ -6,9 +6,13 @@ stalled delivery may still be alive, and when it ends RQ deletes *its* job, whic
 re-queued one (that would leave the task PENDING with no job until it expires).
 
 RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
-result (``RESULT_TTL``) and a failed job is forgotten after ``FAILED_JOB_TTL``. A queued job has no
-TTL of its own: housekeeping removes it when its task expires (a job that vanished while its id sat
-in a queue would be skipped silently).
+result record (``RESULT_TTL``). What operators read in rq-dashboard is each task's end (workers.worker,
+``RecordsOutcome``): a COMPLETED task's job stays in the finished registry for ``FINISHED_JOB_TTL``, a FAILED
+one's in the failed registry, with the task's code and message, for ``FAILED_JOB_TTL``, a cancelled one's in
+the canceled registry for ``CANCELED_JOB_TTL``; housekeeping trims the three (:meth:`JobQueue.trim_finished`)
+and drops a task's job from them when the task itself expires (:meth:`JobQueue.forget`). A queued job has
+no TTL of its own: housekeeping removes it when its task expires (a job that vanished while its id sat in
+a queue would be skipped silently).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from rq import Callback, Queue
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
-from rq.registry import CanceledJobRegistry
+from rq.results import Result
 from rq.utils import as_text, current_timestamp, now, utcformat
 
 from app.core import processors
@@ -40,6 +44,14 @@ ON_STOPPED = Callback("workers.runner.on_stopped")  # the worker removes what a 
 RESULT_TTL = 0
 FAILED_JOB_TTL = 3600  # seconds RQ keeps a failed job for operators in rq-dashboard
 CANCELED_JOB_TTL = FAILED_JOB_TTL  # and a job stopped on request in its canceled registry (trimmed by housekeeping)
+# Seconds a COMPLETED task's job stays in the finished registry, so rq-dashboard's "Finished" shows the last ten
+# minutes (RQ's own default result window, 500 s, rounded up). Each such job costs Redis memory for that long, its
+# hash and its registry entry (measured: docs/operations.md, "Monitoring"): N x 600 of them at N completions a
+# second, cut to FINISHED_JOBS_KEPT per queue (the newest) by every housekeeping pass, so a busy queue's
+# window is shorter and its cost bounded whatever the throughput.
+FINISHED_JOB_TTL = 600
+FINISHED_JOBS_KEPT = 1000
+REGISTRIES_OF_ENDS = ("finished_job_registry", "failed_job_registry", "canceled_job_registry")
 
 log = logging.getLogger(__name__)
 
@@ -171,20 +183,44 @@ class JobQueue:
         Queue(queue, connection=self.redis).enqueue(func, *args, **options)
 
     def trim_finished(self) -> None:
-        """Drop finished jobs whose ``RESULT_TTL`` is over from RQ's finished registries (one command each;
-        RQ itself does it only every ten minutes), and stopped jobs older than ``CANCELED_JOB_TTL`` from the
-        canceled registries (RQ never cleans those)."""
+        """Trim RQ's registries of ended jobs (RQ itself does it only every ten minutes, and never the canceled
+        one): drop the entries whose window is over from the finished and failed registries (their job hashes
+        expire by themselves), stopped jobs older than ``CANCELED_JOB_TTL`` from the canceled registries, and
+        the oldest finished jobs beyond ``FINISHED_JOBS_KEPT`` per queue, with their hashes. One round trip,
+        two when something is dropped by id."""
+        now = current_timestamp()
+        pipe = self.redis.pipeline(transaction=False)
         for queue in self.queues.values():
-            queue.finished_job_registry.cleanup()
-        cutoff = current_timestamp() - CANCELED_JOB_TTL
+            pipe.zremrangebyscore(queue.finished_job_registry.key, 0, now)  # what RQ's cleanup() of each does
+            pipe.zremrangebyscore(queue.failed_job_registry.key, 0, now)
+            pipe.zrangebyscore(queue.canceled_job_registry.key, "-inf", now - CANCELED_JOB_TTL)
+            pipe.zrange(queue.finished_job_registry.key, 0, -(FINISHED_JOBS_KEPT + 1))  # oldest first
+        answers = iter(pipe.execute())
+        pipe = self.redis.pipeline(transaction=False)
+        dropped: list[str] = []
         for queue in self.queues.values():
-            registry = CanceledJobRegistry(queue.name, connection=self.redis)
-            old = [as_text(i) for i in cast(list[bytes], self.redis.zrangebyscore(registry.key, "-inf", cutoff))]
-            if old:
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.zrem(registry.key, *old)
-                pipe.delete(*(Job.key_for(i) for i in old))
-                pipe.execute()
+            next(answers), next(answers)
+            for key, ids in ((queue.canceled_job_registry.key, next(answers)),
+                             (queue.finished_job_registry.key, next(answers))):
+                if ids:
+                    pipe.zrem(key, *ids)
+                    dropped += [as_text(i) for i in cast(list[bytes], ids)]
+        if dropped:
+            pipe.delete(*(Job.key_for(i) for i in dropped))
+            pipe.execute()
+
+    def forget(self, *job_ids: str) -> None:
+        """Drop the jobs of ended tasks (their current job ids) from the finished, failed and canceled registries
+        of every queue, with their hashes and result records: the task expired, so its job goes with it (one
+        round trip, however many)."""
+        if not job_ids:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in self.queues.values():
+            for registry in REGISTRIES_OF_ENDS:
+                pipe.zrem(getattr(queue, registry).key, *job_ids)
+        pipe.delete(*(Job.key_for(i) for i in job_ids), *(Result.get_key(i) for i in job_ids))
+        pipe.execute()
 
     def remove(self, *job_ids: str) -> list[str]:
         """Drop queued (or retry-scheduled) jobs so they never start (two round trips at most, however many);

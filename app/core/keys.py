@@ -58,6 +58,14 @@ class TaskField(StrEnum):
     WAITING = "waiting"  # how many of the tasks it runs after (``after``) are not COMPLETED yet; gone at 0
     WAITING_FOR = "waiting_for"  # their ids, comma-separated (the status document's waiting_for); gone at 0
     DEPENDENTS = "dependents"  # '1' once a task waits on this one (see dependents()): its end is pushed on SETTLED
+    STORED = "stored"  # bytes it holds that count in its member's quota (STORED_BYTES): payload, results, checkpoint
+    BATCH = "batch"  # the ids of the batches it counts in, comma-separated (one, unless a batch's dedup named it)
+    THEN_OF = "then_of"  # the batch whose ``then`` task it is: it waits (WAITING, WAITING_FOR) until the batch is done
+    CALLBACK_URL = "callback_url"  # where its terminal events are delivered (see CALLBACKS_DUE)
+    CALLBACK_EVENTS = "callback_events"  # which statuses are delivered, comma-separated
+    CALLBACK_STATE = "callback_state"  # pending | delivered | failed: its latest delivery's (app.core.callbacks)
+    CALLBACK_ATTEMPTS = "callback_attempts"  # that delivery's attempts so far, the successful one included
+    CALLBACK_LAST_STATUS = "callback_last_status"  # the HTTP status its last attempt got ("" = no answer)
 
 
 def payload(task_id: str) -> str:
@@ -82,10 +90,13 @@ def cursor(task_id: str) -> str:
     return f"{PREFIX}task:{task_id}:cursor"
 
 
+EVENTS_TAIL = ":events"  # a task's or a batch's key + this = its events channel (the scripts append it too)
+
+
 def events(task_id: str) -> str:
     """Pub/sub channel: a message with the task's event sequence number on every change (``events("*")`` is
     the pattern of every task's channel)."""
-    return f"{PREFIX}task:{task_id}:events"
+    return f"{task(task_id)}{EVENTS_TAIL}"
 
 
 _EVENTS_HEAD, _EVENTS_TAIL = (part.encode() for part in events("\0").split("\0"))
@@ -105,6 +116,58 @@ def dependents(task_id: str) -> str:
     return f"{PREFIX}dependents:{task_id}"
 
 
+def batch(batch_id: str) -> str:
+    """Hash: a batch's record (:class:`BatchField`), its counters kept by the transition scripts; it lives as long
+    as the longest-lived of its tasks."""
+    return f"{PREFIX}batch:{batch_id}"
+
+
+BATCH_HEAD = batch("")  # a batch key without its id: scripts append the ids they read from a task's BATCH field
+
+
+def batch_tasks(batch_id: str) -> str:
+    """List: the batch's task ids in submit order (the ``tasks`` page reads it); lives as long as :func:`batch`."""
+    return f"{batch(batch_id)}{TASKS_TAIL}"
+
+
+TASKS_TAIL = ":tasks"
+
+
+def batch_events(batch_id: str) -> str:
+    """Pub/sub channel: the batch's record changed (the message is its seq)."""
+    return f"{batch(batch_id)}{EVENTS_TAIL}"
+
+
+
+class BatchField(StrEnum):
+    """The fields of a batch's hash (:func:`batch`): their only home (the scripts name them as ``%name``)."""
+
+    MEMBER = "member"
+    SIZE = "size"  # its tasks (``then`` not counted)
+    # how many of its tasks are in each status: the status names, lowercased (app.core.batches.count_field)
+    PENDING = "pending"
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    PROGRESS_SUM = "progress_sum"  # the sum of its tasks' progress (an ended task counts 100)
+    ITEMS_TOTAL = "items_total"  # its tasks' item counts, summed
+    ITEMS_SUCCEEDED = "items_succeeded"
+    ITEMS_FAILED = "items_failed"
+    THEN_TASK_ID = "then_task_id"
+    THEN_RELEASED = "then_released"  # "1" once the batch was done and its then task was released (once)
+    CREATED_AT = "created_at"
+    COMPLETED_AT = "completed_at"  # when it was last done ("" while tasks are unfinished)
+    EXPIRES_AT = "expires_at"  # the latest expires_at of its tasks
+    SEQ = "seq"  # bumped by every change (the events' sequence number)
+    CALLBACK_URL = "callback_url"  # delivered once, when the batch is first done
+    CALLBACK_FIRED = "callback_fired"  # "1" once that delivery was scheduled
+    CALLBACK_STATE = "callback_state"  # as TaskField's
+    CALLBACK_ATTEMPTS = "callback_attempts"
+    CALLBACK_LAST_STATUS = "callback_last_status"
+
+
 def dedup(member: str, digest: str) -> str:
     """String (SET NX EX): the task id holding this dedup key for the member's window."""
     return f"{PREFIX}dedup:{member}:{digest}"
@@ -119,6 +182,7 @@ EXPIRY = f"{PREFIX}expiry"  # sorted set: task id scored by the ms when housekee
 RUNNING = f"{PREFIX}running"  # sorted set: PROCESSING task id scored by its last heartbeat (ms)
 MEMBERS = f"{PREFIX}members"  # set: every member that has a history index
 ACTIVE = f"{PREFIX}active"  # hash: member -> how many of its tasks are unfinished (PENDING or PROCESSING)
+STORED_BYTES = f"{PREFIX}stored-bytes"  # hash: member -> bytes its tasks hold (the sum of their STORED fields)
 STATS = f"{PREFIX}stats"  # hash: counters (STAT_* and STAT_ENTERED below, housekeeping_<pass>) for metrics
 FAILURES = f"{PREFIX}failures"  # sorted set: recent failures scored by time, for alerting
 SLOW_WARNED = f"{PREFIX}slow-warned"  # set: PROCESSING tasks already logged as slow
@@ -128,6 +192,10 @@ ORPHAN_SWEEP = f"{PREFIX}orphan-sweep"  # string: the task id the result store's
 LAYOUT = f"{PREFIX}layout"  # string: the key layout this Redis is in (app.core.layout)
 DELAYED = f"{PREFIX}delayed"  # sorted set: PENDING task id scored by its run_at (ms), not queued until then
 SETTLED = f"{PREFIX}settled"  # list: ended tasks whose dependents the settle tick must release or fail
+# sorted set: callback deliveries to attempt, scored by when (ms). A member is "t:<task id>:<seq>:<STATUS>" (a
+# task's event: its seq after the transition, the status it entered) or "b:<batch id>:0:DONE" (a batch done);
+# the transition scripts add them, app.core.callbacks claims and reschedules them.
+CALLBACKS_DUE = f"{PREFIX}callbacks-due"
 
 
 # Fields of STATS: submits, retries and recoveries, and a counter per status a transition ends in.
@@ -189,10 +257,32 @@ class ScheduleField(StrEnum):
     UPDATED_AT = "updated_at"
 
 
+def delivery(delivery_id: str) -> str:
+    """Hash: one callback delivery's record (its attempts, its body once built), a member of CALLBACKS_DUE
+    as its id; dropped once delivered or given up (app.core.callbacks)."""
+    return f"{PREFIX}delivery:{delivery_id}"
+
+
+class DeliveryField(StrEnum):
+    """The fields of a callback delivery's record (:func:`delivery`): their only home (app.core.callbacks renders
+    them into its Lua as ``%name``). Written at its first attempt, so every retry sends what the first one sent."""
+
+    URL = "url"  # where it goes: its target's callback URL at the first attempt
+    MEMBER = "member"  # whose secret signs it
+    BODY = "body"  # the JSON document sent: the status (or batch) document as it was at the first attempt
+    FIRST_AT = "first_at"  # ms of the first attempt: it is retried until TASKPORT_CALLBACK_MAX_AGE after this
+    ATTEMPTS = "attempts"  # attempts made so far
+
+
 def housekeeping_lock(job: str) -> str:
     return f"{PREFIX}housekeeping:{job}:lock"
 
 
 def all_static() -> list[str]:
-    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT, ORPHAN_SWEEP, LAYOUT,
-            SCHEDULES_DUE, DELAYED, SETTLED]
+    return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
+            ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES]
+
+
+# set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
+# (workers.worker.PausableQueue), submits still queue there; it lives until the queue is resumed
+PAUSED_QUEUES = f"{PREFIX}paused-queues"

@@ -7,8 +7,9 @@ body never spells a position, and builds a call's KEYS and ARGV from names (:met
 :func:`render` writes the markers a script body uses instead of literals: ``$PENDING`` (a
 :class:`~app.core.states.TaskStatus`, ``$TAKEN`` or ``$MISSING_PAYLOAD``), ``$ACTIVE`` (a status set of
 app.core.states, as a Lua table ``{['PENDING'] = true, ...}``), ``@status`` (a
-:class:`~app.core.keys.TaskField`), ``&submitted`` (a field of ``keys.STATS``) or ``!task`` (an
-:class:`~app.core.audit.EntryField`), each from that one home; a name it does not know fails at import.
+:class:`~app.core.keys.TaskField`), ``%pending`` (a :class:`~app.core.keys.BatchField`), ``&submitted`` (a field
+of ``keys.STATS``) or ``!task`` (an :class:`~app.core.audit.EntryField`), each from that one home; a name it
+does not know fails at import.
 :class:`Command` and :func:`replay` carry the RQ commands a script replays.
 """
 
@@ -21,7 +22,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from app.core.audit import EntryField
-from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED, STAT_SUBMITTED, TaskField
+from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED, STAT_SUBMITTED, BatchField, TaskField
 from app.core.states import ACTIVE, CLAIM_TAKEN, MISSING_PAYLOAD, TERMINAL, TaskStatus
 
 STATUS_WORDS = {**{s.name: s.value for s in TaskStatus}, "TAKEN": CLAIM_TAKEN, "MISSING_PAYLOAD": MISSING_PAYLOAD}
@@ -29,8 +30,10 @@ STATUS_SETS = {"ACTIVE": ACTIVE, "TERMINAL": TERMINAL}
 FIELD_WORDS = {f.value: f.value for f in TaskField}
 STAT_WORDS = {name: name for name in (STAT_SUBMITTED, STAT_RETRIED, STAT_RECOVERED, *STAT_ENTERED.values())}
 ENTRY_WORDS = {f.value: f.value for f in EntryField}
-_MARKER = re.compile(r"([$@&!])([A-Za-z_0-9]+)")
-_TABLES = {"$": STATUS_WORDS, "@": FIELD_WORDS, "&": STAT_WORDS, "!": ENTRY_WORDS}
+BATCH_WORDS = {f.value: f.value for f in BatchField}
+# ``%name`` takes two letters at least: ``'%d'`` and ``'%s'`` are Lua's own format and pattern items.
+_MARKER = re.compile(r"([$@&!])([A-Za-z_0-9]+)|(%)([a-z][a-z_]+)")
+_TABLES = {"$": STATUS_WORDS, "@": FIELD_WORDS, "&": STAT_WORDS, "!": ENTRY_WORDS, "%": BATCH_WORDS}
 
 
 def _literal(sigil: str, name: str) -> str:
@@ -42,7 +45,7 @@ def _literal(sigil: str, name: str) -> str:
 def render(source: str) -> str:
     """``source`` with every ``$STATUS`` (or status set), ``@field``, ``&stat`` and ``!entry`` marker written
     as a Lua literal."""
-    return _MARKER.sub(lambda m: _literal(m[1], m[2]), source)
+    return _MARKER.sub(lambda m: _literal(m[1] or m[3], m[2] or m[4]), source)
 
 
 class Command(NamedTuple):
@@ -118,8 +121,10 @@ class Script:
     def preamble(self) -> str:
         """The Lua that binds every name of the table to its position (the only place a position is spelt)."""
         lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(self.keys, 1)]
-        if self.rest_keys:
-            lines.append(f"local {self.rest_keys.name} = {{unpack(KEYS, {len(self.keys) + 1}, #KEYS - 1)}}")
+        if self.rest_keys:  # copied one by one: unpack() fails past ~8,000 values (a batch's keys)
+            name = self.rest_keys.name
+            lines.append(f"local {name} = {{}}")
+            lines.append(f"for i = {len(self.keys) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end")
         lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
         lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(self.args, 1)]
         if self.rest:

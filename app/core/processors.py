@@ -34,6 +34,7 @@ BUILTIN_MODULES = (
     "workers.processors.demo",
     "workers.processors.orders_split",
     "workers.processors.orders_export",
+    "workers.processors.batch_summary",
 )
 ENTRY_POINT_GROUP = "taskport.processors"
 _TYPE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")

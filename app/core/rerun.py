@@ -44,7 +44,8 @@ def rerun(store: TaskStore, task_id: str, job_id: str, job: Sequence[Command], b
     answer = store.run_script(scripts.RERUN.name, *scripts.RERUN.call(
         keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
               "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id), "expiry": keys.EXPIRY,
-              "delayed": keys.DELAYED, "events": keys.events(task_id), "stats": keys.STATS, "active": keys.ACTIVE},
+              "delayed": keys.DELAYED, "events": keys.events(task_id), "stats": keys.STATS, "active": keys.ACTIVE,
+              "batch_head": keys.BATCH_HEAD, "stored_bytes": keys.STORED_BYTES},
         args={"expected": ",".join(sorted(RERUNNABLE)), "task_id": task_id, "now_ms": t,
               "expiry_ms": t + c.task_ttl * 1000, "key_ttl_s": c.task_ttl + c.tombstone_ttl,
               "message": RERUN_MESSAGE, "budget": max(int(budget), 1), "job_id": job_id,

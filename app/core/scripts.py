@@ -11,10 +11,16 @@ status, no field and no counter, only markers (app.core.lua).
 
 from __future__ import annotations
 
+from app.core.batchscripts import BATCH, SYNC
 from app.core.config import Config
+from app.core.creation import CREATE, QUOTA, SIBLING
 from app.core.lua import Script, Tail, render
+from app.core.states import CallbackState
 from app.core.waitscripts import REPLAY
 from app.core.waitscripts import SCRIPTS as WAIT_SCRIPTS
+
+_STORED_BYTES = "hash: member -> bytes its tasks hold (payloads, results, checkpoints: TaskField.STORED summed)"
+_BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches' keys are built from it (batchscripts)"
 
 # The audit trail, one fragment for every script that changes a task's status: each calls audit(task key,
 # id, the status it left ('' at submit)) once after its writes, so a transition and its audit entry are one
@@ -50,7 +56,8 @@ end
 # not passed in (its id is known only once the dedup key is read): the new task's name with the holder's
 # id in place of the new one, so a duplicate costs the same one round trip as a new task.
 # Returns {1} when created, {0, holder_id, the holder's HGETALL (empty once it is gone)} for a duplicate,
-# {2, unfinished_count} at the cap.
+# {2, unfinished_count} at the cap, {3, bytes_held} when its payload would take the member past its quota of stored
+# bytes (keys.STORED_BYTES, kept by every script that changes what a task holds: app.core.creation.QUOTA).
 SUBMIT = Script(
     "submit",
     keys={
@@ -62,6 +69,7 @@ SUBMIT = Script(
         "members": "set: every member with a history",
         "stats": "hash: the counters (submitted)",
         "active": "hash: member -> its unfinished tasks (the cap's count)",
+        "stored_bytes": _STORED_BYTES,
         "delayed": "sorted set: PENDING task id -> run_at (a task whose run_at is ahead waits here, unqueued)",
         "settled": "list: ended tasks whose dependents are to be released or failed (workers.deferred)",
     },
@@ -74,6 +82,7 @@ SUBMIT = Script(
         "payload_json": "the validated payload",
         "member": "the member submitting",
         "cap": "unfinished tasks the member may hold (0 = no cap)",
+        "bytes_cap": "bytes the member's tasks may hold (0 = no quota)",
         "job_argc": "how many ARGV entries the job's commands take",
         "run_at_ms": "when the task is due, if ahead: it waits in delayed instead of being queued ('' = now)",
         "after_ids": "the tasks it runs after, comma-separated ('' = none)",
@@ -82,52 +91,22 @@ SUBMIT = Script(
                                    "command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all), then the task "
                          "hash's field, value pairs"),
-    body=REPLAY + """
-local held = redis.call('GET', dedup)
-if held then
-  local at = string.find(task, task_id, 1, true)
-  local holder = string.sub(task, 1, at - 1) .. held .. string.sub(task, at + #task_id)
-  return {0, held, redis.call('HGETALL', holder)}
+    body=REPLAY + SIBLING + CREATE + """
+local holder_id = redis.call('GET', dedup)
+if holder_id then
+  local holder = sibling(task, task_id, holder_id)
+  return {0, holder_id, redis.call('HGETALL', holder)}
 end
 local limit = tonumber(cap)
 local unfinished = tonumber(redis.call('HGET', active, member) or '0')
 if limit > 0 and unfinished >= limit then return {2, unfinished} end
-redis.call('SET', dedup, task_id, 'EX', dedup_window_s)
+local held = tonumber(redis.call('HGET', stored_bytes, member) or '0')
+if tonumber(bytes_cap) > 0 and held + #payload_json > tonumber(bytes_cap) then return {3, held} end
 local first_field = first_command + tonumber(job_argc)
-redis.call('HSET', task, unpack(ARGV, first_field))
-redis.call('EXPIRE', task, key_ttl_s)
-redis.call('SET', payload, payload_json, 'EX', key_ttl_s)
-redis.call('ZADD', history, created_ms, task_id)
-redis.call('ZADD', expiry, expiry_ms, task_id)
-redis.call('SADD', members, member)
-redis.call('HINCRBY', stats, &submitted, 1)
-redis.call('HINCRBY', active, member, 1)
-local waiting, ended, n, open_statuses = {}, '', 0, $ACTIVE
-for dep in string.gmatch(after_ids, '[^,]+') do
-  local dep_task, dep_set = command_keys[2 * n + 1], command_keys[2 * n + 2]
-  n = n + 1
-  local found = redis.call('HGET', dep_task, @status)
-  if found ~= $COMPLETED then
-    waiting[#waiting + 1] = dep
-    redis.call('SADD', dep_set, task_id)
-    local ttl = redis.call('PTTL', dep_task)
-    if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, key_ttl_s) end
-    if found then redis.call('HSET', dep_task, @dependents, 1) end
-    if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
-      if ended == '' then ended = dep end
-      redis.call('LPUSH', settled, dep)
-    end
-  end
-end
-if #waiting > 0 then
-  redis.call('HSET', task, @waiting, #waiting, @waiting_for, table.concat(waiting, ','))
-elseif run_at_ms ~= '' then
-  redis.call('ZADD', delayed, run_at_ms, task_id)
-else
-  replay(first_command, first_field, 2 * n + 1)
-end
-audit(task, task_id, '')
-return {1, ended, table.concat(waiting, ',')}
+local ended, waiting = create({id = task_id, task = task, payload = payload, dedup = dedup, fields_from = first_field,
+  key_ttl = key_ttl_s, expiry_ms = expiry_ms, payload_json = payload_json, run_at = run_at_ms,
+  after_ids = after_ids, k = 1, job_from = first_command, job_to = first_field})
+return {1, ended, waiting}
 """)
 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing,
@@ -140,10 +119,11 @@ START = Script(
     "start",
     keys={"task": "hash: the task's record", "payload": "string: the task's payload JSON (answered)",
           "running": "sorted set: PROCESSING task id -> last heartbeat", "events": "channel: the task's events",
-          "checkpoint": "string: the task's checkpoint log (answered)", "cursor": "string: its cursor (answered)"},
+          "checkpoint": "string: the task's checkpoint log (answered)", "cursor": "string: its cursor (answered)",
+          "batch_head": _BATCH_HEAD},
     args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id"},
-    body="""
-local cur = redis.call('HMGET', task, @status, @expires_at, @run_id)
+    body=SYNC + """
+local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch)
 local status = cur[1]
 if status == $PROCESSING and cur[3] == run_id then
   -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
@@ -154,6 +134,7 @@ if status ~= $PENDING then return {0, status or ''} end
 if (tonumber(cur[2]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
 local payload_json = redis.call('GET', payload)
 if not payload_json then return {0, $MISSING_PAYLOAD} end
+local before = cur[4] and batch_state(task)
 redis.call('HSET', task, @status, $PROCESSING, @run_id, run_id, @started_at, now_ms,
            @updated_at, now_ms, @message, '')
 redis.call('HINCRBY', task, @attempts, 1)
@@ -162,6 +143,7 @@ if log or saved then redis.call('HINCRBY', task, @resumed, 1) end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('ZADD', running, now_ms, task_id)
 redis.call('PUBLISH', events, seq)
+batch_sync(task, task_id, before, now_ms, nil)
 audit(task, task_id, status)
 return {1, payload_json, redis.call('HGETALL', task), log, saved}
 """)
@@ -178,7 +160,8 @@ PROGRESS = Script(
     "progress",
     keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat (moved)",
           "events": "channel: the task's events", "checkpoint": "string: the task's checkpoint log (appended)",
-          "cursor": "string: the cursor the processor saved last"},
+          "cursor": "string: the cursor the processor saved last", "batch_head": _BATCH_HEAD,
+          "stored_bytes": _STORED_BYTES},
     args={
         "run_id": "the run reporting", "now_ms": "now",
         "progress": "0-100 ('' = a heartbeat only)",
@@ -192,8 +175,8 @@ PROGRESS = Script(
         "files_run": "the run whose result folder holds what the checkpoint covers",
         "replace": "'1' = the line replaces the log (a line that says it all) | '' = it is appended",
     },
-    body="""
-local cur = redis.call('HMGET', task, @status, @run_id, @progress, @expires_at)
+    body=SYNC + QUOTA + """
+local cur = redis.call('HMGET', task, @status, @run_id, @progress, @expires_at, @batch, @stored, @member)
 if cur[1] ~= $PROCESSING or cur[2] ~= run_id then
   local unfinished = $ACTIVE
   if unfinished[cur[1]] then return $TAKEN end
@@ -202,6 +185,7 @@ end
 if (tonumber(cur[4]) or math.huge) <= tonumber(now_ms) then return $EXPIRED end
 redis.call('ZADD', running, 'XX', now_ms, task_id)
 if progress == '' then return $PROCESSING end
+local before = cur[5] and batch_state(task)
 local reached = tonumber(progress)
 if reached < (tonumber(cur[3]) or 0) then reached = tonumber(cur[3]) end
 redis.call('HSET', task, @progress, reached, @message, message, @updated_at, now_ms)
@@ -209,6 +193,7 @@ if items_total ~= '' then
   redis.call('HSET', task, @items_total, items_total, @items_succeeded, items_succeeded, @items_failed, items_failed)
 end
 if checkpoint_line ~= '' or cursor_json ~= '' then
+  local saved_before = held_bytes(task, {checkpoint, cursor})
   local ttl = redis.call('PTTL', task)
   if checkpoint_line ~= '' then
     if replace ~= '' then redis.call('SET', checkpoint, checkpoint_line .. '\\n')
@@ -221,9 +206,12 @@ if checkpoint_line ~= '' or cursor_json ~= '' then
   end
   redis.call('HINCRBY', task, @checkpoints, 1)
   redis.call('HSET', task, @checkpoint_run, files_run)
+  local was = tonumber(cur[6]) or 0
+  account(task, cur[7], was, was + held_bytes(task, {checkpoint, cursor}) - saved_before)
 end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)
+batch_sync(task, task_id, before, now_ms, nil)
 return $PROCESSING
 """)
 
@@ -249,6 +237,10 @@ TRANSITION = Script(
         "cursor": "string: the processor's cursor (dropped with the payload)",
         "delayed": "sorted set: PENDING task id -> run_at (a task leaving PENDING leaves it)",
         "settled": "list: ended tasks whose dependents are to be released or failed (the task, when it has any)",
+        "callbacks_due": "sorted set: callback deliveries to attempt (the task's, when it has a callback for the "
+                         "status it enters; its batch's, when this ends the batch)",
+        "batch_head": _BATCH_HEAD,
+        "stored_bytes": _STORED_BYTES,
     },
     args={
         "expected": "the status(es) the task must be in (comma list)",
@@ -268,8 +260,9 @@ TRANSITION = Script(
         "waiting_on": "'' = no check; else a task the task must still wait for (``after``: its -6 is decided once)",
     },
     rest=Tail("field", "the task hash's field, value pairs to write"),
-    body="""
-local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for)
+    body=SYNC + QUOTA + """
+local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for, @batch,
+                       @callback_url, @callback_events, @stored, @member)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
@@ -283,6 +276,7 @@ if stale_before_ms ~= '' then
   local beat = redis.call('ZSCORE', running, task_id)
   if beat and tonumber(beat) > tonumber(stale_before_ms) then return {0, status} end
 end
+local before = cur[6] and batch_state(task)
 redis.call('HSET', task, @status, new_status, unpack(ARGV, first_field))
 redis.call('HDEL', task, @run_id)
 if key_ttl_s ~= '' then redis.call('EXPIRE', task, key_ttl_s) end
@@ -308,11 +302,17 @@ if unfinished[status] and not unfinished[new_status] then
   if cur[4] then redis.call('LPUSH', settled, task_id) end  -- the tasks that run after it learn of its end
 end
 if status == $PENDING then redis.call('ZREM', delayed, task_id) end
+account(task, cur[10], cur[9], held_bytes(task, {payload, result, checkpoint, cursor}))
 local seq = redis.call('HINCRBY', task, @seq, 1)
+if cur[7] and string.find(',' .. (cur[8] or '') .. ',', ',' .. new_status .. ',', 1, true) then
+  redis.call('HSET', task, @callback_state, '__CALLBACK_PENDING__', @callback_attempts, 0, @callback_last_status, '')
+  redis.call('ZADD', callbacks_due, now_ms, 't:' .. task_id .. ':' .. seq .. ':' .. new_status)
+end
 redis.call('PUBLISH', events, seq)
+batch_sync(task, task_id, before, now_ms, {delayed = delayed, due = callbacks_due})
 audit(task, task_id, status)
 return {1, status}
-""")
+""".replace("__CALLBACK_PENDING__", CallbackState.PENDING))
 
 # Run a FAILED or CANCELLED task again (POST /tasks/{id}/retry): the same task back to PENDING and its RQ job
 # queued as job_id (its commands replayed as in SUBMIT), in one step, so the task is never PENDING without a
@@ -337,6 +337,8 @@ RERUN = Script(
         "events": "channel: the task's events",
         "stats": "hash: the counters (stat)",
         "active": "hash: member -> its unfinished tasks (see SUBMIT)",
+        "batch_head": _BATCH_HEAD,
+        "stored_bytes": _STORED_BYTES,
     },
     args={
         "expected": "the statuses a task may be run again from (comma list)",
@@ -353,8 +355,8 @@ RERUN = Script(
     },
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
-    body=REPLAY + """
-local cur = redis.call('HMGET', task, @status, @expires_at, @member, @attempts)
+    body=REPLAY + SYNC + QUOTA + """
+local cur = redis.call('HMGET', task, @status, @expires_at, @member, @attempts, @batch, @stored)
 local status, member = cur[1], cur[3]
 if not status then return {0, ''} end
 local ok = false
@@ -365,6 +367,7 @@ if redis.call('EXISTS', payload) == 0 then return {0, $MISSING_PAYLOAD} end
 local limit = tonumber(cap)
 local unfinished = tonumber(redis.call('HGET', active, member) or '0')
 if limit > 0 and unfinished >= limit then return {2, unfinished} end
+local before = cur[5] and batch_state(task)
 redis.call('HDEL', task, @error_code, @error_message, @result, @items_total, @items_succeeded, @items_failed,
            @started_at, @completed_at, @run_id, @checkpoints, @checkpoint_run, @resume_mark, @run_at, @waiting,
            @waiting_for)
@@ -377,14 +380,16 @@ redis.call('ZADD', expiry, expiry_ms, task_id)
 redis.call('ZREM', delayed, task_id)
 redis.call('HINCRBY', stats, stat, 1)
 redis.call('HINCRBY', active, member, 1)
+account(task, member, cur[6], held_bytes(task, {payload, result, checkpoint, cursor}))
 replay(first_command, first_command + tonumber(job_argc), 1)
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)
+batch_sync(task, task_id, before, now_ms, nil)
 audit(task, task_id, status)
 return {1, redis.call('HGETALL', task)}
 """)
 
-SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, *WAIT_SCRIPTS)}
+SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, BATCH, *WAIT_SCRIPTS)}
 # The scripts as Redis runs them (preamble, markers rendered), without the audit fragment: build() adds it.
 SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 

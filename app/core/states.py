@@ -15,6 +15,21 @@ class TaskStatus(StrEnum):
     DUPLICATE = "DUPLICATE"  # only ever an answer to a duplicate submit, never stored
 
 
+class BatchStatus(StrEnum):
+    """A batch's status (app.core.batches): it has unfinished tasks, or none."""
+
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+
+
+class CallbackState(StrEnum):
+    """A task's or batch's callback state (TaskField / BatchField CALLBACK_STATE): its latest delivery's."""
+
+    PENDING = "pending"  # from the event until the delivery ends (and before the first event)
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 # Not a status: what the progress script answers a run whose claim another run holds now (recovery
 # re-queued its task). The run stops at its next cancellation point and touches nothing of the new run.
 CLAIM_TAKEN = "TAKEN"
@@ -70,6 +85,7 @@ class BusinessCode:
 
     BILL_UNPAID = 10001
     INVALID_QUANTITY = 10002
+    NOT_A_THEN = 10003  # batch.summary outside a batch's then task
 
 
 ERROR_MESSAGES = {
@@ -86,3 +102,6 @@ HIGH_QUEUE = "high"  # only for API keys granted it (TASKPORT_API_KEYS key:membe
 DEFAULT_QUEUE = "default"  # a processor's when its registration names none
 LOW_QUEUE = "low"
 QUEUES = (HIGH_QUEUE, DEFAULT_QUEUE, LOW_QUEUE)  # in the order workers listen
+# The queue of callback deliveries (workers.delivery): served by the deliverer process only, never by a task
+# worker, so a receiver that answers slowly never holds up a task, nor a task queue backlog a callback.
+CALLBACK_QUEUE = "callbacks"

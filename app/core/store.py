@@ -29,6 +29,7 @@ from app.core.answers import (
     NewTask,
     ResultNotStorable,
     Started,
+    StoredBytesReached,
     Transition,
     WithResult,
 )
@@ -116,30 +117,26 @@ class TaskStore:
         """
         c = self.config
         created = now_ms()
-        start = max(created, run_at or 0)  # the task TTL counts from its run_at
-        body = orjson.dumps(new.payload)
-        fields = [
-            F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
-            F.PROGRESS, 0, F.ATTEMPTS, 0, F.MAX_ATTEMPTS, new.max_attempts, F.PRIORITY, new.priority,
-            F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
-            F.PAYLOAD_SHA256, digest(body), *([F.RUN_AT, run_at] if run_at is not None else []),
-        ]  # fmt: skip
+        start, fields, body = self.task_fields(new, created, run_at)
         job_keys, job_args = lua.replay(job)
         dep_keys = [key for dep in after for key in (keys.task(dep), keys.dependents(dep))]
         answer = self.run_script(scripts.SUBMIT.name, *scripts.SUBMIT.call(
             keys={"dedup": keys.dedup(new.member, new.dedup_digest), "task": keys.task(new.task_id),
                   "payload": keys.payload(new.task_id), "history": keys.history(new.member), "expiry": keys.EXPIRY,
                   "members": keys.MEMBERS, "stats": keys.STATS, "active": keys.ACTIVE, "delayed": keys.DELAYED,
-                  "settled": keys.SETTLED},
+                  "settled": keys.SETTLED, "stored_bytes": keys.STORED_BYTES},
             args={"task_id": new.task_id, "dedup_window_s": c.dedup_window,
                   "key_ttl_s": c.task_ttl + c.tombstone_ttl + (start - created) // 1000,
                   "created_ms": created, "expiry_ms": start + c.task_ttl * 1000, "payload_json": body,
-                  "member": new.member, "cap": c.active_task_cap, "job_argc": len(job_args),
+                  "member": new.member, "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
+                  "job_argc": len(job_args),
                   "run_at_ms": start if start > created else "", "after_ids": ",".join(after)},
             rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields],
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
+        if answer[0] == 3:
+            raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
         if answer[0] == 1:
             written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
             if answer[2]:
@@ -150,6 +147,26 @@ class TaskStore:
             return Created(True, new.task_id, Task.from_hash(written, new.task_id))
         holder = answer[1].decode()
         return Created(False, holder, Task.from_hash(_pairs(answer[2]), holder) if answer[2] else None)
+
+    def task_fields(self, new: NewTask, created: int, run_at: int | None) -> tuple[int, list[Any], bytes]:
+        """A new task's start (its run_at, or its creation: its lifetime counts from it), its hash's field pairs
+        and its payload's JSON: what a submit and a batch create write."""
+        c = self.config
+        start = max(created, run_at or 0)
+        body = orjson.dumps(new.payload)
+        fields = [
+            F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
+            F.PROGRESS, 0, F.ATTEMPTS, 0, F.MAX_ATTEMPTS, new.max_attempts, F.PRIORITY, new.priority,
+            F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
+            F.PAYLOAD_SHA256, digest(body), F.STORED, len(body), *([F.RUN_AT, run_at] if run_at is not None else []),
+        ]  # fmt: skip
+        if new.callback_url:
+            fields += [F.CALLBACK_URL, new.callback_url, F.CALLBACK_EVENTS, ",".join(new.callback_events)]
+        if new.batch:
+            fields += [F.BATCH, new.batch]
+        if new.then_of:
+            fields += [F.THEN_OF, new.then_of]
+        return start, fields, body
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, task_id: str) -> Task | None:
@@ -179,7 +196,7 @@ class TaskStore:
         answer = self.run_script(scripts.START.name, *scripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
                   "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
-                  "cursor": keys.cursor(task_id)},
+                  "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD},
             args={"run_id": run_id, "now_ms": t, "task_id": task_id},
         ))
         if answer[0] != 1:
@@ -200,7 +217,8 @@ class TaskStore:
         total, succeeded, failed = (items["total"], items["succeeded"], items["failed"]) if items else ("", "", "")
         answer = self.run_script(scripts.PROGRESS.name, *scripts.PROGRESS.call(
             keys={"task": keys.task(task_id), "running": keys.RUNNING, "events": keys.events(task_id),
-                  "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id)},
+                  "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id),
+                  "batch_head": keys.BATCH_HEAD, "stored_bytes": keys.STORED_BYTES},
             args={"run_id": run_id, "now_ms": t, "progress": "" if progress is None else int(progress),
                   "message": message or "", "items_total": total, "items_succeeded": succeeded, "items_failed": failed,
                   "task_id": task_id, "checkpoint_line": checkpoint, "cursor_json": cursor or "",
@@ -218,7 +236,9 @@ class TaskStore:
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
                   "running": keys.RUNNING, "expiry": keys.EXPIRY, "events": keys.events(task_id), "stats": keys.STATS,
                   "failures": keys.FAILURES, "active": keys.ACTIVE, "checkpoint": keys.checkpoint(task_id),
-                  "cursor": keys.cursor(task_id), "delayed": keys.DELAYED, "settled": keys.SETTLED},
+                  "cursor": keys.cursor(task_id), "delayed": keys.DELAYED, "settled": keys.SETTLED,
+                  "callbacks_due": keys.CALLBACKS_DUE, "batch_head": keys.BATCH_HEAD,
+                  "stored_bytes": keys.STORED_BYTES},
             args={"expected": ",".join(expected), "run_id": run_id, "new_status": new_status, "key_ttl_s": key_ttl,
                   "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),

@@ -14,24 +14,41 @@ from app.core.answers import Created, NewTask
 from app.core.clock import now_ms
 from app.core.ids import new_task_id
 from app.core.jobs import JobQueue
+from app.core.lua import Command
 from app.core.store import TaskStore
+
+
+def new_task(member: str, task_type: str, payload: dict[str, Any], dedup_digest: str, priority: str | None, *,
+             callback: dict[str, Any] | None = None, batch: str = "", then_of: str = "") -> NewTask:
+    """A new task's record: a fresh id, its processor's queue (unless ``priority``) and attempts; KeyError for a
+    type no processor is registered for. ``callback`` {"url", "events"}; ``batch`` / ``then_of``: see NewTask."""
+    proc = processors.get(task_type)
+    if proc is None:
+        raise KeyError(task_type)
+    return NewTask(
+        task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
+        priority=priority or proc.priority, max_attempts=proc.retries + 1,
+        callback_url=callback["url"] if callback else "", callback_events=tuple(callback["events"]) if callback else (),
+        batch=batch, then_of=then_of,
+    )
+
+
+def job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> list[Command]:
+    """The commands that queue ``new``'s job now, or none when its ``run_at`` (ms) is ahead (app.core.deferred
+    queues it then)."""
+    if run_at is not None and run_at > now_ms():
+        return []
+    proc = processors.get(new.type)
+    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT)
 
 
 def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],
                 dedup_digest: str, priority: str | None, *, run_at: int | None = None,
-                after: Sequence[str] = ()) -> Created:
+                after: Sequence[str] = (), callback: dict[str, Any] | None = None) -> Created:
     """Create a task of ``task_type`` (registered: KeyError otherwise) with its validated ``payload`` and queue
     its job, unless the member's ``dedup_digest`` is held (see :meth:`TaskStore.create`, which also raises
     ActiveCapReached). ``priority`` None is the processor's own. A ``run_at`` (ms) ahead and/or ``after`` (ids
     the caller checked are the member's, each once) make it wait: its job is replayed by the submit only when
-    it may run now (app.core.deferred queues it later)."""
-    proc = processors.get(task_type)
-    if proc is None:
-        raise KeyError(task_type)
-    new = NewTask(
-        task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
-        priority=priority or proc.priority, max_attempts=proc.retries + 1,
-    )
-    ahead = run_at is not None and run_at > now_ms()
-    job = () if ahead else jobs.job_commands(new.task_id, new.priority, proc.timeout)
-    return store.create(new, job, run_at=run_at, after=after)
+    it may run now (app.core.deferred queues it later). ``callback``: {"url", "events"}, loaded and checked."""
+    new = new_task(member, task_type, payload, dedup_digest, priority, callback=callback)
+    return store.create(new, job_for(jobs, new, run_at), run_at=run_at, after=after)

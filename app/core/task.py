@@ -1,5 +1,5 @@
 """The task record as stored (a flat Redis hash, fields :class:`app.core.keys.TaskField`) and its rendering
-as the contract's status document (the web adds the links: :func:`app.web.urls.status_document`).
+as the contract's status document (the web adds the links: :func:`app.core.urls.status_document`).
 
 Rendering is a plain function on the hot path of every status read: no schema library, no extra I/O.
 Times are stored as integer milliseconds (see :mod:`app.core.clock`) and rendered as ISO 8601 only here.
@@ -13,7 +13,7 @@ from typing import Any
 
 from app.core.clock import iso, iso_or_none
 from app.core.keys import TaskField
-from app.core.states import ACTIVE, DEFAULT_QUEUE, ERROR_MESSAGES, ErrorCode, TaskStatus
+from app.core.states import ACTIVE, DEFAULT_QUEUE, ERROR_MESSAGES, CallbackState, ErrorCode, TaskStatus
 
 # Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash: _RAW.STATUS is
 # b"status". Plain bytes attributes, since looking an enum member up in a dict costs a Python-level hash.
@@ -29,6 +29,18 @@ def _text(value: bytes | None) -> str | None:
 
 def _int(value: bytes | None, default: int | None = 0) -> int | None:
     return int(value) if value else default
+
+
+def _first(value: bytes | None) -> str | None:
+    """The first id of a comma list (a task's batches: the one it was submitted in comes first)."""
+    return value.decode().split(",", 1)[0] if value else None
+
+
+def _callback(h: dict[bytes, bytes]) -> dict[str, Any]:
+    """The status document's ``callback``: its latest delivery's state (pending until the first event)."""
+    return {"state": _text(h.get(_RAW.CALLBACK_STATE)) or CallbackState.PENDING.value,
+            "attempts": int(h.get(_RAW.CALLBACK_ATTEMPTS) or 0),
+            "last_status": _int(h.get(_RAW.CALLBACK_LAST_STATUS), None)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,11 @@ class Task:
     checkpoint_run: str | None = None  # the run whose result folder the checkpoint's files are in
     run_at: int | None = None  # the time the submit asked it to run at (run_at/delay), ms
     waiting_for: tuple[str, ...] = ()  # the tasks it runs after (``after``) that are not COMPLETED yet
+    payload_sha256: str | None = None  # of its payload's JSON (the audit trail's; a reused Idempotency-Key's check)
+    batch_id: str | None = None  # the batch it was submitted in, or whose then task it is
+    batches: tuple[str, ...] = ()  # every batch it counts in (a batch's dedup may name a task of another)
+    then_of: str | None = None  # the batch whose then task it is
+    callback: dict[str, Any] | None = None  # its latest callback delivery: state, attempts, last_status
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
@@ -100,6 +117,11 @@ class Task:
             checkpoint_run=_text(g(r.CHECKPOINT_RUN)),
             run_at=_int(g(r.RUN_AT), None),
             waiting_for=tuple(g(r.WAITING_FOR, b"").decode().split(",")) if g(r.WAITING_FOR) else (),
+            payload_sha256=_text(g(r.PAYLOAD_SHA256)),
+            batch_id=_first(g(r.BATCH)) or _text(g(r.THEN_OF)),
+            batches=tuple(g(r.BATCH, b"").decode().split(",")) if g(r.BATCH) else (),
+            then_of=_text(g(r.THEN_OF)),
+            callback=_callback(h) if g(r.CALLBACK_URL) else None,
         )
 
     @property
@@ -132,7 +154,7 @@ class Task:
 
     def to_doc(self, now: int) -> dict[str, Any]:
         """The contract's status document as seen at ``now`` (ms), but for its ``links``, which the web adds
-        (:func:`app.web.urls.status_document`): the record knows no HTTP path."""
+        (:func:`app.core.urls.status_document`): the record knows no HTTP path."""
         return {
             "task_id": self.id,
             "type": self.type,
@@ -150,4 +172,6 @@ class Task:
             "expires_at": iso(self.expires_at),
             "run_at": iso_or_none(self.run_at),
             "waiting_for": list(self.waiting_for) if self.waiting_for and self.status == TaskStatus.PENDING else None,
+            "batch_id": self.batch_id,
+            "callback": self.callback,
         }

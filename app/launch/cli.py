@@ -3,9 +3,10 @@
     taskport web          gunicorn serving the Flask app on $PORT
     taskport worker       one RQ worker (queues high, default, low)
     taskport scheduler    rq-scheduler (periodic housekeeping)
+    taskport deliverer    one RQ worker on the callbacks queue only: it delivers the signed callbacks
     taskport up           all of the above under supervisor (restarted when they die), plus an embedded
                           Redis when REDIS_URL is unset (see app/launch/supervisor.py, docs/self-healing.md)
-    taskport config       the configuration table (markdown)
+    taskport config       every setting's value in effect and where it came from (--defaults: the markdown table)
     taskport audit        the audit trail of task transitions (--task ID, --member M)
 
 and the client commands (submit, status, result, cancel, retry, history, watch, schedules), whose home is
@@ -19,10 +20,11 @@ import os
 import pkgutil
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -34,8 +36,8 @@ from app.core.config import Config, ConfigError
 from app.core.logs import setup_logging
 from app.core.process import port_in_use
 from app.core.processors import ProcessorLoadError
-from app.launch.embedded import EmbeddedRedisError
-from taskport.cli import ERROR, INTERRUPTED, USAGE
+from app.launch.embedded import EmbeddedRedis, EmbeddedRedisError
+from taskport.cli import ERROR, INTERRUPTED, USAGE, add_global_options
 from taskport.cli import add_commands as add_client_commands
 
 # gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
@@ -68,9 +70,11 @@ EXIT_FAILURE, EXIT_CONFIG, EXIT_INTERRUPTED = ERROR, USAGE, INTERRUPTED
 # The worker and the scheduler run the workers package, which imports this one: like the Procfile and
 # gunicorn ("app.web:create_app()"), the CLI names their entry points and resolves them when the command
 # runs, so no module of app imports workers (the packages depend one way: workers -> app).
-ROLE_MAINS = {"worker": "workers.worker:main", "scheduler": "workers.scheduler:main"}
+ROLE_MAINS = {"worker": "workers.worker:main", "scheduler": "workers.scheduler:main",
+              "deliverer": "workers.delivery:main"}
 
-DESCRIPTION = "every process of the Procfile (web, worker, scheduler), `up` for development, and the client commands"
+DESCRIPTION = ("every process of the Procfile (web, worker, scheduler, deliverer), `up` for development, and the "
+               "client commands")
 
 
 def web_command(config: Config) -> list[str]:
@@ -117,14 +121,66 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_role(args: argparse.Namespace) -> int:
-    """Run the worker's or the scheduler's ``main(config, name=)``, found by its name in ``ROLE_MAINS``, in
-    this process: from here on its signal handling and its exit code are that main's."""
+    """Run the worker's, the scheduler's or the deliverer's ``main(config, name=)``, found by its name in
+    ``ROLE_MAINS``, in this process: from here on its signal handling and its exit code are that main's."""
     role_main = pkgutil.resolve_name(ROLE_MAINS[args.command])
     return int(role_main(Config.from_env(), name=args.name))
 
 
+# What `taskport config` never prints: the secrets (shown as set or unset), and the secret parts of URLs.
+SECRET_SETTINGS = frozenset({"api_keys", "dashboard_password", "redis_password", "redis_sentinel_password",
+                             "callback_secrets"})
+URL_SETTINGS = frozenset({"redis_url", "result_store"})  # a password in them is masked
+SECRET_URL_SETTINGS = frozenset({"alert_webhook"})  # a webhook's path and query are its token: only its host shows
+MASK = "********"
+VALUE_WIDTH = 30  # the value column of `taskport config` (a longer value pushes its source along)
+
+
 def cmd_config(args: argparse.Namespace) -> int:
-    """Print every setting as a markdown table (the README's configuration section)."""
+    """Print every setting's value in effect and where it came from (environment or default), secrets masked;
+    a bad value fails as every process fails on it (one line, exit 2). ``--defaults``: the markdown table of
+    defaults, docs/configuration.md."""
+    if args.defaults:
+        return _print_defaults()
+    config = Config.from_env()  # a bad value raises ConfigError: main prints it in one line, exit 2
+    rows = effective_settings(config, os.environ)
+    width = max(len(env) for env, _, _ in rows)
+    for env, value, source in rows:
+        print(f"{env:<{width}}  {value:<{VALUE_WIDTH}}  {source}")
+    return 0
+
+
+def effective_settings(config: Config, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(variable, value in effect as printed, "environment" or "default") for every setting of ``config``."""
+    rows = []
+    for f in fields(config):
+        env = f.metadata["env"]
+        source = "environment" if environ.get(env) else "default"  # an empty variable counts as unset
+        rows.append((env, _shown(f.name, getattr(config, f.name)), source))
+    return rows
+
+
+def _shown(name: str, value: Any) -> str:
+    """A setting's value as ``taskport config`` prints it: secrets masked, (unset) for nothing."""
+    if value is None or value == "":
+        return "(unset)"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    text = str(value)
+    if name in SECRET_SETTINGS:
+        return f"{MASK} (set)"
+    if name in SECRET_URL_SETTINGS:
+        parts = urlsplit(text)
+        return f"{parts.scheme}://{parts.hostname or ''}/{MASK}" if parts.scheme else MASK
+    if name in URL_SETTINGS:
+        parts = urlsplit(text)
+        if parts.password:
+            return text.replace(f":{parts.password}@", f":{MASK}@", 1)
+    return text
+
+
+def _print_defaults() -> int:
+    """Every setting as a markdown table: docs/configuration.md is this table."""
     print("| Variable | Default | Meaning |")
     print("| --- | --- | --- |")
     for env, default, doc in Config.describe():
@@ -157,11 +213,16 @@ def add_audit_command(sub: Any) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """``taskport audit``: print the audit stream of the Redis in REDIS_URL (app.core.audit reads it)."""
+    """``taskport audit``: print the audit stream (app.core.audit reads it) of the Redis in REDIS_URL (or behind
+    REDIS_SENTINELS), else of the embedded one ``taskport up`` runs on the data dir (TASKPORT_DATA_DIR)."""
     config = Config.from_env()
     if not config.external_redis:
-        print("taskport: error: set REDIS_URL (or REDIS_SENTINELS) to the service's Redis", file=sys.stderr)
-        return EXIT_CONFIG
+        embedded = EmbeddedRedis(config)
+        if not embedded.socket.exists():
+            print(f"taskport: error: no embedded Redis runs in {embedded.dir}: run this where `taskport up` runs (or "
+                  "set TASKPORT_DATA_DIR to its data dir), or set REDIS_URL to the service's Redis", file=sys.stderr)
+            return EXIT_FAILURE
+        config = replace(config, redis_url=embedded.url)
     limit = max(1, min(args.limit, audit.MAX_LIMIT))
     try:
         page = audit.read(connection.connect(config), task_id=args.task, member=args.member, limit=limit)
@@ -186,15 +247,19 @@ def _audit_line(e: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskport", description=DESCRIPTION)
+    add_global_options(parser)  # --url, --api-key of the client commands, also before the command
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("web", help="serve the HTTP API with gunicorn on $PORT").set_defaults(run=cmd_web)
-    for role, what in (("worker", "one RQ worker"), ("scheduler", "rq-scheduler")):
+    for role, what in (("worker", "one RQ worker"), ("scheduler", "rq-scheduler"),
+                       ("deliverer", "the callback deliverer (an RQ worker on the callbacks queue)")):
         p = sub.add_parser(role, help=f"run {what}")
         p.add_argument("--name", help="its name in Redis (default: random)")
         p.set_defaults(run=cmd_role)
     sub.add_parser("up", help="run everything locally (embedded Redis unless REDIS_URL is set)").set_defaults(
         run=cmd_up)
-    sub.add_parser("config", help="print the configuration table as markdown").set_defaults(run=cmd_config)
+    p = sub.add_parser("config", help="print every setting's value in effect and where it came from")
+    p.add_argument("--defaults", action="store_true", help="print the defaults as a markdown table instead")
+    p.set_defaults(run=cmd_config)
     add_client_commands(sub)  # submit, status, result, cancel, retry, history, watch, schedules
     add_audit_command(sub)
     return parser

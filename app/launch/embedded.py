@@ -19,6 +19,11 @@ its whole life (the kernel drops it when the owner dies, however it dies). A red
 on the pidfile of an unlocked dir is an orphan of a launcher that was killed; it is shut down
 (cleanly, so its AOF is complete) before a new one starts on the same files.
 
+Its memory is bounded (``TASKPORT_REDIS_MAXMEMORY``, 1 GiB by default: docs/configuration.md says why) with
+the ``noeviction`` policy: an evicted key would be a task, a queued job or an index entry lost without a
+word, while a full server refuses writes, which the web answers with 503 and ``Retry-After``
+(app.web.errors) while reads keep working.
+
 The process toolkit it uses (liveness, ending a process, free ports) is :mod:`app.core.process`.
 """
 
@@ -195,6 +200,8 @@ class EmbeddedRedis:
             "--appendonly", "yes",
             "--appendfsync", self.config.redis_fsync,
             "--save", "",  # no RDB snapshots: the AOF is the one persistence
+            "--maxmemory", str(self.config.redis_maxmemory_bytes),
+            "--maxmemory-policy", "noeviction",  # full = writes refused (503), never a task evicted
         ]
 
     def _take_ownership(self) -> None:

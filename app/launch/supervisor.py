@@ -16,6 +16,10 @@ The policy written into the generated ``supervisord.conf`` (app.launch.superviso
   SIGKILL to the process group after ``STOP_WAIT`` s), then Redis (which flushes its AOF). Another
   SIGTERM meanwhile (make forwards the one its process group got; platforms repeat theirs) changes
   nothing: the stop goes on as it began, and whatever is left after ``STOP_DEADLINE`` s is killed.
+
+supervisord runs through this module (``--supervisord``, :func:`run_supervisord`) so that its own lines
+(``spawned: 'web' with pid 4101``, ``exited: worker.1 (terminated by SIGKILL; not expected)``) come out in the
+format of every other process (app.core.logs), not in supervisor's ``2026-12-01 19:29:56,084 INFO ...``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import select
 import signal
@@ -38,19 +43,31 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 import redis
 
 from app.core.config import Config, without_settings
+from app.core.logs import make_handler
 from app.core.process import die_with_parent, kill_session
 from app.launch.embedded import EmbeddedRedis, EmbeddedRedisError
-from app.launch.supervisorconf import GAVE_UP, REDIS_STOP_WAIT, START_RETRIES, STOP_WAIT, WEB_ENV, WEB_ENV_FLAG, render
+from app.launch.supervisorconf import (
+    GAVE_UP,
+    LAUNCHER,
+    REDIS_STOP_WAIT,
+    START_RETRIES,
+    STOP_WAIT,
+    WEB_ENV,
+    WEB_ENV_FLAG,
+    render,
+)
 
 STOP_DEADLINE = STOP_WAIT + REDIS_STOP_WAIT + 5  # after the workers' stop grace: see stop_deadline()
 TICK = 1.0  # seconds between two looks at supervisord when nothing woke `up` (a signal or its exit does)
 POLL = 0.1  # the same without a pidfd (not Linux), where only a look tells that supervisord exited
 READY_TIMEOUT = 60.0  # seconds `up` waits for the web to answer /healthz before saying so
+SUPERVISORD_FLAG = "--supervisord"  # python -m app.launch.supervisor --supervisord ARGS: supervisord, our log format
+SUPERVISORD_LOGGER = "supervisor"  # the logger name its lines carry
 
 
 def stop_deadline(config: Config) -> float:
@@ -123,7 +140,7 @@ class Launcher:
 
     def _start(self, conf: Path, config: Config) -> None:
         env = secret_free(config)
-        command = [sys.executable, "-m", "supervisor.supervisord", "--configuration", str(conf)]
+        command = [sys.executable, "-m", LAUNCHER, SUPERVISORD_FLAG, "--configuration", str(conf)]
         # its own session: a Ctrl-C reaches `up` only, which stops supervisord (and so everything) in order;
         # and it gets SIGTERM should `up` itself be killed, however
         self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -315,6 +332,43 @@ def watch(gave_up: Path, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,
         childutils.listener.ok(stdout)
 
 
+# -- supervisord in our log format -----------------------------------------------------------------
+
+
+def run_supervisord(argv: list[str]) -> int:
+    """Run supervisord in this process (``argv``: its command line), its own log lines written to stdout, where
+    it wrote them, in the format of every other process: its stdout handler forwards each record to a logger
+    with our handler (supervisor's levels are logging's numbers: CRIT 50 ... DEBG 10; its TRAC and BLAT go as
+    DEBUG). The programs' output, which supervisord copies to /dev/stdout itself, is untouched."""
+    from supervisor import loggers, supervisord
+
+    target = logging.getLogger(SUPERVISORD_LOGGER)
+    handler = make_handler("supervisord")
+    handler.setStream(sys.stdout)
+    target.addHandler(handler)
+    target.propagate = False
+    target.setLevel(logging.DEBUG)  # supervisord's own loglevel (supervisorconf) decides what it sends
+
+    class Forwarded(loggers.Handler):  # type: ignore[misc]  # supervisor has no type hints
+        def emit(self, record: Any) -> None:
+            target.log(max(record.level, logging.DEBUG), "%s", record.asdict()["message"].rstrip("\n"))
+
+        def flush(self) -> None:
+            handler.flush()
+
+        def close(self) -> None:
+            pass  # never our stdout
+
+    def handle_stdout(logger: Any, fmt: str) -> None:
+        forwarded = Forwarded()
+        forwarded.setLevel(logger.level)
+        logger.addHandler(forwarded)
+
+    loggers.handle_stdout = handle_stdout  # what ServerOptions.make_logger calls in the foreground (nodaemon)
+    supervisord.main(argv)
+    return 0
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write ``path`` anew, readable by its owner only."""
     path.unlink(missing_ok=True)
@@ -325,4 +379,6 @@ def _write_private(path: Path, text: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == WEB_ENV_FLAG:  # the web program: python -m app.launch.supervisor --web-env FILE COMMAND...
         with_web_env(Path(sys.argv[2]), sys.argv[3:])
+    if sys.argv[1] == SUPERVISORD_FLAG:  # supervisord itself: python -m app.launch.supervisor --supervisord ARGS
+        sys.exit(run_supervisord(sys.argv[2:]))
     sys.exit(watch(Path(sys.argv[1])))

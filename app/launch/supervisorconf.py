@@ -90,12 +90,14 @@ def worker_slot_name(config: Config, process_num: str = PROCESS_NUM) -> str:
 def programs(config: Config, redis_command: list[str] | None, state_dir: Path) -> list[Program]:
     """Everything ``up`` runs; ``redis_command`` is the embedded redis-server's (None with REDIS_URL)."""
     role = [sys.executable, "-m", "app.launch.cli"]
-    web = [sys.executable, "-m", LAUNCHER, WEB_ENV_FLAG, str(state_dir / WEB_ENV), *role, "web"]
+    with_web_env = [sys.executable, "-m", LAUNCHER, WEB_ENV_FLAG, str(state_dir / WEB_ENV)]
     worker = [*role, "worker", "--name", worker_slot_name(config)]
     found = [
-        Program("web", web, priority=10),
+        Program("web", [*with_web_env, *role, "web"], priority=10),
         Program("worker", worker, priority=10, numprocs=config.workers, stop_wait=worker_stop_wait(config)),
         Program("scheduler", [*role, "scheduler"], priority=10),
+        # the web's settings file: the callback signing secrets are among them (app.core.config.TRUSTED_ROLES)
+        Program("deliverer", [*with_web_env, *role, "deliverer"], priority=10),
     ]
     if redis_command:
         found.insert(0, Program("redis", redis_command, priority=1, stop_wait=REDIS_STOP_WAIT, as_group=False))

@@ -22,7 +22,7 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     from app.core import processors
     from app.core.logs import setup_logging
     from app.web import auth, dashboard, errors, limits, metrics
-    from app.web.api import audit, docs, events, health, page, schedules, tasks
+    from app.web.api import audit, batches, docs, events, health, page, schedules, tasks
     from app.web.api import metrics as metrics_api
     from app.web.runtime import Runtime
     from app.web.webapp import TaskportFlask
@@ -40,6 +40,7 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     auth.init_app(app, config)
     limits.init_app(app, config, rt.members, rt.redis)
     dashboard.init_app(app, config, rt.redis)
-    for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp, audit.bp, schedules.bp):
+    for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp, audit.bp, schedules.bp,
+                      batches.bp):
         app.register_blueprint(blueprint)
     return app

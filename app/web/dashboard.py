@@ -15,7 +15,15 @@ Choices: an empty ``TASKPORT_DASHBOARD_PASSWORD`` turns the dashboard off (404 "
 before any credential check); wrong or missing credentials get 401 with ``WWW-Authenticate: Basic``;
 ``RQ_DASHBOARD_DISABLE_DELETE`` hides deleting and emptying. Requeueing a taskport job runs its task
 again when it is FAILED or CANCELLED, and is otherwise refused with a 409 saying why (app.web.requeue);
-any other job is requeued by RQ.
+any other job is requeued by RQ. Compacting a queue is refused (403): RQ's compact moves the whole queue
+through a temporary key, so a crash midway loses its jobs and jobs submitted meanwhile jump ahead, and
+taskport removes the jobs of ended tasks itself.
+
+Arguments: rq-dashboard 0.9 answers an unknown job, queue, registry, page or Redis instance with a 500 and
+a traceback in the log. Each view of this app first checks the ones its URL carries (:func:`argument_problem`)
+and answers 404 problem+json naming the one at fault. Its job page renders a job's exception, description
+and metadata as HTML, unescaped: they are escaped here (:func:`_escaped`), since a task's error message is a
+processor's text. The queue list marks a paused queue (app.web.readiness.QueuePauses) in its name.
 
 Cross-site requests: a browser sends the operator's saved Basic credentials with any request to this
 host, including one an image tag or a form on another site makes. So every route of rq-dashboard that
@@ -32,23 +40,35 @@ from __future__ import annotations
 
 import functools
 import hmac
+import html
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 import rq_dashboard
-from flask import Flask, Response, current_app, request
+from flask import Flask, Response, current_app, jsonify, request
+from rq import Queue
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
 from werkzeug.exceptions import MethodNotAllowed
 
 from app.core.config import Config
 from app.core.jobs import register_queues
 from app.web import requeue
-from app.web.errors import Forbidden, NotFound, Unauthorized, render
+from app.web.errors import AppError, Forbidden, NotFound, Unauthorized, render
+from app.web.readiness import QueuePauses
 
 PREFIX = "/rq"
 BLUEPRINT = "rq_dashboard"
 REALM = 'Basic realm="taskport operators", charset="UTF-8"'
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # the ids RQ allows
+REGISTRIES = ("queued", "failed", "deferred", "started", "finished", "scheduled", "canceled")  # rq-dashboard's
+ORDERS = ("asc", "dsc")
+MAX_PER_PAGE = 200  # the job list's own bound (its "jobs per page" field)
+ESCAPED = ("exc_info", "description", "metadata")  # what its job page renders as raw HTML
+JOB_GONE = "no such job (it may have ended and been trimmed)"
 
 
 def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
@@ -62,9 +82,13 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
     hooks[:] = [hook for hook in hooks if hook is not rq_dashboard.web.push_rq_connection]
     app.redis_conn = conn  # type: ignore[attr-defined]  # what setup_rq_connection would set, minus the connect
     requeue.wrap(app, BLUEPRINT)  # a taskport job's Requeue runs its task again, or says why not
-    for endpoint, view in list(app.view_functions.items()):
+    views = app.view_functions
+    views[f"{BLUEPRINT}.compact_queue"] = _refuse_compact
+    views[f"{BLUEPRINT}.job_info"] = _escaped(views[f"{BLUEPRINT}.job_info"])
+    views[f"{BLUEPRINT}.list_queues"] = _marked_paused(views[f"{BLUEPRINT}.list_queues"], conn)
+    for endpoint, view in list(views.items()):
         if endpoint.startswith(f"{BLUEPRINT}."):
-            app.view_functions[endpoint] = _with_connection(view, conn)
+            views[endpoint] = _with_connection(view, conn)
     app.before_request(functools.partial(_guard, config.dashboard_user, config.dashboard_password,
                                          mutating_endpoints(app)))
 
@@ -84,13 +108,90 @@ def mutating_endpoints(app: Flask) -> frozenset[str]:
 
 
 def _with_connection(view: Callable[..., Any], conn: redis.Redis) -> Callable[..., Any]:
-    """``view`` run with ``conn`` as the dashboard's connection (rq-dashboard's hook replaces it per request)."""
+    """``view`` run with ``conn`` as the dashboard's connection (rq-dashboard's hook replaces it per request),
+    once the arguments of its URL name things that exist."""
 
     @functools.wraps(view)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         current_app.redis_conn = conn  # type: ignore[attr-defined]
         register_queues(conn)  # high, default and low listed even before their first job (workers do it too)
-        return view(*args, **kwargs)
+        problem = argument_problem(conn, kwargs)
+        if problem is not None:
+            return render(problem)
+        try:
+            return view(*args, **kwargs)
+        except NoSuchJobError:  # it ended and was trimmed between the check and the read
+            return render(_not_found("job_id", JOB_GONE))
+
+    return wrapped
+
+
+def argument_problem(conn: redis.Redis, args: dict[str, Any]) -> AppError | None:
+    """What is wrong with the arguments of a dashboard URL (a 404 naming the one at fault), or None."""
+    if args.get("instance_number", 0) != 0:
+        return _not_found("instance_number", "this dashboard shows one Redis, instance 0")
+    for name in ("per_page", "page"):
+        if name in args and not _page_number(args[name], MAX_PER_PAGE if name == "per_page" else None):
+            bound = f"1 to {MAX_PER_PAGE}" if name == "per_page" else "1 or more"
+            return _not_found(name, f"{name} must be a whole number, {bound}")
+    if args.get("order", "asc") not in ORDERS:
+        return _not_found("order", "order must be asc or dsc")
+    if args.get("registry_name", "queued") not in REGISTRIES:
+        return _not_found("registry_name", f"registry_name must be one of {', '.join(REGISTRIES)}")
+    queue = args.get("queue_name")
+    if queue is not None and not conn.sismember(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queue):
+        return _not_found("queue_name", "no such queue")
+    job_id = args.get("job_id")
+    if job_id is not None and not (JOB_ID.fullmatch(job_id) and conn.exists(Job.key_for(job_id))):
+        return _not_found("job_id", JOB_GONE)
+    return None
+
+
+def _page_number(value: Any, most: int | None) -> bool:
+    text = str(value)
+    return text.isascii() and text.isdigit() and len(text) <= 6 and 1 <= int(text) <= (most or 10**6)
+
+
+def _not_found(field: str, why: str) -> NotFound:
+    return NotFound(why, errors={field: [why]})
+
+
+def _refuse_compact(queue_name: str) -> Response:
+    why = ("compacting a queue is turned off: RQ's compact moves the whole queue through a temporary key (a crash "
+           "midway loses its jobs, and jobs submitted meanwhile jump ahead), and taskport removes the jobs of "
+           "ended tasks itself")
+    return render(Forbidden(why, slug="compact-disabled", title="Compacting is turned off"))
+
+
+def _escaped(view: Callable[..., Any]) -> Callable[..., Any]:
+    """rq-dashboard's job data with the fields its job page renders unescaped (``ESCAPED``) HTML-escaped."""
+
+    @functools.wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        response, headers = view(*args, **kwargs)
+        doc = response.get_json()
+        for name in ESCAPED:
+            if isinstance(doc.get(name), str):
+                doc[name] = html.escape(doc[name])
+        return jsonify(doc), response.status_code, headers
+
+    return wrapped
+
+
+def _marked_paused(view: Callable[..., Any], conn: redis.Redis) -> Callable[..., Any]:
+    """rq-dashboard's queue list with ``paused`` on each queue, and " (paused)" after a paused queue's name (the
+    name is what its queue page shows; the links stay the queue's own)."""
+
+    @functools.wraps(view)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        response, headers = view(*args, **kwargs)
+        doc = response.get_json()
+        paused = set(QueuePauses(conn).paused())
+        for queue in doc.get("queues", []):
+            queue["paused"] = queue["name"] in paused
+            if queue["paused"]:
+                queue["name"] = f"{queue['name']} (paused)"
+        return jsonify(doc), response.status_code, headers
 
     return wrapped
 

@@ -85,6 +85,16 @@ class ValidationFailed(AppError):
         super().__init__(detail or f"invalid field: {first}", errors=errors, **extra)
 
 
+class BodyStalled(AppError):
+    """The client stopped sending its request body (app.web.webworker.ClientBody): a client's fault, not a 5xx."""
+
+    status, slug, title = 408, "request-timeout", "Request timeout"
+
+    def __init__(self, seconds: float | None) -> None:
+        wait = f"{seconds:g} s" if seconds else "too long"
+        super().__init__(f"the request body stopped arriving: no byte for {wait} before its end; send it whole")
+
+
 class TooManyRequests(AppError):
     status, slug, title = 429, "too-many-requests", "Too many requests"
 

@@ -5,6 +5,12 @@ implementation whose Redis storage is atomic across every web process, with the 
 headers, which is more than a home-made INCR/EXPIRE would give. Only the task API (submit, status,
 result, events, cancel, history) is limited: health checks, metrics, the page and the dashboard are not.
 Over the limit the answer is 429 problem+json with ``Retry-After`` (rendered by app.web.errors).
+
+flask-limiter writes its ``Retry-After`` (the seconds to its window's end, truncated: often 0) on *every*
+response it counted, over the one the view set: a 202's or a poll's ``Retry-After: 1`` became 0 a third of
+the time, the active-task cap's 5 became 4. So it writes into a header of its own here
+(:data:`LIMITER_RETRY_AFTER`), which becomes ``Retry-After`` only on the limiter's own 429 and is dropped
+from every other answer, whose ``Retry-After`` (or none) is the contract's (docs/api.md).
 """
 
 from __future__ import annotations
@@ -12,14 +18,21 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response, request
-from flask_limiter import Limiter
+from flask_limiter import HeaderNames, Limiter
 from redis import Redis
 
 from app.core.config import Config
 from app.core.keys import PREFIX
 from app.web.auth import Members
 
-LIMITED_BLUEPRINTS = frozenset({"tasks", "events", "schedules"})
+LIMITED_BLUEPRINTS = frozenset({"tasks", "events", "schedules", "batches"})
+LIMITER_RETRY_AFTER = "X-Taskport-Limiter-Retry-After"  # never sent: see the module docstring
+
+
+def _cost() -> int:
+    from app.web.api.batches import SUBMIT_ENDPOINT, request_cost  # here: the views import the app's modules
+
+    return request_cost() if request.endpoint == SUBMIT_ENDPOINT else 1
 
 
 def init_app(app: Flask, config: Config, members: Members, conn: Redis) -> Limiter | None:
@@ -31,10 +44,12 @@ def init_app(app: Flask, config: Config, members: Members, conn: Redis) -> Limit
 
     # Registered before the limiter's own header hook, so it runs after it (Flask runs them in reverse).
     @app.after_request
-    def _retry_after_at_least_one_second(response: Response) -> Response:
-        # flask-limiter truncates the wait to whole seconds: "0" in the last second of a window.
-        if response.status_code == 429 and response.headers.get("Retry-After") == "0":
-            response.headers["Retry-After"] = "1"
+    def _limiter_retry_after_on_its_429_only(response: Response) -> Response:
+        wait = response.headers.pop(LIMITER_RETRY_AFTER, None)
+        # the limiter's own 429 is the one without a Retry-After of the app's (app.web.errors renders it)
+        if wait is not None and response.status_code == 429 and "Retry-After" not in response.headers:
+            # flask-limiter truncates the wait to whole seconds: "0" in the last second of a window
+            response.headers["Retry-After"] = str(max(1, int(wait)))
         return response
 
     limiter = Limiter(
@@ -42,11 +57,13 @@ def init_app(app: Flask, config: Config, members: Members, conn: Redis) -> Limit
         app=app,
         default_limits=[config.request_limit],
         default_limits_exempt_when=lambda: request.blueprint not in LIMITED_BLUEPRINTS,
+        default_limits_cost=_cost,  # a batch counts one request per task (app.web.api.batches.request_cost)
         storage_uri="redis://",
         # the app's own pool: same server, same timeouts, and fakeredis in unit tests
         storage_options={"connection_pool": conn.connection_pool},  # type: ignore[dict-item]
         key_prefix=f"{PREFIX}limit",
         strategy="fixed-window",  # one INCR per request; a moving window costs a sorted set per member
-        headers_enabled=True,  # X-RateLimit-* and, on 429, Retry-After
+        headers_enabled=True,  # X-RateLimit-*, and its Retry-After under a name of its own (see above)
+        header_name_mapping={HeaderNames.RETRY_AFTER: LIMITER_RETRY_AFTER},
     )
     return limiter

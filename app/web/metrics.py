@@ -4,8 +4,8 @@ Each app gets its own :class:`~prometheus_client.CollectorRegistry` (no global s
 build many apps). It holds:
 
 - :class:`RedisCollector`, which on every scrape reads, in one pipelined round trip, the RQ queue
-  lengths and registry sizes, the RQ worker count, the number of PROCESSING tasks and the task
-  counters (:class:`~app.core.stats.Stats`: every field becomes ``taskport_tasks_total{event="<field>"}``,
+  lengths and registry sizes, which queues are paused, the RQ worker count, the number of PROCESSING tasks
+  and the task counters (:class:`~app.core.stats.Stats`: every field becomes ``taskport_tasks_total{event="<field>"}``,
   whoever increments it). These describe the whole deployment: any web process answers the same.
 - :class:`HttpMetrics`, a counter and a latency histogram of the requests *this process* served,
   updated by a WSGI wrapper around the app. With several gunicorn worker processes each process counts only its
@@ -31,7 +31,9 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from rq import Queue, Worker
 from rq.registry import CanceledJobRegistry
+from rq.utils import as_text
 
+from app.core import keys
 from app.core.indexes import RunningIndex
 from app.core.states import QUEUES
 from app.core.stats import Stats
@@ -59,6 +61,7 @@ class RedisCollector:
             queue = Queue(name, connection=conn)
             self.queue_keys.append((name, queue.key))
             for registry, obj in (("started", queue.started_job_registry), ("failed", queue.failed_job_registry),
+                                  ("finished", queue.finished_job_registry),
                                   ("canceled", CanceledJobRegistry(name, connection=conn)),
                                   ("scheduled", queue.scheduled_job_registry),
                                   ("deferred", queue.deferred_job_registry)):
@@ -90,14 +93,19 @@ class RedisCollector:
         pipe.scard(Worker.redis_workers_keys)
         pipe.zcard(RunningIndex.key)
         pipe.hgetall(Stats.key)
+        pipe.smembers(keys.PAUSED_QUEUES)
         return list(pipe.execute())
 
     def _families(self, values: list[Any] | None = None) -> list[Metric]:
         up = GaugeMetricFamily("taskport_redis_up", "1 if Redis answered this scrape, else 0")
         queued = GaugeMetricFamily("taskport_queue_length", "jobs waiting in an RQ queue", labels=["queue"])
         registries = GaugeMetricFamily(
-            "taskport_rq_jobs", "jobs in an RQ queue's registry (started, failed, canceled, scheduled, deferred)",
+            "taskport_rq_jobs",
+            "jobs in an RQ queue's registry (started, failed, finished, canceled, scheduled, deferred)",
             labels=["queue", "registry"])
+        paused = GaugeMetricFamily(
+            "taskport_queue_paused", "1 while operators paused the queue (no worker takes its jobs), else 0",
+            labels=["queue"])
         workers = GaugeMetricFamily("taskport_rq_workers", "RQ workers registered in Redis")
         running = GaugeMetricFamily("taskport_tasks_processing", "tasks PROCESSING now (those with a heartbeat)")
         totals = CounterMetricFamily("taskport_tasks", "task lifecycle events since the data began", labels=["event"])
@@ -106,7 +114,7 @@ class RedisCollector:
         housekeeping = GaugeMetricFamily(
             "taskport_housekeeping_age_seconds", "seconds since a housekeeping pass last ended (absent: never)",
             labels=["pass"])
-        families: list[Metric] = [up, queued, registries, workers, running, totals, listening, housekeeping]
+        families: list[Metric] = [up, queued, registries, paused, workers, running, totals, listening, housekeeping]
         if values is None:
             return families
         it = iter(values)
@@ -119,6 +127,9 @@ class RedisCollector:
         running.add_metric([], next(it))
         for field, value in sorted(Stats.decode(next(it)).items()):
             totals.add_metric([field], value)
+        held = {as_text(name) for name in next(it)}
+        for name, _ in self.queue_keys:
+            paused.add_metric([name], 1 if name in held else 0)
         for name, n in next(it).items():
             listening.add_metric([name], n)
         for name, age in next(it).items():

@@ -13,6 +13,10 @@ Two facts, read from RQ's own records in Redis (nothing new is written for them)
 
 ``/readyz`` reports both, ``/metrics`` exports them, and a submit while no worker listens on the
 task's queue gets a ``Taskport-Warning`` header (see :meth:`app.web.service.TaskService.unserved`).
+
+And one fact operators set: the **paused queues** (:class:`QueuePauses`, ``keys.PAUSED_QUEUES``), from which
+no worker takes a job until they are resumed (workers.worker.HonoursPauses). ``/readyz``, ``/metrics`` and
+rq-dashboard show them; a pause is not a problem of readiness (the web still accepts submits, which wait).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rq.job import Job
 from rq.utils import as_text, str_to_date
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
+from app.core import keys
 from app.core.config import Config
 from app.core.schedule import PASSES
 from app.core.schedule import job_id as housekeeping_job_id
@@ -53,6 +58,26 @@ def live_workers(conn: redis.Redis) -> dict[str, int]:
     return {name: sum(1 for _ in worker_keys if next(alive)) for name, worker_keys in zip(QUEUES, members, strict=True)}
 
 
+class QueuePauses:
+    """The queues operators paused: read by /readyz, /metrics and the dashboard, set by the operator API."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.redis = conn
+
+    def paused(self) -> list[str]:
+        """The paused queues, in the workers' order (high, default, low)."""
+        names = {as_text(name) for name in self.redis.smembers(keys.PAUSED_QUEUES)}  # type: ignore[union-attr]
+        return [name for name in QUEUES if name in names]
+
+    def pause(self, queue: str) -> bool:
+        """Pause ``queue`` (one of QUEUES); True if it was not paused yet."""
+        return bool(self.redis.sadd(keys.PAUSED_QUEUES, queue))
+
+    def resume(self, queue: str) -> bool:
+        """Resume ``queue``; True if it was paused."""
+        return bool(self.redis.srem(keys.PAUSED_QUEUES, queue))
+
+
 def housekeeping_ages(conn: redis.Redis, now: datetime | None = None) -> dict[str, float | None]:
     """Pass -> seconds since it last ended (None: it never ran, or its record is gone)."""
     now = now or datetime.now(UTC)
@@ -72,11 +97,13 @@ class Readiness:
     housekeeping: dict[str, float | None]
     interval: int
     problems: list[str] = field(default_factory=list)
+    paused: list[str] = field(default_factory=list)
 
     @classmethod
     def read(cls, conn: redis.Redis, config: Config) -> Readiness:
         workers = live_workers(conn)
         ages = housekeeping_ages(conn)
+        paused = QueuePauses(conn).paused()
         limit = STALE_INTERVALS * config.housekeeping_interval
         problems = [f"no worker listens on queue {name}" for name, n in workers.items() if n == 0]
         for name, age in ages.items():
@@ -85,7 +112,7 @@ class Readiness:
             elif age > limit:
                 problems.append(f"housekeeping pass {name} last ran {age:.0f} s ago (limit {limit} s): "
                                 "is a scheduler running?")
-        return cls(workers, ages, config.housekeeping_interval, problems)
+        return cls(workers, ages, config.housekeeping_interval, problems, paused)
 
     @property
     def ready(self) -> bool:
@@ -97,6 +124,7 @@ class Readiness:
             "status": "ready" if self.ready else "degraded",
             "store": "ok",  # Redis answered (when it does not, /readyz is a 503 problem instead)
             "workers": self.workers,
+            "paused_queues": self.paused,  # no worker takes their jobs until resumed (taskport resume QUEUE)
             "housekeeping": {
                 "interval_seconds": self.interval,
                 "last_run_seconds_ago": {k: None if v is None else round(v, 1) for k, v in self.housekeeping.items()},

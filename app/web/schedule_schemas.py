@@ -23,7 +23,8 @@ MAX_NAME = 100
 
 
 class ScheduleTaskSchema(Schema):
-    """What each fire time submits: ``type``, ``payload`` (checked against the type's schema), ``priority``."""
+    """What each fire time submits: ``type``, ``payload`` (checked against the type's schema), ``priority`` and
+    ``callback`` (checked as a submit's)."""
 
     class Meta:
         unknown = RAISE
@@ -31,6 +32,7 @@ class ScheduleTaskSchema(Schema):
     type = copy.deepcopy(SubmitSchema._declared_fields["type"])
     payload = copy.deepcopy(SubmitSchema._declared_fields["payload"])
     priority = copy.deepcopy(SubmitSchema._declared_fields["priority"])
+    callback = copy.deepcopy(SubmitSchema._declared_fields["callback"])
 
 
 def _check_cron(value: str) -> None:

@@ -13,8 +13,8 @@ from app.core.config import Config
 from app.core.history import decode_cursor
 from app.core.ids import is_task_id
 from app.core.schedules import Schedule, ScheduleCapReached, SchedulePage, ScheduleStore
+from app.core.urls import api_path, task_path
 from app.web.errors import NotFound, TooManyRequests
-from app.web.urls import api_path, task_path
 
 log = logging.getLogger(__name__)
 CAP_RETRY_AFTER = 60  # seconds: a 429 for the schedule cap lasts until the member deletes one

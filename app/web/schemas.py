@@ -8,8 +8,8 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from app.core.fields import JsonNumber
 from app.core.history import CURSOR_PATTERN
-from app.core.states import QUEUES, STORED
-from app.web.urls import task_path
+from app.core.states import QUEUES, STORED, CallbackState
+from app.core.urls import task_path
 
 MAX_DEDUP_KEY = 128
 MAX_TYPE = 200  # characters of a task type name (submit, and the history filter)
@@ -48,6 +48,12 @@ class SubmitSchema(Schema):
     after = fields.List(fields.String(), validate=validate.Length(min=1, max=MAX_AFTER), load_default=None, metadata={
         "description": "ids of your tasks (1-100) this one runs after: queued once all are COMPLETED, FAILED -6 "
                        "when one ends otherwise"})
+    # a plain object here (the fast envelope path mirrors no Nested field); app.web.intake loads it with
+    # app.web.callback_schemas.CallbackSchema, errors named callback.url / callback.events
+    callback = fields.Dict(keys=fields.String(), load_default=None, metadata={
+        "description": "`{\"url\": \"https://...\", \"events\": [...]}`: a signed POST of the status document "
+                       "when the task enters one of `events` (default COMPLETED, FAILED, CANCELLED, EXPIRED); see "
+                       "docs/clients.md, Callbacks"})
 
 
 class HistoryQuerySchema(Schema):
@@ -85,6 +91,12 @@ class LinksSchema(Schema):
     events = fields.String()
 
 
+class CallbackStateSchema(Schema):
+    state = fields.String(validate=validate.OneOf([s.value for s in CallbackState]))
+    attempts = fields.Integer(metadata={"description": "delivery attempts so far, the successful one included"})
+    last_status = fields.Integer(allow_none=True, metadata={"description": "the HTTP status of the last attempt"})
+
+
 class StatusDocumentSchema(Schema):
     """The task status document (documentation only: the hot path renders it without a schema)."""
 
@@ -108,7 +120,12 @@ class StatusDocumentSchema(Schema):
         "description": "the time the submit asked it to run at (`run_at`/`delay`), null without; PENDING and "
                        "not queued until then"})
     waiting_for = fields.List(fields.String(), allow_none=True, metadata={
-        "description": "the tasks of its `after` not COMPLETED yet, while it is PENDING (null otherwise)"})
+        "description": "the tasks of its `after` not COMPLETED yet (for a batch's `then` task: the batch id), while "
+                       "it is PENDING (null otherwise)"})
+    batch_id = fields.String(allow_none=True, metadata={
+        "description": "the batch it was submitted in, or whose `then` task it is (null otherwise)"})
+    callback = fields.Nested(CallbackStateSchema, allow_none=True, metadata={
+        "description": "its callback's latest delivery (null without a callback)"})
     links = fields.Nested(LinksSchema)
 
 

@@ -16,7 +16,7 @@ import orjson
 import redis
 
 from app.core import audit
-from app.core.answers import ActiveCapReached, Created, Transition, WithResult
+from app.core.answers import ActiveCapReached, Created, StoredBytesReached, Transition, WithResult
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import Histories, Page, decode_cursor
@@ -43,6 +43,18 @@ def over_active_cap(exc: ActiveCapReached) -> TooManyRequests:
         "wait for some to finish or cancel some",
         retry_after=ACTIVE_CAP_RETRY_AFTER, limit="max_active_tasks", cap=exc.cap, active=exc.active,
     )
+STORED_BYTES_RETRY_AFTER = 60  # seconds: a 429 for the stored-bytes quota lasts until tasks end and expire
+
+
+def over_stored_bytes(exc: StoredBytesReached) -> TooManyRequests:
+    """The 429 for a submit (or batch) whose payloads would take the member past its quota of bytes in Redis."""
+    return TooManyRequests(
+        f"your tasks hold {exc.held} bytes in Redis, and this submit would pass the {exc.cap} bytes one member may hold "
+        "(TASKPORT_MAX_STORED_BYTES): wait for results to expire, or cancel tasks",
+        retry_after=STORED_BYTES_RETRY_AFTER, limit="max_stored_bytes", cap=exc.cap, held=exc.held,
+    )
+
+
 UNKNOWN_TASK = "No such task."  # an ``after`` id that is unknown, malformed or someone else's: the same words
 
 
@@ -71,7 +83,7 @@ class TaskService:
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
                priority: str | None, submitted: dict[str, Any] | None = None, *, run_at: int | None = None,
-               after: Sequence[str] | None = None) -> Created:
+               after: Sequence[str] | None = None, callback: dict[str, Any] | None = None) -> Created:
         """Create and queue a task, or name (and read) the task holding the dedup key: one round trip either way.
 
         ``payload`` is the validated payload the processor gets; the dedup hash covers ``submitted``,
@@ -81,10 +93,13 @@ class TaskService:
         dedup = dedup_digest(task_type, payload if submitted is None else submitted, dedup_key)
         try:
             outcome = create_task(self.store, self.jobs, member, task_type, payload, dedup, priority, run_at=run_at,
-                                  after=self._owned_ids(member, after) if after is not None else ())
+                                  after=self.owned_ids(member, after) if after is not None else (), callback=callback)
         except ActiveCapReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise over_active_cap(exc) from None
+        except StoredBytesReached as exc:
+            log.info("submit of %s by %s refused: %s", task_type, member, exc)
+            raise over_stored_bytes(exc) from None
         tlog = task_logger(log, outcome.task_id)
         if outcome.created:
             assert outcome.task is not None
@@ -93,7 +108,7 @@ class TaskService:
             tlog.info("duplicate submit of %s by %s", task_type, member)
         return outcome
 
-    def _owned_ids(self, member: str, task_ids: Sequence[str]) -> list[str]:
+    def owned_ids(self, member: str, task_ids: Sequence[str]) -> list[str]:
         """``task_ids`` once each, in order, when every one is the member's task; else ValidationFailed naming
         ``after.N`` of each that is not, with the same words for unknown, malformed and someone else's."""
         unique = list(dict.fromkeys(task_ids))

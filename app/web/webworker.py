@@ -1,14 +1,16 @@
-"""gunicorn's gevent worker with one addition: a socket timeout on every client connection (and, for both it and
-the gthread worker, gunicorn's own error answers as problem+json: :func:`write_problem`).
+"""gunicorn's gevent and gthread workers with two additions: a socket timeout on every client connection, and
+gunicorn's own error answers as problem+json (:func:`write_problem`).
 
-``--worker-class app.web.webworker.GeventWorker`` (see ``app.launch.cli.web_command``). gunicorn's own gevent
-worker puts client sockets in blocking mode with no timeout, so a client that stops reading a
+``--worker-class app.web.webworker.GeventWorker`` or ``ThreadWorker`` (see ``app.launch.cli.web_command``).
+gunicorn's own workers put client sockets in blocking mode with no timeout, so a client that stops reading a
 response (a file download read slowly, an event stream nobody drains) or stops sending a body would
-hold its greenlet and socket forever. Here a connection on which no byte moves either way for
-``TASKPORT_WEB_IO_TIMEOUT`` seconds while a request's body is read or its response written is closed.
-A request *head* has a deadline of its own: gunicorn's gevent worker reads each head under
-``--keep-alive`` seconds in all. Neither blocks any other request: each
-connection is a greenlet, so polls keep answering meanwhile.
+hold its greenlet (or thread) and socket forever. Here a connection on which no byte moves either way for
+``TASKPORT_WEB_IO_TIMEOUT`` seconds while a request's body is read or its response written is closed, with
+one info line: a body that stalls is answered 408 first (:class:`ClientBody`), a response that stalls is
+cut off. A request *head* has a deadline of its own under gevent: gunicorn's gevent worker reads each head
+under ``--keep-alive`` seconds in all. Under gevent nothing of this blocks any other request: each connection
+is a greenlet, so polls keep answering meanwhile; under gthread a stalled body or response holds one thread
+for at most the timeout.
 
 :func:`on_hang_up` lets a long response (an SSE stream) learn at once that its client closed the
 connection, instead of at its next write or two (a first write to a closed socket still succeeds).
@@ -17,10 +19,12 @@ connection, instead of at its next write or two (a first write to a closed socke
 from __future__ import annotations
 
 import contextlib
+import http
+import logging
 import resource
 import socket
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
@@ -31,9 +35,10 @@ from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
 from gunicorn.workers.gthread import ThreadWorker as _GunicornThreadWorker
 
 from app.core.config import Config
-from app.web.errors import PROBLEM_JSON, problem
+from app.web.errors import PROBLEM_JSON, BodyStalled, problem
 
 FILES_BESIDES_CONNECTIONS = 256  # Redis connections (a pool of 64), logs, result files being served
+log = logging.getLogger(__name__)
 
 
 def allow_open_files(wanted: int) -> None:
@@ -46,22 +51,87 @@ def allow_open_files(wanted: int) -> None:
 
 
 # gunicorn answers a request it cannot parse (an over-long request line: 414, too many or too large headers:
-# 431, a malformed request: 400) itself, before the app, with an HTML page naming what it read. These
-# details say what limit was broken without echoing the client's bytes.
+# 431, a transfer coding it does not know: 501, a malformed request: 400) itself, before the app, with an
+# HTML page naming what it read. These details say what was wrong without echoing the client's bytes; the
+# header at fault, where one is, is named in ``errors`` as the app's problems name theirs.
+TRANSFER_CODINGS = "the request's Transfer-Encoding is not one the server supports: send chunked, or a Content-Length"
 GUNICORN_DETAILS = {
     414: "the request line (method, path and query) is over the server's limit of 4094 bytes",
     431: "a request header is over the server's limit of 8190 bytes, or there are over 100 of them",
+    501: TRANSFER_CODINGS,  # the one 501 gunicorn answers: RFC 9112 6.1 (an unknown transfer coding)
 }
+GUNICORN_FIELDS = {501: ("Transfer-Encoding", "Only chunked is supported.")}
 
 
 def write_problem(sock: Any, status: int, reason: str, mesg: str) -> None:
-    """gunicorn's ``util.write_error``, answering problem+json like the app instead of an HTML page."""
+    """gunicorn's ``util.write_error``, answering problem+json like the app instead of an HTML page.
+
+    gunicorn passes the reason "Bad Request" with statuses that are not 400 (its 501, and the 500 of a
+    configuration problem): those get their status's own phrase, as title and in the status line."""
+    if status != http.HTTPStatus.BAD_REQUEST and reason == http.HTTPStatus.BAD_REQUEST.phrase:
+        with contextlib.suppress(ValueError):
+            reason = http.HTTPStatus(status).phrase
     detail = GUNICORN_DETAILS.get(status, "the server could not read this request" if status < 500 else
                                   "an internal error occurred")
-    body = problem(status, reason.lower().replace(" ", "-"), reason, detail).get_data()
+    named = GUNICORN_FIELDS.get(status)
+    extra = {"errors": {named[0]: [named[1]]}} if named else None
+    body = problem(status, reason.lower().replace(" ", "-"), reason, detail, extra=extra).get_data()
     head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: {PROBLEM_JSON}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n")
     gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+class ClientBody:
+    """A request's body (gunicorn's ``req.body``, which becomes ``wsgi.input``) whose read finds no byte for the
+    socket's timeout: :class:`~app.web.errors.BodyStalled` (408, rendered by the app like every error) instead
+    of a ``TimeoutError``, which the app would answer 500 with a traceback. One info line says so, and the
+    request is marked to close its connection once the 408 is written (gunicorn's ``must_close``: the rest
+    of a stalled body is never waited for)."""
+
+    def __init__(self, body: Any, req: Any, client: str, seconds: float) -> None:
+        self._body = body
+        self._req = req
+        self._client = client
+        self._seconds = seconds
+
+    def read(self, *size: int | None) -> bytes:
+        return self._guarded(self._body.read, *size)  # type: ignore[no-any-return]
+
+    def readline(self, *size: int | None) -> bytes:
+        return self._guarded(self._body.readline, *size)  # type: ignore[no-any-return]
+
+    def readlines(self, *hint: int | None) -> list[bytes]:
+        return self._guarded(self._body.readlines, *hint)  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline():
+            yield line
+
+    def _guarded(self, read: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return read(*args)
+        except TimeoutError:
+            log.info("request body stalled: no byte from %s for %g s; answered 408 and closed", self._client,
+                     self._seconds)
+            self._req.must_close = True
+            raise BodyStalled(self._seconds) from None
+
+
+@contextlib.contextmanager
+def timed_body(req: Any, addr: Any, seconds: float) -> Iterator[None]:
+    """``req`` with a :class:`ClientBody` while the app runs (gunicorn builds its environ from ``req.body``); its
+    own body again afterwards, for gunicorn's drain of what the app left unread, which has timeouts of its own."""
+    body = req.body
+    if body is not None:
+        req.body = ClientBody(body, req, _client(addr), seconds)
+    try:
+        yield
+    finally:
+        req.body = body
+
+
+def _client(addr: Any) -> str:
+    return str(addr[0]) if isinstance(addr, tuple) and addr else "?"
 
 
 class ProblemErrors:
@@ -97,11 +167,11 @@ class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
         # body and writing the response, and is lifted again before the next head is awaited.
         sock.settimeout(self.io_timeout)
         try:
-            super().handle_request(listener_name, req, sock, addr)
+            with timed_body(req, addr, self.io_timeout):
+                super().handle_request(listener_name, req, sock, addr)
         except TimeoutError:
             # a known condition, not a server fault: one line, no traceback; gunicorn then closes the socket
-            self.log.info("closed a connection from %s: no byte moved for %g s", addr[0] if addr else "?",
-                          self.io_timeout)
+            log_response_stalled(addr, self.io_timeout)
             raise StopIteration from None
         finally:
             with contextlib.suppress(OSError):
@@ -109,7 +179,34 @@ class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
 
 
 class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
-    """gunicorn's ``gthread`` worker (``TASKPORT_WEB_WORKER_CLASS=gthread``), its own errors as problem+json."""
+    """gunicorn's ``gthread`` worker (``TASKPORT_WEB_WORKER_CLASS=gthread``): its own errors as problem+json,
+    and client sockets that time out after ``TASKPORT_WEB_IO_TIMEOUT`` idle s while a body is read or a
+    response written (gunicorn's leaves them blocking with no timeout: a stalled body held its thread)."""
+
+    io_timeout: float = Config.web_io_timeout
+
+    def init_process(self) -> None:
+        self.io_timeout = Config.from_env().web_io_timeout
+        super().init_process()
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        # gunicorn made the socket blocking for this request and makes it non-blocking again for its poller
+        # once the request is done; the timeout lives in between.
+        conn.sock.settimeout(self.io_timeout)
+        try:
+            with timed_body(req, conn.client, self.io_timeout):
+                return bool(super().handle_request(req, conn))
+        except TimeoutError:
+            log_response_stalled(conn.client, self.io_timeout)
+            return False  # gunicorn closes the connection
+        finally:
+            with contextlib.suppress(OSError):
+                conn.sock.settimeout(None)
+
+
+def log_response_stalled(addr: Any, seconds: float) -> None:
+    """A known condition, not a server fault: one info line, no traceback."""
+    log.info("closed a connection from %s: no byte moved for %g s", _client(addr), seconds)
 
 
 def on_hang_up(environ: dict[str, Any], callback: Callable[[], None]) -> Callable[[], None] | None:

@@ -24,7 +24,8 @@ from tests.integration.harness import TASKS, Api, RedisServer, Stack, started_st
 
 MAX_BODY = 16 * 1024
 DOC_KEYS = {"task_id", "type", "status", "progress", "message", "items", "error", "attempts", "resumed",
-            "created_at", "started_at", "updated_at", "completed_at", "expires_at", "run_at", "waiting_for", "links"}
+            "created_at", "started_at", "updated_at", "completed_at", "expires_at", "run_at", "waiting_for",
+            "batch_id", "callback", "links"}
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 LEAKS = re.compile(r"\{tp\}:|traceback|redis", re.IGNORECASE)
@@ -226,8 +227,11 @@ def test_duplicate_is_409_naming_the_existing_task_for_any_key_order(api: Api) -
 def test_dedup_key_and_idempotency_key_header_mean_the_same(api: Api) -> None:
     key = f"k-{unique()}"
     task_id = api.create("demo.sleep", {"steps": 1}, dedup_key=key)
-    assert_duplicate(api.submit("demo.sleep", {"steps": 2}, headers={"Idempotency-Key": key}), task_id)
-    assert_duplicate(api.submit("demo.sleep", {"steps": 3}, dedup_key=key, headers={"Idempotency-Key": key}), task_id)
+    assert_duplicate(api.submit("demo.sleep", {"steps": 1}, headers={"Idempotency-Key": key}), task_id)
+    assert_duplicate(api.submit("demo.sleep", {"steps": 1}, dedup_key=key, headers={"Idempotency-Key": key}), task_id)
+    assert_duplicate(api.submit("demo.sleep", {"steps": 3}, dedup_key=key), task_id)  # a body key: the same task
+    reused = assert_problem(api.submit("demo.sleep", {"steps": 3}, headers={"Idempotency-Key": key}), 422)
+    assert list(reused["errors"]) == ["Idempotency-Key"]  # a header key reused for another request (IETF draft)
     differ = assert_problem(api.submit("demo.sleep", {}, dedup_key=key, headers={"Idempotency-Key": "other"}), 422)
     assert "dedup_key" in differ["errors"]
 

@@ -223,7 +223,7 @@ def test_up_runs_everything_and_sigterm_leaves_no_process(up_factory: Callable[.
             for task_id in running:
                 api.wait_for(task_id, "PROCESSING")
     children = up.child_pids()
-    assert set(children) == {"redis", "web", "worker.1", "worker.2", "scheduler", "watchdog"}
+    assert set(children) == {"redis", "web", "worker.1", "worker.2", "scheduler", "deliverer", "watchdog"}
     assert children["redis"] == up.redis_pid()
     supervisord = up.supervisord_pid()
     pids = {supervisord, *children.values(), *session_members(supervisord)}
@@ -250,6 +250,22 @@ def test_up_cleans_up_after_a_killed_supervisord(up_factory: Callable[..., Up]) 
     assert "supervisord ended by itself (status -9)" in up.output()
     assert not [pid for pid in pids if alive(pid)], up.output()
     assert "stopping redis-server pid" in up.output()  # cleanly (SIGTERM), so its AOF is complete
+
+
+def test_supervisords_own_lines_come_in_the_format_of_every_other_line(up_factory: Callable[..., Up]) -> None:
+    up = up_factory()
+    up.wait_for("taskport is up: http://127.0.0.1:")
+    up.popen.send_signal(signal.SIGTERM)
+    assert up.popen.wait(timeout=30) == 0, up.output()
+    out = up.output()
+    assert not re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", out, re.M), out  # supervisor's own format
+    own = [line for line in out.splitlines() if " supervisord[" in line]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert own and all(re.fullmatch(stamp + r" [A-Z]+ +supervisord\[\d+\] supervisor task_id=- \S.*", line)
+                       for line in own), own
+    said = "\n".join(own)
+    assert "spawned: 'web' with pid" in said and "stopped: web (exit status 0)" in said, said
+    assert {"redis", "web", "worker.1", "worker.2", "scheduler"} <= set(up.child_pids())  # what the harness reads
 
 
 # supervisor gives up only on starts that fail within its startsecs: a start-up slowed by contention counts as

@@ -1,7 +1,8 @@
 """The simple worker's shortened RQ bookkeeping (workers.worker.StoppableSimpleWorker), against a real
-redis-server, the worker in this process: a taskport job that succeeded is finished in one MULTI that
-leaves nothing of RQ's behind and still counts in the worker's statistics; any other job takes RQ's own
-path (its result kept); ``rq suspend`` still stops the worker from taking jobs."""
+redis-server, the worker in this process: a taskport job whose task COMPLETED is finished in one MULTI that
+keeps it in the finished registry for the window (no result record) and counts in the worker's statistics,
+one that ended nothing leaves nothing of RQ's behind; any other job takes RQ's own path (its result kept);
+``rq suspend`` still stops the worker from taking jobs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rq.job import Job, JobStatus
 from rq.suspension import resume, suspend
 
 from app.core.config import Config
+from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK
 from app.core.states import QUEUES
 from app.web import create_app
 from tests.integration.harness import RedisServer
@@ -55,22 +57,37 @@ def burst(conn: redis.Redis) -> StoppableSimpleWorker:
     return worker
 
 
-def test_succeeded_tasks_leave_no_rq_keys_and_count_in_the_worker_stats(client: FlaskClient,
-                                                                       redis_conn: redis.Redis) -> None:
+def test_succeeded_tasks_stay_in_the_finished_registry_for_the_window_and_count_in_the_worker_stats(
+        client: FlaskClient, redis_conn: redis.Redis) -> None:
     ids = submit(client, 5)
     worker = burst(redis_conn)
     assert [status(client, i) for i in ids] == ["COMPLETED"] * 5
-    for pattern in ("rq:job:*", "rq:execution:*", "rq:executions:*", "rq:results:*"):
+    for pattern in ("rq:execution:*", "rq:executions:*", "rq:results:*"):  # no result record, no execution left
         assert list(redis_conn.scan_iter(pattern)) == [], pattern
+    default = Queue("default", connection=redis_conn)
+    assert sorted(default.finished_job_registry.get_job_ids()) == sorted(ids)
+    for task_id in ids:
+        job = Job.fetch(task_id, connection=redis_conn)
+        assert job.get_status() == JobStatus.FINISHED and job.ended_at is not None
+        assert 0 < redis_conn.ttl(job.key) <= FINISHED_JOB_TTL
     for name in QUEUES:
         queue = Queue(name, connection=redis_conn)
         assert queue.started_job_registry.get_job_ids() == []
-        assert queue.finished_job_registry.get_job_ids() == []
         assert queue.failed_job_registry.get_job_ids() == []
     stats = redis_conn.hmget(worker.key, "successful_job_count", "total_working_time")
     assert int(stats[0] or 0) == 5
     assert float(stats[1] or 0) > 0
     assert redis_conn.scard(f"rq:worker:{worker.name}:executions") == 0
+
+
+def test_a_delivery_that_ends_nothing_leaves_no_rq_keys(client: FlaskClient, redis_conn: redis.Redis) -> None:
+    [task_id] = submit(client, 1)
+    assert client.delete(f"/api/v1/tasks/{task_id}").status_code == 204  # its queued job is removed with it
+    Queue("default", connection=redis_conn).enqueue_call(RUN_TASK, args=(task_id,), job_id=task_id, result_ttl=0)
+    burst(redis_conn)  # a delivery of a CANCELLED task: ignored
+    for pattern in ("rq:job:*", "rq:execution:*", "rq:executions:*", "rq:results:*"):
+        assert list(redis_conn.scan_iter(pattern)) == [], pattern
+    assert Queue("default", connection=redis_conn).finished_job_registry.get_job_ids() == []
 
 
 def test_another_job_takes_rqs_own_path_and_keeps_its_result(client: FlaskClient, redis_conn: redis.Redis) -> None:

@@ -172,7 +172,9 @@ def test_taskport_audit_prints_the_trail(store, conn, monkeypatch, capsys):
     assert orjson.loads(out)["to"] == "COMPLETED" and "more" in err
 
 
-def test_taskport_audit_without_redis_url_says_so(monkeypatch, capsys):
+def test_taskport_audit_without_redis_url_or_an_embedded_redis_says_so(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("REDIS_URL", raising=False)
-    assert main(["audit"]) == 2
-    assert "REDIS_URL" in capsys.readouterr().err
+    monkeypatch.setenv("TASKPORT_DATA_DIR", str(tmp_path))  # where no `taskport up` runs
+    assert main(["audit"]) == 1
+    err = capsys.readouterr().err
+    assert "REDIS_URL" in err and f"no embedded Redis runs in {tmp_path / 'redis'}" in err

@@ -29,7 +29,7 @@ from tests.integration.harness import wait_until
 from tests.userprocs.claims import who
 from workers import runner as runner_module
 from workers.housekeeping import Housekeeper, PassReport
-from workers.runner import Runner
+from workers.runner import RunEnd, Runner
 
 MODULE = "tests.userprocs.claims"
 
@@ -141,7 +141,8 @@ def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(conn, tmp_path, p
     new = NewTask(task_id=str(uuid.uuid4()), member="public", type="test.unstorable", payload=payload,
                   dedup_digest=uuid.uuid4().hex, priority="default", max_attempts=3)
     store.create(new, jobs.job_commands(new.task_id, "default", 60))
-    assert runner.run(new.task_id) is None  # no retry: the same output would come back
+    # no retry (the same output would come back): FAILED -1, as RQ will file it, never a traceback
+    assert runner.run(new.task_id) == RunEnd(TaskStatus.FAILED, -1, "processing error, please retry later")
     task = store.get(new.task_id)
     assert task is not None and (task.status, task.error_code, task.attempts) == (TaskStatus.FAILED, -1, 1)
     assert task.error_message == "processing error, please retry later"

@@ -25,6 +25,7 @@ from taskport import (
     Unavailable,
 )
 from taskport.cli import exit_code
+from taskport.errors import NotFound, TooManyRequests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TID = "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21"
@@ -158,11 +159,12 @@ def test_a_timeout_cuts_the_wait_short() -> None:
     assert clock.now == 5.0 and len(script.requests) == 2  # slept 4, then only the 1 s left
 
 
-def sse(*events: tuple[int, dict[str, Any]], broken: bool = False) -> Callable[[httpx.Request], httpx.Response]:
+def sse(*events: tuple[int, dict[str, Any]], broken: bool = False,
+        name: str = "status") -> Callable[[httpx.Request], httpx.Response]:
     def answer(request: httpx.Request) -> httpx.Response:
         def body() -> Iterator[bytes]:
             for seq, d in events:
-                yield f"event: status\nid: {seq}\ndata: {json.dumps(d)}\n\n".encode()
+                yield f"event: {name}\nid: {seq}\ndata: {json.dumps(d)}\n\n".encode()
             if broken:
                 raise httpx.RemoteProtocolError("peer closed connection")
 
@@ -235,3 +237,97 @@ def test_the_status_view_shows_resumed_only_when_a_run_resumed() -> None:
     assert not any(line.startswith("resumed") for line in shown(doc()))  # a document without the field
     assert "resumed   1 time from a checkpoint" in shown(doc(attempts=1, resumed=1))
     assert "resumed   3 times from a checkpoint" in shown(doc("COMPLETED", 100, attempts=1, resumed=3))
+
+
+# -- batches (taskport/batches.py) -------------------------------------------------------------------------
+
+BID = "7d0c1f52-6b1e-4f7a-9a43-2b6e0c9d1a10"
+
+
+def batch_doc(status: str = "RUNNING", progress: int = 0, **extra: Any) -> dict[str, Any]:
+    counts = {"PENDING": 2, "PROCESSING": 0, "COMPLETED": 0, "FAILED": 0, "CANCELLED": 0, "EXPIRED": 0}
+    if status == "DONE":
+        counts.update(PENDING=0, COMPLETED=2)
+    return {"batch_id": BID, "size": 2, "status": status, "counts": counts, "progress": progress,
+            "items": {"total": 0, "succeeded": 0, "failed": 0}, "then_task_id": None, "callback": None, **extra}
+
+
+def test_submit_batch_sends_the_contract_body_and_submit_a_callback(naps: list[float]) -> None:
+    accepted = batch_doc(tasks=[{"task_id": TID, "status": "PENDING", "duplicate": False},
+                                {"task_id": "t2", "status": "COMPLETED", "duplicate": True}])
+    script = Script(httpx.Response(202, json=accepted, headers={"Location": f"/api/v1/batches/{BID}"}),
+                    httpx.Response(202, json=doc("PENDING", 0)))
+    tasks = ({"type": "demo.sleep", "payload": {"seconds": n}} for n in (1, 2))  # any iterable of submit bodies
+    with make(script, naps) as c:
+        assert c.submit_batch(tasks, then={"type": "demo.sleep", "payload": {}},
+                              callback="https://hooks.example/tp") == accepted
+        c.submit("demo.sleep", {}, callback={"url": "https://hooks.example/tp", "events": ["FAILED"]})
+    sent, single = script.requests
+    assert (sent.method, sent.url.path) == ("POST", "/api/v1/batches")
+    assert json.loads(sent.content) == {
+        "tasks": [{"type": "demo.sleep", "payload": {"seconds": 1}}, {"type": "demo.sleep", "payload": {"seconds": 2}}],
+        "then": {"type": "demo.sleep", "payload": {}}, "callback": {"url": "https://hooks.example/tp"}}
+    assert json.loads(single.content)["callback"] == {"url": "https://hooks.example/tp", "events": ["FAILED"]}
+
+
+def test_a_bad_batch_names_the_task_by_index_the_cap_is_too_many_requests_and_unknown_is_not_found(
+        naps: list[float]) -> None:
+    cap = problem(429, detail="at most 500 active tasks")
+    cap.headers["Retry-After"] = "5"
+    script = Script(problem(422, errors={"tasks.3.payload.items.0.quantity": ["Must be at least 1."]}), cap,
+                    problem(404), problem(404))
+    with make(script, naps) as c:
+        with pytest.raises(InvalidRequest) as invalid:
+            c.submit_batch([{"type": "orders.split", "payload": {}}] * 4)
+        with pytest.raises(TooManyRequests) as throttled:
+            c.submit_batch([{"type": "demo.sleep", "payload": {}}])
+        with pytest.raises(NotFound):
+            c.batch("nope")
+        with pytest.raises(NotFound):
+            c.cancel_batch("nope/../x")
+    assert invalid.value.errors == {"tasks.3.payload.items.0.quantity": ["Must be at least 1."]}
+    assert throttled.value.retry_after == 5.0 and throttled.value.status == 429
+    assert script.requests[3].method == "DELETE" and script.requests[3].url.raw_path.endswith(b"/nope%2F..%2Fx")
+
+
+def test_batch_tasks_pages_in_order_with_the_status_filter(naps: list[float]) -> None:
+    script = Script(httpx.Response(200, json={"tasks": [doc(task_id="a"), doc(task_id="b")], "next_cursor": "c1"}),
+                    httpx.Response(200, json={"tasks": [doc(task_id="c")], "next_cursor": None}))
+    with make(script, naps) as c:
+        assert [d["task_id"] for d in c.batch_tasks(BID, "FAILED", page_size=2)] == ["a", "b", "c"]
+    assert [r.url.path for r in script.requests] == [f"/api/v1/batches/{BID}/tasks"] * 2
+    assert [dict(r.url.params) for r in script.requests] == [{"limit": "2", "status": "FAILED"},
+                                                             {"limit": "2", "status": "FAILED", "cursor": "c1"}]
+
+
+def test_watch_batch_resumes_with_last_event_id_and_ends_at_done(naps: list[float]) -> None:
+    script = Script(sse((1, batch_doc()), (2, batch_doc(progress=50)), broken=True, name="batch"),
+                    sse((5, batch_doc("DONE", 100)), name="batch"))
+    with make(script, naps) as c:
+        docs = list(c.watch_batch(BID))
+    assert [(d["status"], d["progress"]) for d in docs] == [("RUNNING", 0), ("RUNNING", 50), ("DONE", 100)]
+    assert [r.url.path for r in script.requests] == [f"/api/v1/batches/{BID}/events"] * 2
+    assert "Last-Event-ID" not in script.requests[0].headers and script.requests[1].headers["Last-Event-ID"] == "2"
+
+
+def test_watch_batch_polls_when_the_stream_cannot_open_and_cancel_sends_delete(naps: list[float]) -> None:
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError("reset")
+
+    script = Script(*([broken] * 4), httpx.Response(200, json=batch_doc(progress=50)),
+                    httpx.Response(200, json=batch_doc("DONE", 100)), httpx.Response(204))
+    with make(script, naps) as c:
+        assert [d["status"] for d in c.watch_batch(BID)] == ["RUNNING", "DONE"]
+        c.cancel_batch(BID)
+    assert [r.url.path.rsplit("/", 1)[-1] for r in script.requests] == ["events"] * 4 + [BID, BID, BID]
+    assert naps[-1] == 1.0 and script.requests[-1].method == "DELETE"
+
+
+def test_watch_batch_at_its_limit_is_still_running_for_the_batch() -> None:
+    clock = Clock()
+    script = Script(*(httpx.Response(200, json=batch_doc()) for _ in range(3)))
+    with Client("http://tp.test", transport=httpx.MockTransport(script), sleep=clock.sleep, clock=clock) as c:
+        with pytest.raises(StillRunning) as e:
+            list(c.watch_batch(BID, timeout=2.5, sse=False))
+    assert e.value.kind == "batch" and e.value.task_id == BID
+    assert str(e.value).startswith(f"batch {BID} is still RUNNING (0%) after 3 attempts: check its status later")

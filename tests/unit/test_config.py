@@ -110,8 +110,8 @@ def test_describe_lists_every_setting_once() -> None:
     assert ("PORT", "8000", "HTTP port of the web process") in rows
 
 
-def test_taskport_config_prints_the_table_as_markdown(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config"]) == 0
+def test_taskport_config_defaults_prints_the_table_as_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "--defaults"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| Variable | Default | Meaning |"
     assert len(lines) == 2 + len(fields(Config))

@@ -1,6 +1,6 @@
 """The docs restate a few facts the code owns; these tests keep the two from drifting apart.
 
-- docs/configuration.md holds exactly the table that ``taskport config`` prints;
+- docs/configuration.md holds exactly the table that ``taskport config --defaults`` prints;
 - every environment variable named anywhere in the code is documented somewhere in the docs;
 - every relative link in README.md and docs/ points at a file that exists;
 - a setting's default quoted beside its name (`` `TASKPORT_SSE_POLL` (1 s)``) is the Config's default;
@@ -51,10 +51,10 @@ def _table(text: str) -> list[str]:
 
 
 def test_the_configuration_page_is_what_taskport_config_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config"]) == 0
+    assert main(["config", "--defaults"]) == 0
     printed = capsys.readouterr().out.splitlines()
     documented = _table((ROOT / "docs" / "configuration.md").read_text())
-    assert documented == printed, "regenerate the table: .venv/bin/taskport config"
+    assert documented == printed, "regenerate the table: .venv/bin/taskport config --defaults"
 
 
 def test_every_environment_variable_the_code_names_is_documented() -> None:
@@ -125,6 +125,14 @@ FIGURES: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ("docs/operations.md", r"after `Retry-After: (\d+)`", RETRY_POLL),
     ("docs/operations.md", r"(\d+) s later \(`CANCEL_GRACE`", CANCEL_GRACE),
     ("docs/operations.md", r"The POST has a (\d+) s timeout", _code("workers.alerts:TIMEOUT")),
+    ("docs/operations.md", r"\| failed \| (\d+) hour \|", _code("app.core.jobs:FAILED_JOB_TTL", scale=1 / 3600)),
+    ("docs/operations.md", r"\| canceled \| (\d+) hour \|", _code("app.core.jobs:CANCELED_JOB_TTL", scale=1 / 3600)),
+    ("docs/operations.md", r"\| finished \| (\d+) minutes, and at most the newest ([\d,]+) per queue",
+     lambda: (_code("app.core.jobs:FINISHED_JOB_TTL", scale=1 / 60)() + _code("app.core.jobs:FINISHED_JOBS_KEPT")())),
+    ("docs/operations.md", r"registry entry for its (\d+)\s+minutes",
+     _code("app.core.jobs:FINISHED_JOB_TTL", scale=1 / 60)),
+    ("docs/operations.md", r"pass cut it to ([\d,]+)\.", _code("app.core.jobs:FINISHED_JOBS_KEPT")),
+    ("docs/operations.md", r"paused set again\s+every (\d+) s", _code("workers.worker:PAUSE_RECHECK")),
     ("docs/processors.md", r"has not stopped (\d+) s after", CANCEL_GRACE),
     ("docs/processors.md", r"every ([\d.]+) s\)", _code("workers.context:SLEEP_SLICE")),
     ("bench/README.md", r"`CANCEL_GRACE` \((\d+) s\)", CANCEL_GRACE),

@@ -1,4 +1,4 @@
-"""The submit envelope's fast path (app.web.api.tasks._envelope, a FastLoad of SubmitSchema) answers exactly
+"""The submit envelope's fast path (app.web.intake.envelope, a FastLoad of SubmitSchema) answers exactly
 what SubmitSchema answers, and a field added to the schema is carried by it (or refused when the app imports)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from app.core import processors
-from app.web.api.tasks import _envelope, _fast_envelope
+from app.web.intake import _fast_envelope
+from app.web.intake import envelope as _envelope
 from app.web.errors import ValidationFailed
 from app.web.fastload import FastLoad
 from app.web.schemas import SubmitSchema
@@ -145,7 +146,8 @@ def test_what_the_fast_path_cannot_vouch_for_is_left_to_the_schema(body: dict[st
 def test_the_new_fields_reach_the_loaded_envelope() -> None:
     loaded = FastLoad(Later())({"type": "sleep", "where": "here", "run_in": 7, "Label": "ab"})
     assert loaded == {"type": "sleep", "payload": {}, "dedup_key": None, "priority": None, "run_in": 7,
-                      "notify": False, "label": "ab", "where": "here", "run_at": None, "delay": None, "after": None}
+                      "notify": False, "label": "ab", "where": "here", "run_at": None, "delay": None, "after": None,
+                      "callback": None}
 
 
 class WithDate(SubmitSchema):

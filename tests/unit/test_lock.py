@@ -55,7 +55,7 @@ def test_the_python_version_is_one_pyproject_allows() -> None:
 
 def test_the_procfile_runs_without_the_console_script_on_path() -> None:
     lines = dict(line.split(": ", 1) for line in (REPO_ROOT / "Procfile").read_text().splitlines() if line)
-    assert lines == {role: f"python -m app.launch.cli {role}" for role in ("web", "worker", "scheduler")}
+    assert lines == {role: f"python -m app.launch.cli {role}" for role in ("web", "worker", "scheduler", "deliverer")}
 
 
 def test_app_json_starts_every_procfile_process_with_a_redis() -> None:

@@ -36,7 +36,8 @@ def test_the_operator_link_shows_only_when_the_dashboard_is_on(config, conn):
 
 @pytest.mark.parametrize(("path", "kind"), [
     ("/static/page.js", "javascript"), ("/static/taskport.js", "javascript"), ("/static/taskport.mjs", "javascript"),
-    ("/static/page.css", "text/css"),
+    ("/static/batch.mjs", "javascript"), ("/static/times.mjs", "javascript"), ("/static/page.css", "text/css"),
+    ("/static/favicon.svg", "image/svg+xml"),
 ])
 def test_the_scripts_and_style_are_served(client, path, kind):
     with client.get(path) as r:
@@ -56,14 +57,17 @@ def test_the_client_exports_its_api_both_ways_and_writes_no_html(client):
         classic = r.get_data(as_text=True)
     with client.get("/static/taskport.mjs") as r:
         module = r.get_data(as_text=True)
-    api = ["submitTask", "watchTask", "cancelTask", "getResult", "listHistory", "TaskportError"]
+    api = ["submitTask", "watchTask", "cancelTask", "getResult", "listHistory", "TaskportError", "submitBatch",
+           "getBatch", "listBatchTasks", "watchBatch", "cancelBatch"]
     assert all(name in classic and name in module for name in api)
     assert "export " not in classic  # a classic script: `export` would be a syntax error in a script tag
     assert 'import "./taskport.js"' in module
     with client.get("/static/page.js") as r:
         page = r.get_data(as_text=True)
-    assert 'from "/static/taskport.mjs"' in page
-    for script in (classic, page):
+    with client.get("/static/batch.mjs") as r:
+        batch = r.get_data(as_text=True)
+    assert 'from "/static/taskport.mjs"' in page and 'from "/static/taskport.mjs"' in batch
+    for script in (classic, page, batch):
         assert "innerHTML" not in script and "fetch(\"http" not in script  # textContent only; same origin only
 
 
@@ -75,3 +79,15 @@ def test_the_task_view_has_a_place_for_each_shown_field_and_resumed_beside_attem
         assert f'id="{field}"' in html and f'$("{field}")' in page, field
     assert '<span id="attempts">–</span> <span id="resumed" class="muted" hidden></span>' in html
     assert "doc.resumed" in page and '"resumed " + resumed' in page and '$("resumed").hidden = resumed <= 0' in page
+
+
+def test_the_page_names_its_icon_and_has_a_place_for_the_type_the_batch_and_times(client):
+    """The browser tests (tests/browser/test_page_details.py, test_batch_page.py) show them; this pins the places."""
+    html = client.get("/").get_data(as_text=True)
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in html
+    for field in ("type", "items-term", "batch-of", "callback", "batch", "batch-status", "batch-progress",
+                  "batch-counts", "batch-then"):
+        assert f'id="{field}"' in html, field
+    with client.get("/static/times.mjs") as r:
+        times = r.get_data(as_text=True)
+    assert "export function timeOf" in times and "element.title = iso" in times

@@ -23,7 +23,7 @@ from app.core.states import ErrorCode, TaskStatus
 from tests.unit.test_runner import status, submit
 from workers import runner as runner_module
 from workers.context import TaskContext
-from workers.runner import Runner
+from workers.runner import COMPLETED, Runner
 
 API = "/api/v1/tasks"
 calls: list[int] = []
@@ -88,7 +88,7 @@ def test_a_stopped_run_goes_back_on_its_queue_and_the_next_resumes_after_the_ite
     queued = Queue("default", connection=conn).get_job_ids()
     assert resume_job_id(task_id, 3) in queued or any(j.startswith(f"{task_id}_r") for j in queued)
 
-    assert runner.run(task_id) is None
+    assert runner.run(task_id) == COMPLETED  # the resumed run ended the task: RQ files its job as finished
     done = status(client, task_id)
     assert done["status"] == TaskStatus.COMPLETED and done["attempts"] == 1 and done["resumed"] == 1
     assert done["items"] == {"total": 10, "succeeded": 10, "failed": 0}

@@ -4,7 +4,9 @@ one delivery runs with ``Runner.run`` (or RQ's entry point ``run_task`` on the R
 
 What one delivery does: start the task (a second delivery does nothing), report progress, complete
 with the output, fail with the processor's code or the service's (-1, -2), record failed items,
-stop without writing once the task was cancelled, and ask RQ to deliver again while attempts remain.
+stop without writing once the task was cancelled, and ask RQ to deliver again while attempts remain. What it
+returns to RQ says how the delivery ended the task (a RunEnd the worker files in RQ's registries), or that it
+changed no end (None).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from app.web import create_app
 from workers import runner as runner_module
 from workers.context import TaskContext
 from workers.exceptions import ItemError, TaskError
-from workers.runner import Runner
+from workers.runner import COMPLETED, RunEnd, Runner
 
 API = "/api/v1/tasks"
 # what a processor below calls at its first step (set per test): look at the task, cancel it...
@@ -117,7 +119,7 @@ def test_a_delivery_starts_the_task_reports_progress_and_completes_with_the_outp
     task_id = submit(client, "rt.echo", text="hi")
     seen: list[dict[str, Any]] = []
     hooks["step"] = lambda tid: seen.append(status(client, tid))
-    assert runner.run(task_id) is None  # nothing for RQ to do again
+    assert runner.run(task_id) == COMPLETED  # the worker files the job as finished
     assert seen[0]["status"] == TaskStatus.PROCESSING and seen[0]["attempts"] == 1
     assert (seen[0]["progress"], seen[0]["message"]) == (40, "half way there")
     done = status(client, task_id)
@@ -131,13 +133,15 @@ def test_a_second_delivery_of_a_started_task_does_nothing(client, runner):
     hooks["step"] = calls.append
     runner.run(task_id)
     before = status(client, task_id)
-    assert runner.run(task_id) is None
+    assert runner.run(task_id) is None  # it ended nothing: RQ deletes the job
     assert calls == [task_id] and status(client, task_id) == before
 
 
 def test_a_task_error_fails_the_task_with_its_code_and_is_never_retried(client, runner):
     task_id = submit(client, "rt.refuse", code=10001)
-    assert runner.run(task_id) is None
+    end = runner.run(task_id)
+    assert end == RunEnd(TaskStatus.FAILED, 10001, "refused on purpose")
+    assert end is not None and end.describe() == "task FAILED with code 10001: refused on purpose"  # RQ's exc_string
     doc = status(client, task_id)
     assert doc["status"] == TaskStatus.FAILED and doc["attempts"] == 1
     assert doc["error"] == {"code": 10001, "message": "refused on purpose"}
@@ -155,7 +159,7 @@ def test_failed_items_are_recorded_and_the_task_completes_with_the_rest(client, 
 
 def test_a_job_timeout_fails_the_task_with_minus_2(client, runner):
     task_id = submit(client, "rt.timeout")
-    assert runner.run(task_id) is None
+    assert runner.run(task_id) == RunEnd(TaskStatus.FAILED, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT])
     assert status(client, task_id)["error"] == {"code": ErrorCode.TIMEOUT,
                                                 "message": ERROR_MESSAGES[ErrorCode.TIMEOUT]}
 
@@ -167,7 +171,8 @@ def test_an_unexpected_exception_is_retried_after_the_backoff_then_fails_with_mi
     assert retry.intervals == [4 + 1]  # the first backoff step, plus RQ's rounding second
     doc = status(client, task_id)
     assert doc["status"] == TaskStatus.PENDING and doc["attempts"] == 1 and doc["error"] is None
-    assert runner.run(task_id) is None  # the last attempt
+    assert runner.run(task_id) == RunEnd(TaskStatus.FAILED, ErrorCode.INTERNAL,  # the last attempt: no traceback
+                                         ERROR_MESSAGES[ErrorCode.INTERNAL])
     doc = status(client, task_id)
     assert doc["status"] == TaskStatus.FAILED and doc["attempts"] == 2
     assert doc["error"] == {"code": ErrorCode.INTERNAL, "message": ERROR_MESSAGES[ErrorCode.INTERNAL]}
@@ -190,7 +195,7 @@ def test_a_cancelled_task_stops_at_its_next_checkpoint_and_its_files_go(client, 
 def test_run_task_runs_on_the_runner_installed_with_use(client, runner, monkeypatch):
     assert runner_module.use(runner) is runner
     task_id = submit(client, "rt.echo", text="via RQ's entry point")
-    assert runner_module.run_task(task_id) is None
+    assert runner_module.run_task(task_id) == COMPLETED
     assert client.get(f"{API}/{task_id}/result").get_json()["result"] == {"echo": "via RQ's entry point"}
     runner_module.use(None)  # forgotten: the next delivery builds a Runner from the environment
     built: list[Config] = []

@@ -57,10 +57,11 @@ def test_every_process_is_restarted_and_redis_runs_first_and_stops_last(tmp_path
     found = groups(options)
     assert set(found) == {"redis", GROUP, "watchdog"}
     processes = {p.name: p for g in found.values() for p in g.process_configs}
-    assert set(processes) == {"redis", "web", "worker.1", "worker.2", "worker.3", "scheduler", "watchdog"}
+    assert set(processes) == {"redis", "web", "worker.1", "worker.2", "worker.3", "scheduler", "deliverer",
+                              "watchdog"}
     assert processes["redis"].command == f"/opt/redis-server --dir {tmp_path / '50%'}"
     assert found["redis"].priority < found[GROUP].priority < found["watchdog"].priority
-    for name in ("web", "worker.1", "scheduler"):
+    for name in ("web", "worker.1", "scheduler", "deliverer"):
         proc = processes[name]
         role = name.split(".")[0]
         named = ["--name", worker_slot_name(config, name.split(".")[1])] if role == "worker" else []
@@ -78,7 +79,7 @@ def test_with_redis_url_there_is_no_embedded_redis(tmp_path: Path) -> None:
     config = Config.from_env({"REDIS_URL": "redis://elsewhere:6379/0", "TASKPORT_WORKERS": "1"}, data_dir=tmp_path)
     found = groups(load(tmp_path, config, None))
     assert set(found) == {GROUP, "watchdog"}
-    assert sorted(p.name for p in found[GROUP].process_configs) == ["scheduler", "web", "worker"]
+    assert sorted(p.name for p in found[GROUP].process_configs) == ["deliverer", "scheduler", "web", "worker"]
 
 
 def test_each_worker_slot_has_a_name_of_its_own_that_its_next_process_gets_again(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The built-in processors, one module each (``demo``, ``orders_split``, ``orders_export``).
+"""The built-in processors, one module each (``demo``, ``orders_split``, ``orders_export``, ``batch_summary``).
 
 The registry itself is :mod:`app.core.processors`, which loads these modules by their dotted names. What a
 processor author needs from it is re-exported here, beside :mod:`workers.context` and

@@ -1,5 +1,8 @@
 """GET /api/v1/audit: the audit trail of task transitions, for operators (HTTP Basic, the dashboard's
-credentials ``TASKPORT_DASHBOARD_USER`` / ``TASKPORT_DASHBOARD_PASSWORD``; off without a password)."""
+credentials ``TASKPORT_DASHBOARD_USER`` / ``TASKPORT_DASHBOARD_PASSWORD``; off without a password).
+
+The rest of the operator API (pausing queues: app.web.api.operator) is registered beside it, by this blueprint.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,15 @@ from flask import Blueprint, Response, request
 
 from app.core import audit
 from app.core.ids import is_task_id
-from app.web.api import json_response
+from app.core.urls import API_PREFIX
+from app.web.api import json_response, operator
 from app.web.dashboard import operator_check
 from app.web.errors import ValidationFailed
 from app.web.runtime import runtime
-from app.web.urls import API_PREFIX
 
 bp = Blueprint("audit", __name__, url_prefix=API_PREFIX)
+# app.web registers this blueprint; it brings the operator API's along (once per app)
+bp.record_once(lambda state: state.app.register_blueprint(operator.bp))
 
 
 @bp.before_request

@@ -12,6 +12,8 @@ example submit, so the document also lists the known types (the page at ``/`` re
 
 from __future__ import annotations
 
+import copy
+import re
 import threading
 from typing import Any
 
@@ -25,11 +27,13 @@ from flask_swagger_ui import get_swaggerui_blueprint
 from marshmallow import Schema, missing
 
 from app.core import processors
+from app.core.states import QUEUES
+from app.core.urls import API_PREFIX, api_path, file_url, task_path
 from app.web import schemas
 from app.web.api import JSON as JSON_UTF8
+from app.web.callback_schemas import CallbackSchema
 from app.web.errors import PROBLEM_JSON
 from app.web.runtime import EXTENSION as RUNTIME
-from app.web.urls import API_PREFIX, api_path, task_path
 
 bp = Blueprint("docs", __name__, url_prefix=API_PREFIX)
 EXTENSION = "taskport.openapi"
@@ -53,12 +57,17 @@ or cancel it. Errors are RFC 9457 problem details (`application/problem+json`). 
 Authentication is `Authorization: Bearer <api key>`; with no keys configured the service runs in open mode."""
 
 
-# One event of the stream as an SSE parser sees it (comments are not events).
-SSE_EVENT = {"type": "object", "required": ["event", "id", "data"], "properties": {
-    "event": {"type": "string", "enum": ["status"]},
-    "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the task's event sequence number"},
-    "data": {"type": "string", "contentMediaType": "application/json",
-             "description": "the status document (StatusDocument) as one line of JSON"}}}
+def sse_event(event: str, document: str, of: str) -> dict[str, Any]:
+    """One event of a stream as an SSE parser sees it (comments are not events): ``event`` names it, ``data``
+    is the ``document`` component as one line of JSON, ``id`` the sequence number of ``of``."""
+    return {"type": "object", "required": ["event", "id", "data"], "properties": {
+        "event": {"type": "string", "enum": [event]},
+        "id": {"type": "string", "pattern": "^[0-9]+$", "description": f"the {of}'s event sequence number"},
+        "data": {"type": "string", "contentMediaType": "application/json",
+                 "description": f"the {document} as one line of JSON"}}}
+
+
+SSE_EVENT = sse_event("status", "StatusDocument", "task")
 
 UI_PATH = "/docs"
 OPENAPI_PATH = "/openapi.json"
@@ -101,6 +110,7 @@ NAMED_SCHEMAS: tuple[tuple[str, type[Schema]], ...] = (
     ("Problem", schemas.ProblemSchema), ("TaskConflict", schemas.TaskConflictSchema),
     ("Duplicate", schemas.DuplicateSchema), ("ResultFile", schemas.ResultFileSchema),
     ("Failure", schemas.FailureSchema), ("Result", schemas.ResultSchema), ("HistoryPage", schemas.HistoryPageSchema),
+    ("Callback", CallbackSchema),
 )
 
 
@@ -133,9 +143,11 @@ def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
     _components(spec)
     security: list[dict[str, list[str]]] = [{"bearerAuth": []}] if keys_configured else [{}]
     _task_paths(spec, security)
-    from app.web.api.schedule_docs import schedule_paths  # here: that module builds on this one's helpers
+    from app.web.api.batch_docs import batch_paths  # here: those modules build on this one's helpers
+    from app.web.api.schedule_docs import schedule_paths
 
     schedule_paths(spec, security)
+    batch_paths(spec, security)
     _other_paths(spec, operator)
     return spec
 
@@ -146,6 +158,9 @@ def _components(spec: APISpec) -> None:
     c.security_scheme("basicAuth", {"type": "http", "scheme": "basic"})
     for name, schema in NAMED_SCHEMAS:
         c.schema(name, schema=schema)
+    # what a callback URL must look like before its host is resolved (app.core.callback_http): http(s), printable ASCII
+    c.schemas["Callback"]["properties"]["url"]["pattern"] = "^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$"
+    input_callback(spec, "SubmitRequest")
     _payload_schemas(spec)
     c.header("RetryAfter", {"description": "seconds to wait before asking again", "schema": {"type": "integer"}})
     c.header("Location", {"description": "path of the task", "schema": {"type": "string"}})
@@ -156,7 +171,9 @@ def _components(spec: APISpec) -> None:
         ("Unauthorized", 401, "missing or unknown API key", "Problem"),
         ("NotFound", 404, "task not found or expired (unknown, someone else's or gone)", "Problem"),
         ("TaskConflict", 409, "the task's state does not allow this", "TaskConflict"),
-        ("PayloadTooLarge", 413, "the body is over the size limit", "Problem"),
+        ("PayloadTooLarge", 413, "the body is over TASKPORT_MAX_BODY bytes (with or without a Content-Length). "
+                                 "The schemas bound items and characters, not bytes: a schema-valid body can be "
+                                 "over it (an orders.split payload at its most items, with long codes)", "Problem"),
         ("UnsupportedMediaType", 415, "the body is not application/json", "Problem"),
         ("ValidationFailed", 422, "invalid fields (paths under `errors`)", "Problem"),
         ("InternalError", 500, "an internal error occurred (details only in the log)", "Problem"),
@@ -166,12 +183,27 @@ def _components(spec: APISpec) -> None:
                                  "answered before the app", "Problem"),
     ):
         c.response(name, _content(PROBLEM_JSON, f"{code}: {text}", body))
+    c.schema("LimitProblem", _limit_problem(c.schemas["Problem"]))
     c.response("TooManyRequests", _content(
-        PROBLEM_JSON, "429: over the member's request rate (TASKPORT_RATE_LIMIT), or for a submit over its cap of "
-        "unfinished tasks (TASKPORT_MAX_ACTIVE_TASKS: `limit`, `cap` and `active` name it)", "Problem", retry=True))
+        PROBLEM_JSON, "429: over the member's request rate (TASKPORT_RATE_LIMIT); or for a write over one of its "
+        "caps, which `limit`, `cap` and `active` (or `held`) name: unfinished tasks (TASKPORT_MAX_ACTIVE_TASKS), "
+        "stored bytes (TASKPORT_MAX_STORED_BYTES), schedules (TASKPORT_MAX_SCHEDULES)", "LimitProblem", retry=True))
     c.response("Unavailable", _content(PROBLEM_JSON, "Redis or result store down: retry", "Problem", retry=True))
     c.response("Gone", _content(JSON, "EXPIRED: the status document (no result)", "StatusDocument"))
     c.response("StillRunning", _content(JSON, "PENDING or PROCESSING: the status document", "StatusDocument", True))
+
+
+def _limit_problem(problem: dict[str, Any]) -> dict[str, Any]:
+    """The problem of a 429 for a member's cap (app.web.service, app.web.schedule_service): the problem's members
+    and the cap's (a copy: the problem's own schema admits no other member)."""
+    limited = copy.deepcopy(problem)
+    limited["properties"] |= {
+        "limit": {"type": "string", "description": "the cap that was reached: its setting's name without TASKPORT_, "
+                                                   "lower case"},
+        "cap": {"type": "integer", "description": "the cap's value"},
+        "active": {"type": "integer", "description": "unfinished tasks or schedules the member holds"},
+        "held": {"type": "integer", "description": "bytes the member's tasks hold in Redis"}}
+    return limited
 
 
 def _content(media: str, description: str, schema: Any, retry: bool = False) -> dict[str, Any]:
@@ -179,6 +211,23 @@ def _content(media: str, description: str, schema: Any, retry: bool = False) -> 
     if retry:
         response["headers"] = {"Retry-After": "RetryAfter"}
     return response
+
+
+def ref(component: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{component}"}
+
+
+def nullable(component: str, description: str) -> dict[str, Any]:
+    """An optional object property as an input takes it: the component's object, or null. (apispec renders a
+    nullable Nested as "any object, or the component", which would make ``{}`` valid.)"""
+    return {"nullable": True, "allOf": [ref(component)], "default": None, "description": description}
+
+
+def input_callback(spec: APISpec, schema: str, component: str = "Callback") -> None:
+    """The ``callback`` of input ``schema`` as it is loaded (app.web.callback_schemas), or null: the marshmallow
+    field is a plain Dict, since the fast envelope path (app.web.fastload) mirrors no Nested field."""
+    properties = spec.components.schemas[schema]["properties"]
+    properties["callback"] = nullable(component, properties["callback"]["description"])
 
 
 def _payload_schemas(spec: APISpec) -> None:
@@ -208,21 +257,31 @@ def example_payload(task_type: str, schema: Schema) -> dict[str, Any]:
     return example
 
 
-def _submit_body() -> dict[str, Any]:
-    variants, examples = [], {}
+def typed_body(base: str, *extra: dict[str, Any]) -> dict[str, Any]:
+    """A submit body's schema: one variant per registered type (``base`` and ``extra`` with that type's payload
+    schema; the payload required when the schema has required fields), so a schema-valid body is one its
+    processor takes. POST /tasks, a batch's tasks and its then task and a schedule's task are built from it."""
+    variants = []
     for task_type in processors.known_types():
         proc = processors.get(task_type)
         assert proc is not None
         variant: dict[str, Any] = {"type": "object", "properties": {
-            "type": {"type": "string", "enum": [task_type]},
-            "payload": {"$ref": f"#/components/schemas/Payload.{task_type}"}}}
+            "type": {"type": "string", "enum": [task_type]}, "payload": ref(f"Payload.{task_type}")}}
         if any(field.required for field in proc.schema.fields.values()):
             variant["required"] = ["type", "payload"]  # a payload with required fields must be sent
-        variants.append({"allOf": [{"$ref": "#/components/schemas/SubmitRequest"}, variant]})
+        variants.append({"allOf": [ref(base), variant, *extra]})
+    return {"oneOf": variants} if variants else ref(base)
+
+
+def _submit_body() -> dict[str, Any]:
+    examples = {}
+    for task_type in processors.known_types():
+        proc = processors.get(task_type)
+        assert proc is not None
         examples[task_type] = {"summary": task_type,
                                "value": {"type": task_type, "payload": example_payload(task_type, proc.schema)}}
-    schema: dict[str, Any] = {"oneOf": variants} if variants else {"$ref": "#/components/schemas/SubmitRequest"}
-    return {"required": True, "content": {JSON: {"schema": schema, "examples": examples}}}
+    return {"required": True, "description": "at most TASKPORT_MAX_BODY bytes (413 past it)",
+            "content": {JSON: {"schema": typed_body("SubmitRequest"), "examples": examples}}}
 
 
 def _op(summary: str, responses: dict[str | int, Any], security: list[dict[str, list[str]]] | None = None,
@@ -244,10 +303,21 @@ def _header(name: str, description: str, **schema: Any) -> dict[str, Any]:
             "description": description}
 
 
-# Links of the stateful contract: from a submit's 202 to everything about that task.
+# Links of the stateful contract, each one that holds for every answer it leaves from: from a submit's (or a run
+# again's) 202 to everything about that task; from a cancel to the task, which stays readable and may run again;
+# from a result to its file only where it has one (no link leads to /result/file from a task whose result has
+# none: its 404 there is the contract). The document declares every link, so nothing needs inferring
+# (tests/fuzz/schemathesis.toml).
 _TASK_ID_FROM_BODY = {"task_id": "$response.body#/task_id"}
 SUBMIT_LINKS = {name: {"operationId": op, "parameters": _TASK_ID_FROM_BODY} for name, op in (
     ("status", "getTask"), ("result", "getResult"), ("events", "getEvents"), ("cancel", "cancelTask"))}
+CANCELLED_LINKS = {name: {"operationId": op, "parameters": {"task_id": "$request.path.task_id"}} for name, op in (
+    ("status", "getTask"), ("result", "getResult"), ("retry", "retryTask"))}
+_FILE_PREFIX, _FILE_SUFFIX = file_url("{}").split("{}")
+# the task id out of `result.file.url`, present only in a file result; `#regex:` is schemathesis' extractor
+# (to any other reader of the document, a pointer to a member that is not there: an unresolved link)
+RESULT_LINKS = {"file": {"operationId": "getResultFile", "parameters": {
+    "task_id": f"$response.body#/result/file/url#regex:^{re.escape(_FILE_PREFIX)}([^/]+){re.escape(_FILE_SUFFIX)}$"}}}
 
 
 def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
@@ -259,9 +329,13 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
               "headers": {"Location": "Location", "X-Task-Deduplicated": {"schema": {"type": "string",
                                                                                       "enum": ["true"]}}}},
         400: "BadRequest", 413: "PayloadTooLarge", 415: "UnsupportedMediaType", 422: "ValidationFailed",
+        408: _content(PROBLEM_JSON, "the body stopped arriving for TASKPORT_WEB_IO_TIMEOUT: the connection is closed",
+                      "Problem"),
     }, security, requestBody=_submit_body(), operationId="submitTask",
-        parameters=[_header("Idempotency-Key", "same as `dedup_key` (both given and different: 422)",
-                            minLength=1, maxLength=schemas.MAX_DEDUP_KEY, pattern=r"^\S(.*\S)?$")])
+        parameters=[_header("Idempotency-Key", "same as `dedup_key` (both given and different: 422); reused "
+                                               "within the window for another type or payload: 422; a comma (two "
+                                               "headers): 400",
+                            minLength=1, maxLength=schemas.MAX_DEDUP_KEY, pattern=r"^[^,\s]([^,]*[^,\s])?$")])
     history = _op("The caller's tasks, newest first", {
         200: _content(JSON, "a page of status documents", "HistoryPage"), 422: "ValidationFailed",
     }, security, parameters=[{"in": "query", "schema": schemas.HistoryQuerySchema}], operationId="listTasks")
@@ -272,7 +346,8 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         404: "NotFound", 410: "Gone",
     }, security, operationId="getTask")
     cancel = _op("Cancel a PENDING or PROCESSING task (it stays readable, as CANCELLED)", {
-        204: {"description": "cancelled"}, 404: "NotFound", 409: "TaskConflict"}, security, operationId="cancelTask")
+        204: {"description": "cancelled", "links": CANCELLED_LINKS}, 404: "NotFound", 409: "TaskConflict"}, security,
+        operationId="cancelTask")
     spec.path(task_path("{task_id}"), parameters=[TASK_ID], operations={"get": status, "delete": cancel})
     _result_paths(spec, security)
     _retry_path(spec, security)
@@ -289,7 +364,8 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
 
 def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     result = _op("The result of a COMPLETED task", {
-        200: _content(JSON, "the result document", "Result"), 202: "StillRunning", 404: "NotFound",
+        200: {**_content(JSON, "the result document", "Result"), "links": RESULT_LINKS}, 202: "StillRunning",
+        404: "NotFound",
         409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security, operationId="getResult")
     spec.path(task_path("{task_id}", "/result"), parameters=[TASK_ID], operations={"get": result})
     file = _op("Download the file of a COMPLETED task whose result is a file", {
@@ -305,9 +381,10 @@ def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
 def _retry_path(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     retry = _op("Run a FAILED or CANCELLED task again under its own id (docs/api.md#run-again)", {
         202: {**_content(JSON, "queued again: the status document (PENDING; `attempts` keeps counting)",
-                         "StatusDocument", True), "headers": {"Location": "Location", "Retry-After": "RetryAfter"}},
-        404: "NotFound", 409: "TaskConflict", 410: "Gone", 400: "BadRequest", 415: "UnsupportedMediaType",
-        422: "ValidationFailed",
+                         "StatusDocument", True), "headers": {"Location": "Location", "Retry-After": "RetryAfter"},
+              "links": SUBMIT_LINKS},
+        404: "NotFound", 409: "TaskConflict", 410: "Gone", 400: "BadRequest", 413: "PayloadTooLarge",
+        415: "UnsupportedMediaType", 422: "ValidationFailed",
     }, security, operationId="retryTask",
         requestBody={"required": False, "description": "none, or `{}`: the task runs again as it was submitted",
                      "content": {JSON: {"schema": schemas.RetrySchema}}})
@@ -344,6 +421,7 @@ def _other_paths(spec: APISpec, operator: bool) -> None:
     if operator:
         spec.path("/rq/", operations={"get": dashboard})
         _audit_path(spec)
+        _queue_paths(spec)
     spec.path("/", operations={"get": _op("A page to submit a task and watch it progress", {
         200: _content("text/html", "the page", {"type": "string"})})})
 
@@ -363,3 +441,24 @@ def _audit_path(spec: APISpec) -> None:
                            for n, d in (("task_id", "only this task"), ("member", "only this member's tasks"),
                                         ("limit", "1..1000, default 100"), ("cursor", "next_cursor of a page"))]
     spec.path(api_path("/audit"), operations={"get": trail})
+
+
+def _queue_paths(spec: APISpec) -> None:
+    """POST /api/v1/queues/{queue}/pause and /resume (app.web.api.operator), for operators."""
+    state = {"type": "object", "properties": {
+        "queue": {"type": "string"}, "paused": {"type": "boolean"},
+        "paused_queues": {"type": "array", "items": {"type": "string"}}}}
+    queue = {"name": "queue", "in": "path", "required": True, "schema": {"type": "string", "enum": list(QUEUES)},
+             "description": "a queue's name; any other answers 404"}
+    for action, summary in (("pause", "Pause a queue: no worker takes its jobs until it is resumed (operators)"),
+                            ("resume", "Resume a paused queue: workers take its jobs again (operators)")):
+        operation = _op(summary, {
+            200: _content(JSON, "the queue's state (idempotent)", state),
+            401: _content(PROBLEM_JSON, "operator credentials missing or wrong (`WWW-Authenticate: Basic`)",
+                          "Problem"),
+            403: _content(PROBLEM_JSON, "a browser marks the request as coming from another site's page "
+                                        "(`Sec-Fetch-Site`, `Origin`)", "Problem"),
+            404: _content(PROBLEM_JSON, "no such queue, or the operator API is off (no operator password)", "Problem"),
+        }, operationId=f"{action}Queue", parameters=[queue])
+        operation["security"] = [{"basicAuth": []}]
+        spec.path(api_path(f"/queues/{{queue}}/{action}"), operations={"post": operation})

@@ -46,11 +46,11 @@ from flask import Blueprint, Response, request
 from app.core.clock import now_ms
 from app.core.states import TERMINAL, TaskStatus
 from app.core.task import Task
+from app.core.urls import API_PREFIX, status_document
 from app.web.api import json_response
 from app.web.errors import TooManyRequests, ValidationFailed
 from app.web.runtime import runtime
 from app.web.streams import EventHub, Reading, StreamSlots, Watch
-from app.web.urls import API_PREFIX, status_document
 from app.web.webworker import direct_socket, on_hang_up
 
 bp = Blueprint("events", __name__, url_prefix=API_PREFIX)

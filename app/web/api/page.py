@@ -3,7 +3,8 @@
 The page runs on the JS client served beside it (``/static/taskport.js``, also as the ES module
 ``/static/taskport.mjs``) and reads the known task types and example payloads from
 ``/api/v1/openapi.json``. The "queues (operators)" link is left out while the dashboard is off
-(``TASKPORT_DASHBOARD_PASSWORD`` unset), since /rq/ then answers 404.
+(``TASKPORT_DASHBOARD_PASSWORD`` unset), since /rq/ then answers 404. Its icon, ``/static/favicon.svg``, is named
+by a ``<link rel="icon">``: without one a browser asks for ``/favicon.ico`` and logs the 404 in the console.
 """
 
 from __future__ import annotations

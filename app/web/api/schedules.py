@@ -14,13 +14,14 @@ from marshmallow import Schema, ValidationError
 
 from app.core import processors
 from app.core.clock import now_ms
+from app.core.urls import API_PREFIX
 from app.web.api import json_response
-from app.web.api.tasks import NOT_A_CURSOR, _json_body, _validated_payload, page_query
+from app.web.api.tasks import NOT_A_CURSOR, _json_body, page_query
 from app.web.errors import ValidationFailed
+from app.web.intake import load_callback, validated_payload
 from app.web.runtime import runtime
 from app.web.schedule_schemas import ScheduleCreateSchema, ScheduleQuerySchema, ScheduleUpdateSchema
 from app.web.schedule_service import ScheduleService, schedule_document, schedule_path
-from app.web.urls import API_PREFIX
 
 bp = Blueprint("schedules", __name__, url_prefix=API_PREFIX)
 EXTENSION = "taskport.schedules"
@@ -45,7 +46,9 @@ def _load(schema: Schema, body: dict[str, Any]) -> dict[str, Any]:
         task = data["task"]
         runtime().members.check_priority(task["priority"])
         try:
-            task["payload"] = _validated_payload(task["type"], task["payload"])
+            task["payload"] = validated_payload(task["type"], task["payload"])
+            if task.get("callback") is not None:
+                task["callback"] = load_callback(task["callback"], runtime().members.current(), runtime().config)
         except ValidationFailed as exc:  # the submit's answer, its fields under task.
             errors = {f"task.{path}": texts for path, texts in exc.extra.pop("errors").items()}
             raise ValidationFailed(errors, "" if exc.detail.startswith("invalid field") else exc.detail,

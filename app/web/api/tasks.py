@@ -15,11 +15,13 @@ from werkzeug.wsgi import get_input_stream
 
 from app.core import processors
 from app.core.clock import iso, iso_or_none, now_ms
+from app.core.ids import digest
 from app.core.results import StoreUnavailable, streamed_body, unspill
 from app.core.states import ACTIVE, TaskStatus
 from app.core.task import Task
+from app.core.urls import API_PREFIX, file_url, status_document, task_path
 from app.web.api import json_response
-from app.web.deferral import retry_after, run_at_ms
+from app.web.deferral import retry_after
 from app.web.errors import (
     BadRequest,
     Conflict,
@@ -29,17 +31,14 @@ from app.web.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from app.web.fastload import FastLoad
+from app.web.intake import load_submission
 from app.web.readiness import WARNING_HEADER
 from app.web.rerun import run_again
 from app.web.runtime import runtime
-from app.web.schemas import MAX_DEDUP_KEY, HistoryQuerySchema, RetrySchema, SubmitSchema
+from app.web.schemas import MAX_DEDUP_KEY, HistoryQuerySchema, RetrySchema
 from app.web.service import BadCursor, check_cursor
-from app.web.urls import API_PREFIX, file_url, status_document, task_path
 
 bp = Blueprint("tasks", __name__, url_prefix=API_PREFIX)
-_submit_schema = SubmitSchema()
-_fast_envelope = FastLoad(_submit_schema)  # built at import: a field it cannot mirror fails loudly here
 _history_schema = HistoryQuerySchema()
 _retry_schema = RetrySchema()
 RETRY_AFTER = {"Retry-After": "1"}
@@ -53,35 +52,23 @@ def submit() -> Response:
     """Submit a task: 202 with its status document, or 409 naming the task that holds the dedup key."""
     rt = runtime()
     member = rt.members.current()
-    data = _envelope(_json_body())
-    rt.members.check_priority(data["priority"])
-    dedup_key = _dedup_key(data["dedup_key"])
-    payload = _validated_payload(data["type"], data["payload"])
+    body = _json_body()
     now = now_ms()
-    run_at = run_at_ms(data, rt.config, now)
-    outcome = rt.service.submit(member, data["type"], payload, dedup_key, data["priority"], submitted=data["payload"],
-                                run_at=run_at, after=data["after"])
+    sub = load_submission(body, rt.members, rt.config, now)
+    dedup_key = _dedup_key(sub.dedup_key)
+    outcome = rt.service.submit(member, sub.type, sub.payload, dedup_key, sub.priority, submitted=sub.submitted,
+                                run_at=sub.run_at, after=sub.after, callback=sub.callback)
     location = {"Location": task_path(outcome.task_id)}
     if outcome.created:
         assert outcome.task is not None
         return json_response(status_document(outcome.task, now), 202, _accepted(outcome.task, now))
+    if outcome.task is not None and _key_reused_for_another_request(outcome.task, sub.type, sub.payload):
+        raise ValidationFailed({IDEMPOTENCY_KEY: ["Used within the deduplication window for a different request."]},
+                               "this Idempotency-Key was used for a request with another type or payload")
     existing = status_document(outcome.task, now_ms()) if outcome.task else None
     message = "an identical task was submitted within the deduplication window"
     raise Duplicate(message, headers={**location, "X-Task-Deduplicated": "true"}, task_id=outcome.task_id,
                     status=TaskStatus.DUPLICATE, duplicate=True, message=message, existing=existing)
-
-
-def _envelope(body: dict[str, Any]) -> dict[str, Any]:
-    """``SubmitSchema().load(body)``: a plainly valid envelope through the fast path derived from the schema
-    (:class:`~app.web.fastload.FastLoad`: marshmallow's pass costs ~4 % of a submit), anything else through
-    the schema itself, so every error answer is its own."""
-    fast = _fast_envelope(body)
-    if fast is not None:
-        return fast
-    try:
-        return _submit_schema.load(body)  # type: ignore[no-any-return]
-    except ValidationError as exc:
-        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
 
 
 def _accepted(task: Task, now: int) -> dict[str, str]:
@@ -143,26 +130,33 @@ def _body_bytes(limit: int) -> bytes:
     return b"".join(chunks)
 
 
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
 def _dedup_key(from_body: str | None) -> str | None:
-    header = request.headers.get("Idempotency-Key")
+    """The submit's dedup key: its ``Idempotency-Key`` header (one, of one key: the server joins repeated
+    headers with commas) or its body's ``dedup_key`` (both: the same)."""
+    header = request.headers.get(IDEMPOTENCY_KEY)
     if header is None:
         return from_body
+    if "," in header:
+        raise BadRequest("send one Idempotency-Key header, with one key",
+                         errors={IDEMPOTENCY_KEY: ["One key, once: not several headers, and no comma."]})
     if not 1 <= len(header) <= MAX_DEDUP_KEY:
-        raise ValidationFailed({"Idempotency-Key": [f"Length must be between 1 and {MAX_DEDUP_KEY}."]})
+        raise ValidationFailed({IDEMPOTENCY_KEY: [f"Length must be between 1 and {MAX_DEDUP_KEY}."]})
     if from_body is not None and from_body != header:
         raise ValidationFailed({"dedup_key": ["Differs from the Idempotency-Key header."]})
     return header
 
 
-def _validated_payload(task_type: str, payload: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return processors.validate(task_type, payload)
-    except KeyError:
-        known = processors.known_types()
-        raise ValidationFailed({"type": [f"Unknown task type. Known types: {', '.join(known)}."]},
-                               f"unknown task type {task_type!r}", known_types=known) from None
-    except ValidationError as exc:
-        raise ValidationFailed(processors.flatten_errors(exc.messages, prefix="payload")) from None
+def _key_reused_for_another_request(holder: Task, task_type: str, payload: dict[str, Any]) -> bool:
+    """Whether this duplicate named its key in an ``Idempotency-Key`` header while the task holding the key was
+    submitted with another type or payload (as validated): the IETF draft for the header answers that 422. A
+    body ``dedup_key`` keeps the contract's meaning: the same key is the same task, whatever the payload."""
+    if request.headers.get(IDEMPOTENCY_KEY) is None:
+        return False
+    held = holder.payload_sha256  # the holder's digest as the store wrote it
+    return holder.type != task_type or (held is not None and held != digest(orjson.dumps(payload)))
 
 
 @bp.get("/tasks/<task_id>")

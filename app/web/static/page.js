@@ -6,6 +6,8 @@
 import {
   cancelTask, configure, getTask, listHistory, retryTask, submitTask, TERMINAL, watchTask,
 } from "/static/taskport.mjs";
+import { batchButton, callbackText, initBatchView } from "/static/batch.mjs";
+import { localTime, tick, timeOf } from "/static/times.mjs";
 
 const BILL_UNPAID = 10001;
 const RERUNNABLE = ["FAILED", "CANCELLED"]; // a task in these statuses can run again (POST /tasks/{id}/retry)
@@ -16,16 +18,26 @@ let watcher = null; // the current watchTask handle
 let current = null; // the last status document shown
 let announced = { status: null, decile: -1 };
 const pages = { cursors: [null], index: 0 };
+const rowDocs = new WeakMap(); // history row -> the latest status document it shows
 
 function useKey() {
   configure({ apiKey: $("api-key").value.trim() });
 }
 
-function notice(text, isError) {
+// `taskId`: the notice speaks of that task's state ("Cancellation requested."), so it goes once the task ends.
+function notice(text, isError, taskId) {
   const box = $("notice");
   box.textContent = text;
   box.className = isError ? "error" : "";
   box.hidden = !text;
+  if (taskId) box.dataset.taskId = taskId;
+  else delete box.dataset.taskId;
+}
+
+// A notice about a task no longer holds once that task has ended, or another task is shown.
+function dropStaleNotice(doc) {
+  const about = $("notice").dataset.taskId;
+  if (about && (about !== doc.task_id || TERMINAL.includes(doc.status))) notice("");
 }
 
 function describe(error) {
@@ -105,8 +117,6 @@ function watch(doc) {
   render(doc);
   $("task").hidden = false;
   $("task-title").scrollIntoView({ block: "nearest" });
-  const maxAttempts = Number($("max-attempts").value) || 60;
-  const deadline = (Number($("deadline").value) || 600) * 1000;
   watcher = watchTask(doc.task_id, {
     onProgress: render,
     onMode: (mode) => {
@@ -123,7 +133,7 @@ function watch(doc) {
     onExpired: (d) => outcome("Expired" + (d && d.error ? `: ${d.error.message}.` : "."), "expired"),
     onStillRunning: () => outcome("Still running — check the history later.", "still-running"),
     onError: (error) => notice(describe(error), true),
-  }, { maxAttempts, deadline });
+  }, limits());
   const handle = watcher;
   handle.done.then((result) => {
     if (watcher !== handle) return;
@@ -133,49 +143,82 @@ function watch(doc) {
   });
 }
 
+// The form's "Waiting limits", for following a task or a batch.
+function limits() {
+  return { maxAttempts: Number($("max-attempts").value) || 60, deadline: (Number($("deadline").value) || 600) * 1000 };
+}
+
 function render(doc) {
   current = doc;
   $("task").dataset.taskId = doc.task_id;
   $("task-id").textContent = doc.task_id;
+  $("type").textContent = doc.type;
   $("status").textContent = doc.status;
   $("status").className = "badge " + doc.status;
   $("progress").value = doc.progress;
   $("percent").textContent = doc.progress + "%";
   $("message").textContent = doc.message || "–";
-  const items = doc.items || { total: 0, succeeded: 0, failed: 0 };
-  $("succeeded").textContent = items.succeeded;
-  $("failed").textContent = items.failed;
-  $("total").textContent = items.total;
+  const items = doc.items; // null for a task that does not report items: then the row is left out
+  $("items-term").hidden = $("items").hidden = !items;
+  if (items) {
+    $("succeeded").textContent = items.succeeded;
+    $("failed").textContent = items.failed;
+    $("total").textContent = items.total;
+  }
   $("attempts").textContent = String(doc.attempts);
   const resumed = doc.resumed || 0; // runs that continued from a checkpoint: shown only when some did
   $("resumed").textContent = resumed > 0 ? "resumed " + resumed : "";
   $("resumed").hidden = resumed <= 0;
-  $("created").textContent = doc.created_at;
-  $("updated").textContent = doc.updated_at;
+  $("created").replaceChildren(timeOf(doc.created_at));
+  $("updated").replaceChildren(timeOf(doc.updated_at));
+  showBatchOf(doc.batch_id);
+  $("callback").textContent = doc.callback ? callbackText(doc.callback) : "";
+  $("callback-term").hidden = $("callback").hidden = !doc.callback;
   $("cancel").disabled = TERMINAL.includes(doc.status);
   $("rerun").hidden = !RERUNNABLE.includes(doc.status);
   showWaiting(doc);
   announce(doc);
+  dropStaleNotice(doc);
+  followRow(doc);
 }
 
-// A PENDING task may wait for its time (`run_at`) or for other tasks (`waiting_for`): say which.
+// The batch the task was submitted in (or whose then task it is): a button that opens the batch's panel, drawn
+// again only when it changes (render runs on every event, and a redraw would take the focus away).
+function showBatchOf(batchId) {
+  const cell = $("batch-of");
+  if (cell.dataset.batchId !== (batchId || "")) {
+    cell.dataset.batchId = batchId || "";
+    cell.replaceChildren(...(batchId ? [batchButton(batchId)] : []));
+  }
+  $("batch-of-term").hidden = cell.hidden = !batchId;
+}
+
+// A PENDING task may wait for its time (`run_at`), for other tasks (`waiting_for`) or, a batch's then task,
+// for its batch (`waiting_for` holds the batch's id): say which.
 function showWaiting(doc) {
   const pending = doc.status === "PENDING";
-  const runAt = pending && doc.run_at ? runsAt(doc.run_at) : "";
+  const runAt = pending && doc.run_at;
   const ids = (pending && doc.waiting_for) || [];
-  $("runs-at").textContent = runAt;
-  const links = ids.flatMap((id, i) => [i ? ", " : ": ", taskButton(id, () => openTask(id))]);
-  $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links);
+  $("runs-at").replaceChildren(...(runAt ? ["runs at ", timeOf(doc.run_at)] : []));
+  if (waitsForBatch(doc)) {
+    $("waiting-for").replaceChildren("waiting for its batch: ", batchButton(doc.batch_id));
+  } else {
+    const links = ids.flatMap((id, i) => [i ? ", " : ": ", taskButton(id, () => openTask(id))]);
+    $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links);
+  }
   $("waiting").hidden = !runAt && !ids.length;
 }
 
-const runsAt = (iso) => "runs at " + new Date(iso).toLocaleString();
+const waitsForBatch = (doc) => Boolean(doc.batch_id && doc.waiting_for && doc.waiting_for.includes(doc.batch_id));
+
+const runsAt = (iso) => "runs at " + localTime(iso);
 const waitingCount = (ids) => `waiting for ${ids.length} task${ids.length === 1 ? "" : "s"}`;
 
 // The history's one-line version of the same: the status, and what a PENDING task waits for.
 function statusLine(doc) {
   if (doc.status !== "PENDING") return doc.status;
   if (doc.run_at) return doc.status + " · " + runsAt(doc.run_at);
+  if (waitsForBatch(doc)) return doc.status + " · waiting for its batch";
   if (doc.waiting_for && doc.waiting_for.length) return doc.status + " · " + waitingCount(doc.waiting_for);
   return doc.status;
 }
@@ -257,10 +300,12 @@ async function offerDownload(file) {
 
 async function cancel() {
   if (!current) return;
+  const taskId = current.task_id;
   useKey();
   try {
-    await cancelTask(current.task_id);
-    notice("Cancellation requested.");
+    await cancelTask(taskId);
+    const ended = current.task_id === taskId && TERMINAL.includes(current.status); // its stream was quicker
+    if (!ended) notice("Cancellation requested.", false, taskId);
   } catch (error) {
     notice(describe(error), true);
   }
@@ -273,7 +318,7 @@ async function rerun() {
   $("rerun").disabled = true;
   try {
     const doc = await retryTask(current.task_id);
-    notice("Queued to run again.");
+    notice("Queued to run again.", false, doc.task_id);
     watch(doc);
   } catch (error) {
     notice(describe(error), true);
@@ -293,24 +338,44 @@ async function loadHistory() {
     if (error.status !== 401) notice(describe(error), true);
     return;
   }
-  const rows = page.tasks.map((doc) => {
-    const row = document.createElement("tr");
-    const first = document.createElement("td");
-    first.append(taskButton(doc.task_id, () => watch(doc)));
-    row.append(first);
-    for (const value of [doc.type, statusLine(doc), doc.progress + "%", doc.created_at]) {
-      const cell = document.createElement("td");
-      cell.textContent = value;
-      row.append(cell);
-    }
-    return row;
-  });
+  const rows = page.tasks.map((doc) => historyRow(latest(doc)));
   $("history").tBodies[0].replaceChildren(...rows);
   $("history-empty").hidden = rows.length > 0;
   pages.cursors[pages.index + 1] = page.nextCursor;
   $("history-prev").disabled = pages.index === 0;
   $("history-next").disabled = !page.nextCursor;
   $("history-page").textContent = "page " + (pages.index + 1);
+}
+
+// One row: the id (a button that opens the task), type, status, progress, created. Status and progress follow the
+// watched task (followRow), so the row never says 0 % while the panel above says 50 %.
+function historyRow(doc) {
+  const row = document.createElement("tr");
+  row.dataset.taskId = doc.task_id;
+  const cells = [taskButton(doc.task_id, () => watch(rowDocs.get(row))), doc.type, "", "", timeOf(doc.created_at)];
+  for (const value of cells) {
+    const cell = document.createElement("td");
+    cell.append(value);
+    row.append(cell);
+  }
+  fillRow(row, doc);
+  return row;
+}
+
+// The watched task's document when it is the same task and no older (its stream may be ahead of the list).
+function latest(doc) {
+  const watched = current && current.task_id === doc.task_id && current.updated_at >= doc.updated_at;
+  return watched ? current : doc;
+}
+
+function fillRow(row, doc) {
+  rowDocs.set(row, doc);
+  row.cells[2].textContent = statusLine(doc);
+  row.cells[3].textContent = doc.progress + "%";
+}
+
+function followRow(doc) {
+  for (const row of $("history").tBodies[0].rows) if (row.dataset.taskId === doc.task_id) fillRow(row, doc);
 }
 
 function turnPage(delta) {
@@ -337,6 +402,8 @@ function start() {
   $("api-key").addEventListener("change", restartHistory);
   loadTypes();
   loadHistory();
+  initBatchView({ taskButton, openTask, notice, describe, limits });
+  setInterval(tick, 1000); // "3 s ago" counts on
 }
 
 // A module runs after the document is parsed, so the elements are there.

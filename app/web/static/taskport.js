@@ -9,6 +9,7 @@
  * Authorization header (EventSource cannot send headers); if the stream cannot be opened it polls the
  * status, waiting as the service's Retry-After says, for at most `maxAttempts` reads and `deadline` ms.
  * When the limit is reached the outcome is "still running: check the history later", not an error.
+ * watchBatch follows a batch (submitBatch) the same way until it is DONE.
  * Problem+json answers become TaskportError objects (status, type, title, detail, errors).
  * Docs: docs/clients.md.
  */
@@ -21,7 +22,9 @@
   const OUTCOMES = Object.freeze({
     COMPLETED: "COMPLETED", PARTIAL_FAILURE: "PARTIAL_FAILURE", FAILED: "FAILED", CANCELLED: "CANCELLED",
     EXPIRED: "EXPIRED", STILL_RUNNING: "STILL_RUNNING", STOPPED: "STOPPED", ERROR: "ERROR",
+    DONE: "DONE", // watchBatch: every task of the batch ended
   });
+  const BATCH_DONE = "DONE"; // a batch's status once none of its tasks is PENDING or PROCESSING (else RUNNING)
   const STREAM_RECONNECTS = 3; // a stream that dropped is reopened (with Last-Event-ID) this many times
   const defaults = { baseUrl: "", apiKey: "", fetch: null };
 
@@ -97,7 +100,8 @@
 
   /** POST /tasks. Resolves to the status document (PENDING). A duplicate rejects with `duplicate: true`
    * and `existing` (the earlier task's document). Options: {idempotencyKey, priority, runAt (an ISO 8601
-   * string or a Date), delay (seconds), after (task ids), apiKey, baseUrl}. */
+   * string or a Date), delay (seconds), after (task ids), callback (a URL, or {url, events}: where the service
+   * POSTs the status document, signed, when the task ends), apiKey, baseUrl}. */
   async function submitTask(type, payload, options) {
     const o = options || {};
     const s = settingsOf(o);
@@ -106,6 +110,7 @@
     if (o.runAt != null) body.run_at = o.runAt instanceof Date ? o.runAt.toISOString() : o.runAt;
     if (o.delay != null) body.delay = o.delay;
     if (o.after != null) body.after = Array.from(o.after);
+    if (o.callback != null) body.callback = callbackBody(o.callback);
     const extra = { "Content-Type": "application/json" };
     if (o.idempotencyKey) extra["Idempotency-Key"] = o.idempotencyKey;
     const response = await call(s, "POST", API + "/tasks", { headers: headersOf(s, extra), body: JSON.stringify(body) });
@@ -157,12 +162,7 @@
    * Resolves to {tasks, nextCursor}; pass nextCursor back as `cursor` for the next page (null: last). */
   async function listHistory(query, options) {
     const s = settingsOf(options);
-    const params = new URLSearchParams();
-    for (const [name, value] of Object.entries(query || {})) {
-      if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
-    }
-    const qs = params.toString();
-    const response = await call(s, "GET", API + "/tasks" + (qs ? "?" + qs : ""), { headers: headersOf(s) });
+    const response = await call(s, "GET", API + "/tasks" + queryOf(query), { headers: headersOf(s) });
     if (response.status !== 200) return failWith(response);
     const page = await response.json();
     return { tasks: page.tasks, nextCursor: page.next_cursor };
@@ -172,8 +172,8 @@
     return API + "/schedules" + (id === undefined ? "" : "/" + encodeURIComponent(String(id)));
   }
 
-  async function jsonCall(s, method, path, expected, body) {
-    const init = { headers: headersOf(s, body === undefined ? {} : { "Content-Type": "application/json" }) };
+  async function jsonCall(s, method, path, expected, body, signal) {
+    const init = { headers: headersOf(s, body === undefined ? {} : { "Content-Type": "application/json" }), signal };
     if (body !== undefined) init.body = JSON.stringify(body);
     const response = await call(s, method, path, init);
     if (response.status === expected) return expected === 204 ? true : response.json();
@@ -196,12 +196,7 @@
   /** GET /schedules: one page of the member's schedules, newest first. Query: {limit, cursor}. Resolves to
    * {schedules, nextCursor}; pass nextCursor back as `cursor` for the next page (null: last). */
   async function listSchedules(query, options) {
-    const params = new URLSearchParams();
-    for (const [name, value] of Object.entries(query || {})) {
-      if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
-    }
-    const qs = params.toString();
-    const page = await jsonCall(settingsOf(options), "GET", schedulePath() + (qs ? "?" + qs : ""), 200);
+    const page = await jsonCall(settingsOf(options), "GET", schedulePath() + queryOf(query), 200);
     return { schedules: page.schedules, nextCursor: page.next_cursor };
   }
 
@@ -218,6 +213,53 @@
   /** DELETE /schedules/{id}. Resolves to true (the tasks it created stay). */
   async function deleteSchedule(id, options) {
     return jsonCall(settingsOf(options), "DELETE", schedulePath(id), 204);
+  }
+
+  function batchPath(id, suffix) {
+    return API + "/batches" + (id === undefined ? "" : "/" + encodeURIComponent(String(id)) + (suffix || ""));
+  }
+
+  // A callback as the API takes it: a bare URL means {url} (every terminal status).
+  const callbackBody = (callback) => (typeof callback === "string" ? { url: callback } : { ...callback });
+
+  function queryOf(query) {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query || {})) {
+      if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
+    }
+    const qs = params.toString();
+    return qs ? "?" + qs : "";
+  }
+
+  /** POST /batches: `tasks` (1 to 1,000 submit bodies, {type, payload, ...}) as one batch, all or nothing.
+   * Options: {then (one more submit body, queued once every task ended), callback (a URL or {url, events}: the
+   * batch document is POSTed there, signed, once it is DONE), apiKey, baseUrl}. Resolves to the batch document
+   * with `tasks`: [{task_id, status, duplicate}] in order; a bad task rejects with 422 whose `errors` name it
+   * by index ("tasks.3.payload.items.0.quantity"), the active-task cap (which counts every task) with 429. */
+  async function submitBatch(tasks, options) {
+    const o = options || {};
+    const body = { tasks: Array.from(tasks || []) };
+    if (o.then != null) body.then = o.then;
+    if (o.callback != null) body.callback = callbackBody(o.callback);
+    return jsonCall(settingsOf(o), "POST", batchPath(), 202, body);
+  }
+
+  /** GET /batches/{id}: the batch document ({status: RUNNING or DONE, counts, progress, items, then_task_id,
+   * callback, links}); an unknown or someone else's batch rejects with 404. */
+  async function getBatch(id, options) {
+    return jsonCall(settingsOf(options), "GET", batchPath(id), 200);
+  }
+
+  /** GET /batches/{id}/tasks: one page of the batch's tasks (status documents) in submit order. Query: {status,
+   * limit, cursor}. Resolves to {tasks, nextCursor}; pass nextCursor back as `cursor` (null: the last page). */
+  async function listBatchTasks(id, query, options) {
+    const page = await jsonCall(settingsOf(options), "GET", batchPath(id, "/tasks") + queryOf(query), 200);
+    return { tasks: page.tasks, nextCursor: page.next_cursor };
+  }
+
+  /** DELETE /batches/{id}: cancels its unfinished tasks and its then task. Resolves to true. */
+  async function cancelBatch(id, options) {
+    return jsonCall(settingsOf(options), "DELETE", batchPath(id), 204);
   }
 
   /** A tiny text/event-stream parser: feed it text, it calls onEvent({event, id, data}) per event. */
@@ -271,6 +313,49 @@
    *   an attempt. Returns {stop(), done}: `done` resolves to the outcome, one of taskport.OUTCOMES.
    */
   function watchTask(id, handlers, options) {
+    return follow({
+      events: taskPath(id, "/events"), event: "status", ends: (doc) => TERMINAL.includes(doc.status),
+      read: (s, signal) => readStatus(id, s, signal), finish: (doc, s, emit) => finishTask(id, doc, s, emit),
+    }, handlers, options);
+  }
+
+  /**
+   * Follow a batch until it is DONE (every task of it ended), over its event stream (one document per change,
+   * coalesced), polling GET /batches/{id} if the stream cannot be opened. Handlers: onProgress(doc) every batch
+   * document (status, counts, progress, items), onDone(doc) the DONE one, onStillRunning(doc, {attempts}),
+   * onError(taskportError), onMode(mode). Options and the returned {stop(), done} as watchTask's; `done`
+   * resolves to OUTCOMES.DONE, STILL_RUNNING, STOPPED or ERROR.
+   */
+  function watchBatch(id, handlers, options) {
+    return follow({
+      events: batchPath(id, "/events"), event: "batch", ends: (doc) => doc.status === BATCH_DONE,
+      read: async (s, signal) => ({ doc: await jsonCall(s, "GET", batchPath(id), 200, undefined, signal), retryAfter: null }),
+      finish: async (doc, s, emit) => { emit("onDone", doc); return OUTCOMES.DONE; },
+    }, handlers, options);
+  }
+
+  async function finishTask(id, doc, s, emit) {
+    if (doc.status === "COMPLETED") {
+      const result = await getResult(id, s);
+      const failures = result.failures || [];
+      let outcome = OUTCOMES.COMPLETED;
+      if (failures.length || (result.items && result.items.failed) || result.error_code != null) {
+        outcome = OUTCOMES.PARTIAL_FAILURE;
+        emit("onPartialFailure", result, { errorCode: result.error_code, failures });
+      }
+      emit("onCompleted", result);
+      return outcome;
+    }
+    if (doc.status === "FAILED") { emit("onFailed", doc.error || { code: null, message: "" }, doc); return OUTCOMES.FAILED; }
+    if (doc.status === "CANCELLED") { emit("onCancelled", doc); return OUTCOMES.CANCELLED; }
+    emit("onExpired", doc);
+    return OUTCOMES.EXPIRED;
+  }
+
+  // What watchTask and watchBatch share: the event stream at `target.events` (documents in `target.event`
+  // events, reopened with Last-Event-ID after a drop) until `target.ends(doc)`, polling `target.read` when it
+  // cannot be opened, within the limits; then `target.finish(doc, settings, emit)` gives the outcome.
+  function follow(target, handlers, options) {
     const h = handlers || {};
     const o = { maxAttempts: 60, deadline: null, sse: true, pollInterval: 1000, ...(options || {}) };
     const s = settingsOf(o);
@@ -284,7 +369,7 @@
     const emit = (name, ...args) => { if (typeof h[name] === "function") h[name](...args); };
     const setMode = (mode) => { if (state.mode !== mode) { state.mode = mode; emit("onMode", mode); } };
     const exhausted = () => state.attempts >= o.maxAttempts || Date.now() >= until;
-    const seen = (doc) => { state.last = doc; emit("onProgress", doc); return TERMINAL.includes(doc.status); };
+    const seen = (doc) => { state.last = doc; emit("onProgress", doc); return target.ends(doc); };
 
     async function stream() {
       let lastId = null;
@@ -295,7 +380,7 @@
         if (lastId !== null) headers["Last-Event-ID"] = lastId;
         let response;
         try {
-          response = await call(s, "GET", taskPath(id, "/events"), { headers, signal: controller.signal, cache: "no-store" });
+          response = await call(s, "GET", target.events, { headers, signal: controller.signal, cache: "no-store" });
         } catch (e) {
           if (e.name === "AbortError" || lastId === null) throw e; // never opened: the caller polls
           drops += 1;
@@ -314,13 +399,13 @@
           continue;
         }
         setMode("stream");
-        let terminal = null;
+        let last = null;
         const feed = sseParser((event) => {
-          if (event.event !== "status" || terminal) return;
+          if (event.event !== target.event || last) return;
           if (event.id !== null) lastId = event.id;
           drops = 0;
           const doc = JSON.parse(event.data);
-          if (seen(doc)) terminal = doc;
+          if (seen(doc)) last = doc;
         });
         const reader = response.body.getReader();
         const decoder = new TextDecoder();
@@ -329,15 +414,15 @@
             const { value, done } = await reader.read();
             if (done) break;
             feed(decoder.decode(value, { stream: true }));
-            if (terminal) return terminal;
+            if (last) return last;
           }
         } catch (e) {
           if (e.name === "AbortError" || controller.signal.aborted) throw e;
         } finally {
           reader.cancel().catch(() => {});
         }
-        if (terminal) return terminal;
-        drops += 1; // dropped before the task ended: reopen with Last-Event-ID
+        if (last) return last;
+        drops += 1; // dropped before the end: reopen with Last-Event-ID
         await sleep(200 * drops, controller.signal);
       }
       return null;
@@ -349,7 +434,7 @@
         state.attempts += 1;
         let delay = o.pollInterval;
         try {
-          const { doc, retryAfter } = await readStatus(id, s, controller.signal);
+          const { doc, retryAfter } = await target.read(s, controller.signal);
           if (seen(doc)) return doc;
           if (retryAfter) delay = retryAfter * 1000;
         } catch (e) {
@@ -362,24 +447,6 @@
         if (controller.signal.aborted) throw new DOMException("stopped", "AbortError");
       }
       return null;
-    }
-
-    async function finish(doc) {
-      if (doc.status === "COMPLETED") {
-        const result = await getResult(id, s);
-        const failures = result.failures || [];
-        let outcome = OUTCOMES.COMPLETED;
-        if (failures.length || (result.items && result.items.failed) || result.error_code != null) {
-          outcome = OUTCOMES.PARTIAL_FAILURE;
-          emit("onPartialFailure", result, { errorCode: result.error_code, failures });
-        }
-        emit("onCompleted", result);
-        return outcome;
-      }
-      if (doc.status === "FAILED") { emit("onFailed", doc.error || { code: null, message: "" }, doc); return OUTCOMES.FAILED; }
-      if (doc.status === "CANCELLED") { emit("onCancelled", doc); return OUTCOMES.CANCELLED; }
-      emit("onExpired", doc);
-      return OUTCOMES.EXPIRED;
     }
 
     async function run() {
@@ -396,7 +463,7 @@
         emit("onStillRunning", state.last, { attempts: state.attempts });
         return OUTCOMES.STILL_RUNNING;
       }
-      return finish(doc);
+      return target.finish(doc, s, emit);
     }
 
     const done = run().catch((e) => {
@@ -416,5 +483,6 @@
   global.taskport = Object.freeze({
     configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
     OUTCOMES, sseParser, createSchedule, listSchedules, getSchedule, updateSchedule, deleteSchedule,
+    submitBatch, getBatch, listBatchTasks, watchBatch, cancelBatch,
   });
 })(typeof globalThis !== "undefined" ? globalThis : window);

@@ -6,5 +6,6 @@ const taskport = globalThis.taskport;
 export const {
   configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
   OUTCOMES, sseParser, createSchedule, listSchedules, getSchedule, updateSchedule, deleteSchedule,
+  submitBatch, getBatch, listBatchTasks, watchBatch, cancelBatch,
 } = taskport;
 export default taskport;

@@ -7,9 +7,12 @@ Blueprints mount at :data:`API_PREFIX`; documents, ``Location`` headers and resu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.task import Task
+
+if TYPE_CHECKING:
+    from app.core.batches import Batch
 
 API_PREFIX = "/api/v1"
 
@@ -40,3 +43,18 @@ def status_document(task: Task, now: int) -> dict[str, Any]:
 def file_url(task_id: str) -> str:
     """Where a file result is downloaded: its ``result.file.url``."""
     return task_path(task_id, "/result/file")
+
+
+def batch_path(batch_id: str, suffix: str = "") -> str:
+    """The batch's URL path, or one of its sub-resources (``suffix`` e.g. ``/tasks``); the collection's
+    without an id."""
+    return f"{API_PREFIX}/batches/{batch_id}{suffix}" if batch_id else f"{API_PREFIX}/batches"
+
+
+def batch_document(batch: Batch, now: int) -> dict[str, Any]:
+    """The contract's batch document of ``batch`` as seen at ``now`` (ms): the record's, with its links."""
+    doc = batch.to_doc(now)
+    path = batch_path(batch.id)
+    doc["links"] = {"self": path, "tasks": f"{path}/tasks", "events": f"{path}/events",
+                    "then": task_path(batch.then_task_id) if batch.then_task_id else None}
+    return doc

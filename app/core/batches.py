@@ -1,0 +1,215 @@
+"""Batches: many tasks submitted as one, with one status, a ``then`` task and a callback when all are done.
+
+A batch is a record (``keys.batch``) and the list of its task ids (``keys.batch_tasks``); its tasks are ordinary
+tasks whose ``batch`` field names it. The record's counters are kept by the scripts that change a task
+(app.core.batchscripts), so reading a batch is one HGETALL whatever its size. Writes: the batch create
+script (:meth:`BatchStore.create`); cancelling a batch is cancelling its unfinished tasks one by one
+(app.web.batch_service), each a transition like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import redis
+
+from app.core import keys, lua
+from app.core.answers import ActiveCapReached, NewTask, StoredBytesReached
+from app.core.batchscripts import BATCH
+from app.core.clock import iso, iso_or_none, now_ms
+from app.core.history import Page, decode_cursor, encode_cursor
+from app.core.keys import BatchField as B
+from app.core.lua import Command
+from app.core.states import ACTIVE, STORED, BatchStatus, CallbackState, TaskStatus
+from app.core.store import TaskStore
+from app.core.urls import batch_document
+
+MAX_TASKS = 1000  # tasks one batch may hold
+DONE, RUNNING = BatchStatus.DONE.value, BatchStatus.RUNNING.value  # a batch's status: no unfinished task, or some
+COUNTED = tuple(s.value for s in TaskStatus if s in STORED)  # the statuses a batch counts its tasks in, in order
+_RAW = {f: f.value.encode() for f in B}
+
+
+def count_field(status: str) -> B:
+    """The field of a batch's record counting its tasks in ``status`` (the Lua lowercases the same way)."""
+    return B(status.lower())
+
+
+@dataclass(frozen=True)
+class BatchTask:
+    """One task to create in a batch: its record, the commands that queue its job (none when it waits), and
+    what it waits for."""
+
+    new: NewTask
+    job: Sequence[Command] = ()
+    run_at: int | None = None
+    after: Sequence[str] = ()
+
+
+class Entry(NamedTuple):
+    """What the batch create did with one of its tasks: created, or ``duplicate`` (an existing task holding
+    its dedup key, counted in the batch at ``status``)."""
+
+    task_id: str
+    status: str
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch as read from its record."""
+
+    id: str
+    member: str
+    size: int
+    counts: dict[str, int]
+    progress_sum: int
+    items: dict[str, int]
+    then_task_id: str | None
+    created_at: int
+    completed_at: int | None
+    expires_at: int
+    seq: int
+    callback: dict[str, Any] | None = field(default=None)
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes], batch_id: str) -> Batch:
+        def num(f: B) -> int:
+            return int(h.get(_RAW[f]) or 0)
+
+        def text(f: B) -> str | None:
+            value = h.get(_RAW[f])
+            return value.decode() if value else None
+
+        callback = None
+        if h.get(_RAW[B.CALLBACK_URL]):
+            callback = {"state": text(B.CALLBACK_STATE) or CallbackState.PENDING.value,
+                        "attempts": num(B.CALLBACK_ATTEMPTS),
+                        "last_status": int(h[_RAW[B.CALLBACK_LAST_STATUS]]) if h.get(_RAW[B.CALLBACK_LAST_STATUS])
+                        else None}
+        return cls(
+            id=batch_id, member=h[_RAW[B.MEMBER]].decode(), size=num(B.SIZE),
+            counts={s: int(h.get(_RAW[count_field(s)]) or 0) for s in COUNTED},
+            progress_sum=num(B.PROGRESS_SUM),
+            items={"total": num(B.ITEMS_TOTAL), "succeeded": num(B.ITEMS_SUCCEEDED), "failed": num(B.ITEMS_FAILED)},
+            then_task_id=text(B.THEN_TASK_ID), created_at=num(B.CREATED_AT),
+            completed_at=int(h[_RAW[B.COMPLETED_AT]]) if h.get(_RAW[B.COMPLETED_AT]) else None,
+            expires_at=num(B.EXPIRES_AT), seq=num(B.SEQ), callback=callback,
+        )  # fmt: skip
+
+    @property
+    def status(self) -> str:
+        return RUNNING if any(self.counts[s] for s in ACTIVE) else DONE
+
+    @property
+    def progress(self) -> int:
+        """0-100: the mean of its tasks' progress, an ended task counting 100."""
+        return min(100, self.progress_sum // self.size) if self.size else 100
+
+    def to_doc(self, now: int) -> dict[str, Any]:
+        """The contract's batch document, but for its links (app.core.urls.batch_document adds them)."""
+        return {
+            "batch_id": self.id, "size": self.size, "status": self.status, "counts": dict(self.counts),
+            "progress": self.progress, "items": dict(self.items), "then_task_id": self.then_task_id,
+            "created_at": iso(self.created_at), "completed_at": iso_or_none(self.completed_at),
+            "expires_at": iso(self.expires_at), "callback": self.callback,
+        }  # fmt: skip
+
+
+class BatchCreated(NamedTuple):
+    batch: Batch
+    entries: list[Entry]
+
+
+class BatchStore:
+    """Every read and write of a batch's own keys, over a task store (whose connection and config it shares)."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self.redis: Any = store.redis
+
+    def create(self, batch_id: str, member: str, tasks: Sequence[BatchTask], then: BatchTask | None = None,
+               callback_url: str = "") -> BatchCreated:
+        """Create the batch, its tasks and their jobs in one script (nothing at all on a refusal): raises
+        ActiveCapReached when the member's unfinished tasks plus the new ones would pass its cap. Each task's
+        ``new.batch`` (and the then task's ``new.then_of``) must name ``batch_id``."""
+        c = self.store.config
+        created = now_ms()
+        command_keys: list[str] = []
+        block_args: list[Any] = []
+        longest = 0
+        for bt in (*tasks, *((then,) if then else ())):
+            start, fields, body = self.store.task_fields(bt.new, created, bt.run_at)
+            job_keys, job_args = lua.replay(bt.job)
+            key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
+            longest = max(longest, key_ttl)
+            task_id = bt.new.task_id
+            command_keys += [keys.dedup(member, bt.new.dedup_digest), keys.task(task_id), keys.payload(task_id),
+                             *(key for dep in bt.after for key in (keys.task(dep), keys.dependents(dep))), *job_keys]
+            block_args += [task_id, key_ttl, start + c.task_ttl * 1000, start if start > created else "",
+                           ",".join(bt.after), body, len(bt.after), len(job_keys), len(job_args), len(fields),
+                           *job_args, *fields]
+        answer = self.store.run_script(BATCH.name, *BATCH.call(
+            keys={"history": keys.history(member), "expiry": keys.EXPIRY, "members": keys.MEMBERS, "stats": keys.STATS,
+                  "active": keys.ACTIVE, "delayed": keys.DELAYED, "settled": keys.SETTLED,
+                  "stored_bytes": keys.STORED_BYTES, "batch": keys.batch(batch_id),
+                  "batch_tasks": keys.batch_tasks(batch_id), "callbacks_due": keys.CALLBACKS_DUE},
+            args={"batch_id": batch_id, "dedup_window_s": c.dedup_window, "created_ms": created, "member": member,
+                  "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
+                  "block_count": len(tasks) + (1 if then else 0), "has_then": "1" if then else "",
+                  "key_ttl_s": longest, "callback_url": callback_url},
+            rest_keys=command_keys, rest=block_args,
+        ), acknowledged=True)  # fmt: skip
+        if answer[0] == 2:
+            raise ActiveCapReached(c.active_task_cap, int(answer[1]))
+        if answer[0] == 3:
+            raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
+        entries = []
+        for i in range(len(tasks)):
+            made, task_id, outcome = answer[1 + 3 * i:4 + 3 * i]
+            task_id, outcome = task_id.decode(), outcome.decode()
+            if made and outcome:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
+                self.store.fail_waiting(task_id, outcome)
+            entries.append(Entry(task_id, outcome if not made else TaskStatus.PENDING, not made))
+        found = self.get(batch_id)
+        assert found is not None  # just written, in the same script as its tasks
+        return BatchCreated(found, entries)
+
+    def get(self, batch_id: str) -> Batch | None:
+        h = self.redis.hgetall(keys.batch(batch_id))
+        return Batch.from_hash(h, batch_id) if h else None
+
+    def seq(self, batch_id: str) -> int | None:
+        """The batch's event sequence number (bumped by every change), None once it is gone: one HGET."""
+        seq = self.redis.hget(keys.batch(batch_id), B.SEQ)
+        return int(seq) if seq is not None else None
+
+    def task_ids(self, batch_id: str) -> list[str]:
+        """Every task id of the batch, in submit order."""
+        return [i.decode() for i in self.redis.lrange(keys.batch_tasks(batch_id), 0, -1)]
+
+    def page(self, batch_id: str, *, limit: int, cursor: str | None, status: str | None, now: int) -> Page:
+        """A page of the batch's tasks in submit order, those in ``status`` only when given (their status as a
+        reader sees it at ``now``). A filtered page examines at most ``MAX_TASKS`` entries, so it may hold fewer
+        than ``limit`` tasks with a ``next_cursor`` to go on from; the last page's is None."""
+        offset = decode_cursor(cursor)[0] if cursor else 0
+        window = MAX_TASKS if status else limit
+        ids = [i.decode() for i in self.redis.lrange(keys.batch_tasks(batch_id), offset, offset + window)]
+        more, ids = len(ids) > window, ids[:window]
+        found = []
+        for index, task in enumerate(self.store.get_many(ids)):
+            if task is not None and (status is None or task.effective_status(now) == status):
+                found.append(task)
+                if len(found) == limit:
+                    more = more or index + 1 < len(ids)
+                    window = index + 1
+                    break
+        return Page(found, encode_cursor((offset + min(window, len(ids)), 0)) if more else None)
+
+
+def read_document(conn: redis.Redis, batch_id: str, now: int) -> dict[str, Any] | None:
+    """The batch document of ``batch_id`` as seen at ``now`` (ms), None once it is gone: for a callback's body."""
+    h: Any = conn.hgetall(keys.batch(batch_id))
+    return batch_document(Batch.from_hash(h, batch_id), now) if h else None

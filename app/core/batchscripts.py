@@ -1,0 +1,235 @@
+"""The Lua of batches (app.core.batches): the counters every status script keeps, and the batch create.
+
+A batch's record (``keys.batch``) holds how many of its tasks are in each status, the sum of their progress
+and of their item counts. Nothing counts them at read time: every script that changes a task's status,
+progress or items (start, progress, transition, run again) calls :data:`SYNC`'s ``batch_sync`` after its
+writes, with the task's state from before them (``batch_state``), and each batch the task counts in (its
+``batch`` field) moves by the difference, in the same atomic step. So a batch status read is one HGETALL
+however large the batch.
+
+The transition that leaves a batch with no unfinished task marks it done (``completed_at``) and, the first time
+only, releases its ``then`` task (out of its waiting, into ``keys.DELAYED`` due now: the promote tick queues it
+once, app.core.deferred) and schedules its callback (``keys.CALLBACKS_DUE``). A task's batch keys are built
+here from ``keys.BATCH_HEAD`` (passed in KEYS) and the ids in the task's hash, like the submit's duplicate
+holder: on the same ``{tp}`` slot.
+
+Markers as app.core.lua renders them (``%name`` is a :class:`~app.core.keys.BatchField`).
+"""
+
+from __future__ import annotations
+
+from app.core.creation import CREATE, SIBLING
+from app.core.keys import EVENTS_TAIL, TASKS_TAIL
+from app.core.lua import Script, Tail
+from app.core.states import CallbackState
+from app.core.waitscripts import REPLAY
+
+# batch_state(task): the task's state as batch_sync compares it, nil for a task in no batch.
+# batch_done(b, bid, cur, task, task_id, now, done): batch ``bid`` (key ``b``, ``cur`` its fields as batch_sync
+# reads them) has no unfinished task: done now; the first time, its then task released and its callback due.
+# batch_sync(task, task_id, before, now, done): after a script's writes, each of the task's batches moves by
+# the difference from ``before``; ``done`` = {delayed = key, due = key} where the script may end a batch (the
+# transition), nil elsewhere (a start, a progress write or a run again never leaves a batch with no
+# unfinished task).
+SYNC = SIBLING + ("""
+local function batch_state(task_key)
+  local s = redis.call('HMGET', task_key, @batch, @status, @progress, @items_total, @items_succeeded, @items_failed)
+  if not s[1] then return nil end
+  return s
+end
+local function batch_done(b, bid, cur, task_key, task_id, now, done)
+  redis.call('HSET', b, %completed_at, now)
+  if cur[4] and cur[5] ~= '1' then
+    redis.call('HSET', b, %then_released, 1)
+    local then_key = sibling(task_key, task_id, cur[4])
+    if redis.call('HGET', then_key, @status) == $PENDING then
+      redis.call('HDEL', then_key, @waiting, @waiting_for)
+      redis.call('HSET', then_key, @updated_at, now)
+      redis.call('ZADD', done.delayed, now, cur[4])
+      redis.call('PUBLISH', then_key .. '__EVENTS_TAIL__', redis.call('HINCRBY', then_key, @seq, 1))
+    end
+  end
+  if cur[6] and cur[7] ~= '1' then
+    redis.call('HSET', b, %callback_fired, 1, %callback_state, '__CALLBACK_PENDING__', %callback_attempts, 0,
+               %callback_last_status, '')
+    redis.call('ZADD', done.due, now, 'b:' .. bid .. ':0:DONE')
+  end
+end
+local function batch_sync(task_key, task_id, before, now, done)
+  if not before then return end
+  local after = batch_state(task_key)
+  local open = $ACTIVE
+  local function weight(s) if open[s[2]] then return tonumber(s[3]) or 0 end return 100 end
+  local moved = before[2] ~= after[2]
+  local dp = weight(after) - weight(before)
+  local di = {}
+  local changed = moved or dp ~= 0
+  for j = 4, 6 do
+    di[j] = (tonumber(after[j]) or 0) - (tonumber(before[j]) or 0)
+    if di[j] ~= 0 then changed = true end
+  end
+  if not changed then return end
+  local expires, ttl = redis.call('HGET', task_key, @expires_at), redis.call('PTTL', task_key)
+  for bid in string.gmatch(before[1], '[^,]+') do
+    local b = batch_head .. bid
+    if redis.call('EXISTS', b) == 1 then
+      if moved then
+        redis.call('HINCRBY', b, string.lower(before[2]), -1)
+        redis.call('HINCRBY', b, string.lower(after[2]), 1)
+      end
+      if dp ~= 0 then redis.call('HINCRBY', b, %progress_sum, dp) end
+      if di[4] ~= 0 then redis.call('HINCRBY', b, %items_total, di[4]) end
+      if di[5] ~= 0 then redis.call('HINCRBY', b, %items_succeeded, di[5]) end
+      if di[6] ~= 0 then redis.call('HINCRBY', b, %items_failed, di[6]) end
+      if moved then
+        local cur = redis.call('HMGET', b, %expires_at, %pending, %processing, %then_task_id, %then_released,
+                               %callback_url, %callback_fired)
+        if (tonumber(expires) or 0) > (tonumber(cur[1]) or 0) then redis.call('HSET', b, %expires_at, expires) end
+        if ttl > redis.call('PTTL', b) then
+          redis.call('PEXPIRE', b, ttl)
+          redis.call('PEXPIRE', b .. '__TASKS_TAIL__', ttl)
+        end
+        if (tonumber(cur[2]) or 0) + (tonumber(cur[3]) or 0) > 0 then
+          redis.call('HDEL', b, %completed_at)
+        elseif done then
+          batch_done(b, bid, cur, task_key, task_id, now, done)
+        end
+      end
+      redis.call('PUBLISH', b .. '__EVENTS_TAIL__', redis.call('HINCRBY', b, %seq, 1))
+    end
+  end
+end
+""").replace("__EVENTS_TAIL__", EVENTS_TAIL).replace("__TASKS_TAIL__", TASKS_TAIL).replace(
+    "__CALLBACK_PENDING__", CallbackState.PENDING)
+
+# A batch: its tasks created (each as SUBMIT creates one: app.core.creation) and its record written, in one step,
+# or nothing at all. A task whose dedup key is held (or named by an earlier task of the batch) is not created:
+# the holder counts in the batch (its ``batch`` field gains the batch id) at its status now, EXPIRED when its
+# hash is gone. Refused whole when the member's unfinished tasks plus the new ones (``then`` included) would pass
+# the cap. The last block is the ``then`` task when there is one: created waiting for the batch (``hold``), not
+# counted in it. A batch with no unfinished task (every task a finished duplicate) is done at once.
+# Per block, ARGV: task_id, key_ttl_s, expiry_ms, run_at_ms, after_ids, payload_json, n_deps, n_jobs, job_argc,
+# n_fields, the job's commands (job_argc entries), the hash's field pairs (n_fields entries); KEYS: its dedup
+# key, task hash, payload, 2 per dep (hash, dependents set), n_jobs job command keys.
+# Returns {1, per block: 1 (created) or 0 (held), the task id, '' or the id of a task it runs after that ended
+# otherwise (created) or the holder's status (held)}, or {2, unfinished_count} at the cap, or {3, bytes_held} past
+# the member's quota of stored bytes.
+BATCH = Script(
+    "batch_create",
+    keys={
+        "history": "sorted set: the member's task ids by creation time",
+        "expiry": "sorted set: the expiry index",
+        "members": "set: every member with a history",
+        "stats": "hash: the counters (submitted)",
+        "active": "hash: member -> its unfinished tasks (the cap's count)",
+        "stored_bytes": "hash: member -> bytes its tasks hold (the quota's count)",
+        "delayed": "sorted set: PENDING task id -> run_at",
+        "settled": "list: ended tasks whose dependents are to be released or failed",
+        "batch": "hash: the new batch's record",
+        "batch_tasks": "list: the batch's task ids in order",
+        "callbacks_due": "sorted set: callback deliveries (the batch's, when it is done at once)",
+    },
+    args={
+        "batch_id": "the new batch's id",
+        "dedup_window_s": "a dedup key's lifetime",
+        "created_ms": "now, the creation time",
+        "member": "the member submitting",
+        "cap": "unfinished tasks the member may hold (0 = no cap)",
+        "bytes_cap": "bytes the member's tasks may hold (0 = no quota)",
+        "block_count": "how many task blocks follow (the then task's last)",
+        "has_then": "'1' when the last block is the then task, '' otherwise",
+        "key_ttl_s": "the batch keys' lifetime (at least its tasks')",
+        "callback_url": "where the batch's callback goes ('' = none)",
+    },
+    rest_keys=Tail("command_keys", "per block: its dedup key, task hash, payload key, dep keys, job command keys"),
+    rest=Tail("block", "per block: its fields (see above)"),
+    body=REPLAY + SYNC + CREATE + ("""
+local blocks, a, k = {}, first_block, 1
+for i = 1, tonumber(block_count) do
+  local id, key_ttl, expiry_ms, run_at, after_ids, payload_json, n_deps, n_jobs, job_argc, n_fields =
+    unpack(ARGV, a, a + 9)
+  local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
+             payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
+             payload = command_keys[k + 2], k = k + 3}
+  n_deps, n_jobs, job_argc, n_fields = tonumber(n_deps), tonumber(n_jobs), tonumber(job_argc), tonumber(n_fields)
+  t.job_from = a + 10
+  t.job_to = t.job_from + job_argc
+  t.fields_from, t.fields_to = t.job_to, t.job_to + n_fields - 1
+  a, k = t.fields_to + 1, t.k + 2 * n_deps + n_jobs
+  blocks[i] = t
+end
+local seen, fresh, bytes = {}, 0, 0
+for _, t in ipairs(blocks) do
+  t.held = redis.call('GET', t.dedup) or seen[t.dedup]
+  if not t.held then
+    seen[t.dedup] = t.id
+    fresh, bytes = fresh + 1, bytes + #t.payload_json
+  end
+end
+local limit = tonumber(cap)
+local unfinished = tonumber(redis.call('HGET', active, member) or '0')
+if limit > 0 and unfinished + fresh > limit then return {2, unfinished} end
+local holding = tonumber(redis.call('HGET', stored_bytes, member) or '0')
+if tonumber(bytes_cap) > 0 and holding + bytes > tonumber(bytes_cap) then return {3, holding} end
+local open = $ACTIVE
+local counts = {}
+for _, s in ipairs({$PENDING, $PROCESSING, $COMPLETED, $FAILED, $CANCELLED, $EXPIRED}) do counts[s] = 0 end
+local progress_sum, items, expires, ttl, ids, answer = 0, {0, 0, 0}, 0, tonumber(key_ttl_s) * 1000, {}, {1}
+local then_id = nil
+for i, t in ipairs(blocks) do
+  local outcome = ''
+  if has_then ~= '' and i == #blocks then
+    t.hold = batch_id
+    then_id = t.id
+    create(t)
+  elseif t.held then
+    local holder = sibling(t.task, t.id, t.held)
+    local h = redis.call('HMGET', holder, @status, @progress, @items_total, @items_succeeded, @items_failed,
+                         @expires_at, @batch)
+    local status = h[1] or $EXPIRED
+    counts[status] = counts[status] + 1
+    if open[status] then progress_sum = progress_sum + (tonumber(h[2]) or 0) else progress_sum = progress_sum + 100 end
+    for j = 1, 3 do items[j] = items[j] + (tonumber(h[j + 2]) or 0) end
+    if h[1] then
+      redis.call('HSET', holder, @batch, h[7] and (h[7] .. ',' .. batch_id) or batch_id)
+      expires = math.max(expires, tonumber(h[6]) or 0)
+      ttl = math.max(ttl, redis.call('PTTL', holder))
+    end
+    ids[#ids + 1] = t.held
+    outcome = status
+  else
+    outcome = create(t)
+    counts[$PENDING] = counts[$PENDING] + 1
+    expires = math.max(expires, tonumber(t.expiry_ms))
+    ids[#ids + 1] = t.id
+  end
+  answer[#answer + 1] = t.held and 0 or 1
+  answer[#answer + 1] = t.held or t.id
+  answer[#answer + 1] = outcome
+end
+local record = {%member, member, %size, #ids, %progress_sum, progress_sum, %items_total, items[1],
+                %items_succeeded, items[2], %items_failed, items[3], %created_at, created_ms, %expires_at, expires,
+                %seq, 0}
+for s, n in pairs(counts) do
+  record[#record + 1] = string.lower(s)
+  record[#record + 1] = n
+end
+if then_id then
+  record[#record + 1] = %then_task_id
+  record[#record + 1] = then_id
+end
+if callback_url ~= '' then
+  record[#record + 1] = %callback_url
+  record[#record + 1] = callback_url
+end
+redis.call('HSET', batch, unpack(record))
+redis.call('PEXPIRE', batch, ttl)
+redis.call('RPUSH', batch_tasks, unpack(ids))
+redis.call('PEXPIRE', batch_tasks, ttl)
+if counts[$PENDING] + counts[$PROCESSING] == 0 then
+  local cur = redis.call('HMGET', batch, %expires_at, %pending, %processing, %then_task_id, %then_released,
+                         %callback_url, %callback_fired)
+  batch_done(batch, batch_id, cur, blocks[1].task, blocks[1].id, created_ms, {delayed = delayed, due = callbacks_due})
+end
+return answer
+"""))

@@ -1,0 +1,85 @@
+"""The Lua function that creates one task: the submit script's (app.core.scripts.SUBMIT) and, once per task, the
+batch create's (app.core.batchscripts.BATCH), so a task made either way is made the same way.
+
+``create(t)`` writes the task whose keys and ARGV positions the table ``t`` gives: ``id``, its keys ``task``,
+``payload`` and ``dedup``; its hash's field pairs ``fields_from..fields_to`` of ARGV (``fields_to`` nil: to its
+end); ``key_ttl``, ``expiry_ms``, ``payload_json``; ``run_at`` ('' = now) and ``after_ids`` (comma list, '' =
+none) whose hash and dependents set are ``command_keys[k]``, ``command_keys[k + 1]``... in order; the job's
+commands ``job_from..job_to`` of ARGV (``job_to`` excluded) on the command keys after those; ``hold`` (a batch
+id, or nil): the task waits for that batch instead (a ``then``).
+Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
+It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys)
+and the ``replay`` and ``audit`` functions. Returns the id of a task it runs after that ended otherwise
+already ('' = none: the caller fails it -6) and the ids it waits for (comma list).
+"""
+
+from __future__ import annotations
+
+# sibling(key, id, other): the key of the same kind as ``key`` (which names ``id``) for ``other``: how a script
+# names the hash of a task (or batch) whose id it learns only by reading (on the same slot: see app.core.keys).
+SIBLING = """
+local function sibling(key, id, other)
+  local at = string.find(key, id, 1, true)
+  return string.sub(key, 1, at - 1) .. other .. string.sub(key, at + #id)
+end
+"""
+
+# held_bytes(task, {keys}): what the task holds now that counts in its member's quota (keys.STORED_BYTES): the
+# lengths of those of its keys (payload, result, checkpoint, cursor) and of its hash's inline result.
+# account(task, member, before, after): the task's STORED field and its member's sum move to ``after``.
+QUOTA = """
+local function held_bytes(task_key, counted)
+  local n = redis.call('HSTRLEN', task_key, @result)
+  for _, k in ipairs(counted) do n = n + redis.call('STRLEN', k) end
+  return n
+end
+local function account(task_key, member, before, after)
+  before = tonumber(before) or 0
+  if after == before or not member then return end
+  redis.call('HSET', task_key, @stored, after)
+  if redis.call('HINCRBY', stored_bytes, member, after - before) <= 0 then redis.call('HDEL', stored_bytes, member) end
+end
+"""
+
+CREATE = """
+local function create(t)
+  redis.call('SET', t.dedup, t.id, 'EX', dedup_window_s)
+  redis.call('HSET', t.task, unpack(ARGV, t.fields_from, t.fields_to))
+  redis.call('EXPIRE', t.task, t.key_ttl)
+  redis.call('SET', t.payload, t.payload_json, 'EX', t.key_ttl)
+  redis.call('ZADD', history, created_ms, t.id)
+  redis.call('ZADD', expiry, t.expiry_ms, t.id)
+  redis.call('SADD', members, member)
+  redis.call('HINCRBY', stats, &submitted, 1)
+  redis.call('HINCRBY', active, member, 1)
+  redis.call('HINCRBY', stored_bytes, member, #t.payload_json)
+  local waiting, ended, n, open_statuses = {}, '', 0, $ACTIVE
+  for dep in string.gmatch(t.after_ids, '[^,]+') do
+    local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
+    n = n + 1
+    local found = redis.call('HGET', dep_task, @status)
+    if found ~= $COMPLETED then
+      waiting[#waiting + 1] = dep
+      redis.call('SADD', dep_set, t.id)
+      local ttl = redis.call('PTTL', dep_task)
+      if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, t.key_ttl) end
+      if found then redis.call('HSET', dep_task, @dependents, 1) end
+      if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
+        if ended == '' then ended = dep end
+        redis.call('LPUSH', settled, dep)
+      end
+    end
+  end
+  if t.hold then
+    redis.call('HSET', t.task, @waiting, 1, @waiting_for, t.hold)
+  elseif #waiting > 0 then
+    redis.call('HSET', t.task, @waiting, #waiting, @waiting_for, table.concat(waiting, ','))
+  elseif t.run_at ~= '' then
+    redis.call('ZADD', delayed, t.run_at, t.id)
+  else
+    replay(t.job_from, t.job_to, t.k + 2 * n)
+  end
+  audit(t.task, t.id, '')
+  return ended, table.concat(waiting, ',')
+end
+"""

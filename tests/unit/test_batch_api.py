@@ -1,0 +1,61 @@
+"""POST /api/v1/batches through the app (fakeredis): one refusal names every field at fault by index and stores
+nothing; the rate limit counts a batch's tasks; its documents and its tasks' documents name each other."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from app.core import keys
+from app.core.config import Config
+from app.web import create_app
+
+KEYED = {"TASKPORT_API_KEYS": "ka:alice", "TASKPORT_RATE_LIMIT": "4/minute", "TASKPORT_ALLOWED_HOSTS": "localhost"}
+AUTH = {"Authorization": "Bearer ka"}
+
+
+def sleep(n: int) -> dict:
+    return {"type": "demo.sleep", "payload": {"steps": 1}, "dedup_key": f"k{n}"}
+
+
+@pytest.fixture
+def conn() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis()
+
+
+def client(conn: fakeredis.FakeRedis, env: dict[str, str] | None = None):
+    return create_app(Config.from_env(env or {}), conn).test_client()
+
+
+def test_every_fault_of_every_task_is_named_by_index_and_nothing_is_stored(conn) -> None:
+    bad = [sleep(0), {"type": "nosuch"}, {"type": "demo.sleep", "payload": {"steps": "x"}, "extra": 1}]
+    answer = client(conn).post("/api/v1/batches", json={"tasks": bad, "then": {"type": "demo.sleep", "delay": 5},
+                                                        "callback": {"url": "https://example.com", "events": []}})
+    assert answer.status_code == 422 and answer.content_type == "application/problem+json"
+    assert set(answer.get_json()["errors"]) == {"tasks.1.type", "tasks.2.extra", "then.delay", "callback.events"}
+    assert conn.keys(f"{keys.PREFIX}*") == [] and conn.llen("rq:queue:default") == 0
+
+
+@pytest.mark.parametrize("body", [{}, {"tasks": []}, {"tasks": [sleep(0)] * 1001}, {"tasks": {"a": 1}}, [1]])
+def test_a_body_that_is_no_batch_is_refused_clearly(conn, body) -> None:
+    answer = client(conn).post("/api/v1/batches", json=body)
+    assert answer.status_code in (400, 422) and answer.content_type == "application/problem+json"
+
+
+def test_the_rate_limit_counts_each_task_and_refuses_a_batch_past_its_window(conn) -> None:
+    app = client(conn, KEYED)
+    too_big = app.post("/api/v1/batches", json={"tasks": [sleep(i) for i in range(10, 16)]}, headers=AUTH)
+    assert too_big.status_code == 422 and "at most 4 per batch" in too_big.get_json()["errors"]["tasks"][0]
+    assert app.post("/api/v1/batches", json={"tasks": [sleep(1), sleep(2)]}, headers=AUTH).status_code == 202
+    assert app.post("/api/v1/batches", json={"tasks": [sleep(3), sleep(4)], "then": sleep(5)},
+                    headers=AUTH).status_code == 429  # 2 + 3 tasks > 4 a minute
+
+
+def test_a_task_of_a_batch_names_its_batch_and_the_batch_its_then(conn) -> None:
+    app = client(conn)
+    batch = app.post("/api/v1/batches", json={"tasks": [sleep(1)], "then": {"type": "batch.summary"}}).get_json()
+    task = app.get(f"/api/v1/tasks/{batch['tasks'][0]['task_id']}").get_json()
+    then = app.get(batch["links"]["then"]).get_json()
+    assert task["batch_id"] == then["batch_id"] == batch["batch_id"]
+    assert then["status"] == "PENDING" and then["waiting_for"] == [batch["batch_id"]]
+    assert app.get(f"/api/v1/batches/{batch['batch_id']}/tasks?cursor=nope").status_code == 422

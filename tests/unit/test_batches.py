@@ -1,0 +1,175 @@
+"""Batches in the store (fakeredis with Lua): the create script, the counters every transition keeps, the
+then task released once, the callback scheduled once, and duplicates counted where they are."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from app.core import keys
+from app.core.answers import ActiveCapReached, NewTask, StoredBytesReached
+from app.core.batches import DONE, RUNNING, BatchStore, BatchTask
+from app.core.config import Config
+from app.core.jobs import JobQueue
+from app.core.rerun import rerun
+from app.core.states import TaskStatus
+from app.core.store import TaskStore
+
+
+def new(batch_id: str, *, dedup: str | None = None, then: bool = False, callback: str = "") -> NewTask:
+    task_id = str(uuid.uuid4())
+    return NewTask(task_id=task_id, member="public", type="demo.sleep", payload={"seconds": 0},
+                   dedup_digest=dedup or task_id, priority="default", max_attempts=1,
+                   batch="" if then else batch_id, then_of=batch_id if then else "",
+                   callback_url=callback, callback_events=("COMPLETED", "FAILED") if callback else ())
+
+
+@pytest.fixture
+def batches(store: TaskStore) -> BatchStore:
+    return BatchStore(store)
+
+
+def make(batches: BatchStore, n: int, *, then: bool = True, callback: str = "", jobs: JobQueue | None = None,
+         dedups: list[str | None] | None = None):
+    batch_id = str(uuid.uuid4())
+    tasks = []
+    for i in range(n):
+        t = new(batch_id, dedup=(dedups or [None] * n)[i])
+        tasks.append(BatchTask(t, jobs.job_commands(t.task_id, "default", 60) if jobs else ()))
+    then_task = BatchTask(new(batch_id, then=True)) if then else None
+    return batches.create(batch_id, "public", tasks, then_task, callback)
+
+
+def run(store: TaskStore, task_id: str, *, ok: bool = True, items: dict | None = None) -> None:
+    run_id = f"run-{task_id}"
+    assert store.start(task_id, run_id).started is not None
+    if ok:
+        assert store.complete(task_id, run_id, {"ok": 1}, items=items, failures=[], error_code=None)
+    else:
+        assert store.fail(task_id, run_id, 7, "no", items=items)
+
+
+def test_a_batch_is_created_with_its_tasks_queued_and_its_then_waiting(conn, store, batches, config) -> None:
+    jobs = JobQueue(conn, config)
+    created = make(batches, 3, jobs=jobs)
+    b = created.batch
+    assert (b.size, b.status, b.counts[TaskStatus.PENDING], b.progress) == (3, RUNNING, 3, 0)
+    assert [e.duplicate for e in created.entries] == [False] * 3
+    assert conn.llen("rq:queue:default") == 3  # the then task is not queued
+    then = store.get(b.then_task_id)
+    assert then.status == TaskStatus.PENDING and then.waiting_for == (b.id,) and then.batch_id == b.id
+    assert store.get(created.entries[0].task_id).batch_id == b.id
+    assert batches.task_ids(b.id) == [e.task_id for e in created.entries]
+
+
+def test_counts_progress_and_items_follow_every_transition(store, batches) -> None:
+    created = make(batches, 2)
+    first, second = (e.task_id for e in created.entries)
+    store.start(first, "r1")
+    store.report(first, "r1", 50, "half", {"total": 4, "succeeded": 2, "failed": 0})
+    b = batches.get(created.batch.id)
+    assert b.counts[TaskStatus.PROCESSING] == 1 and b.progress == 25
+    assert b.items == {"total": 4, "succeeded": 2, "failed": 0}
+    store.complete(first, "r1", None, items={"total": 4, "succeeded": 3, "failed": 1}, failures=[], error_code=None)
+    b = batches.get(created.batch.id)
+    assert (b.counts[TaskStatus.COMPLETED], b.progress, b.status) == (1, 50, RUNNING)
+    assert b.items == {"total": 4, "succeeded": 3, "failed": 1}
+    run(store, second, ok=False)
+    b = batches.get(created.batch.id)
+    assert (b.counts[TaskStatus.FAILED], b.progress, b.status) == (1, 100, DONE)
+    assert b.completed_at is not None
+
+
+def test_the_then_task_is_released_once_when_the_last_task_ends(conn, store, batches) -> None:
+    created = make(batches, 2)
+    first, second = (e.task_id for e in created.entries)
+    run(store, first)
+    assert conn.zscore(keys.DELAYED, created.batch.then_task_id) is None
+    store.cancel(second)
+    assert conn.zscore(keys.DELAYED, created.batch.then_task_id) is not None
+    then = store.get(created.batch.then_task_id)
+    assert then.waiting_for == () and then.status == TaskStatus.PENDING
+    conn.zrem(keys.DELAYED, created.batch.then_task_id)  # as the promote tick does
+    jobs = JobQueue(conn, Config())
+    rerun(store, second, "again", jobs.job_commands(second, "default", 60, "again"), 1)  # the batch reopens
+    assert batches.get(created.batch.id).status == RUNNING
+    run(store, second)
+    assert batches.get(created.batch.id).status == DONE
+    assert conn.zscore(keys.DELAYED, created.batch.then_task_id) is None  # released once, not again
+
+
+def test_the_batch_callback_is_due_once_and_a_task_callback_per_listed_event(conn, store, batches) -> None:
+    created = make(batches, 1, then=False, callback="https://example.com/hook")
+    assert batches.get(created.batch.id).callback == {"state": "pending", "attempts": 0, "last_status": None}
+    run(store, created.entries[0].task_id)
+    due = [m.decode() for m in conn.zrange(keys.CALLBACKS_DUE, 0, -1)]
+    assert due == [f"b:{created.batch.id}:0:DONE"]
+    batch_id = str(uuid.uuid4())
+    t = new(batch_id, callback="https://example.com/t")
+    store.create(t)
+    store.cancel(t.task_id)  # CANCELLED is not among its events
+    assert conn.zcard(keys.CALLBACKS_DUE) == 1
+    t2 = new(batch_id, callback="https://example.com/t")
+    store.create(t2)
+    run(store, t2.task_id)
+    seq = store.get(t2.task_id).seq
+    assert f"t:{t2.task_id}:{seq}:COMPLETED".encode() in conn.zrange(keys.CALLBACKS_DUE, 0, -1)
+    assert store.get(t2.task_id).callback == {"state": "pending", "attempts": 0, "last_status": None}
+
+
+def test_a_duplicate_is_referenced_and_counted_at_its_status(store, batches) -> None:
+    first = make(batches, 1, then=False, dedups=["same"])
+    held = first.entries[0].task_id
+    run(store, held)
+    second = make(batches, 2, dedups=["same", "same"])
+    assert [(e.task_id, e.status, e.duplicate) for e in second.entries] == [
+        (held, TaskStatus.COMPLETED, True), (held, TaskStatus.COMPLETED, True)]
+    b = second.batch
+    assert (b.status, b.counts[TaskStatus.COMPLETED], b.progress, b.completed_at is not None) == (DONE, 2, 100, True)
+    assert store.get(b.then_task_id).waiting_for == ()  # done at once: its then released
+
+
+def test_a_batch_over_the_cap_writes_nothing(conn, config, batches) -> None:
+    capped = TaskStore(conn, Config(**{**config.__dict__, "max_active_tasks": "3"}))
+    with pytest.raises(ActiveCapReached):
+        make(BatchStore(capped), 3)  # 3 tasks and the then task
+    assert conn.keys(keys.batch("*")) == [] and conn.hget(keys.ACTIVE, "public") is None
+
+
+def test_pages_follow_submit_order_and_filter_by_status(store, batches) -> None:
+    created = make(batches, 5, then=False)
+    ids = [e.task_id for e in created.entries]
+    run(store, ids[1])
+    run(store, ids[3])
+    page = batches.page(created.batch.id, limit=2, cursor=None, status=None, now=0)
+    assert [t.id for t in page.tasks] == ids[:2]
+    rest = batches.page(created.batch.id, limit=10, cursor=page.next_cursor, status=None, now=0)
+    assert [t.id for t in rest.tasks] == ids[2:] and rest.next_cursor is None
+    done = batches.page(created.batch.id, limit=1, cursor=None, status=TaskStatus.COMPLETED, now=0)
+    assert [t.id for t in done.tasks] == [ids[1]]
+    more = batches.page(created.batch.id, limit=1, cursor=done.next_cursor, status=TaskStatus.COMPLETED, now=0)
+    assert [t.id for t in more.tasks] == [ids[3]]
+
+
+def test_stored_bytes_follow_payloads_checkpoints_and_results_and_cap_a_submit(conn, config) -> None:
+    """keys.STORED_BYTES: what a member's tasks hold (payload, checkpoint, cursor, results), moved by every script
+    that changes it, back to nothing once they are gone; a submit past the quota writes nothing."""
+    store = TaskStore(conn, Config(**{**config.__dict__, "max_stored_bytes": "2k"}))
+    held = lambda: int(conn.hget(keys.STORED_BYTES, "public") or 0)  # noqa: E731
+    t = NewTask(task_id=str(uuid.uuid4()), member="public", type="demo.sleep", payload={"pad": "x" * 500},
+                dedup_digest="a", priority="default", max_attempts=1)
+    store.create(t)
+    payload = len(b'{"pad":"' + b"x" * 500 + b'"}')
+    assert held() == payload
+    store.start(t.task_id, "r")
+    store.report(t.task_id, "r", 10, checkpoint=b"c" * 100, cursor=b'"k"')
+    assert held() == payload + 101 + 3  # the log's line ends with a newline
+    store.complete(t.task_id, "r", {"out": "y" * 300}, items=None, failures=[], error_code=None)
+    assert held() == len(store.get_with_result(t.task_id).task and conn.get(keys.result(t.task_id)) or b"")
+    big = NewTask(**{**t.__dict__, "task_id": str(uuid.uuid4()), "dedup_digest": "b", "payload": {"pad": "x" * 2100}})
+    with pytest.raises(StoredBytesReached):
+        store.create(big)
+    assert conn.exists(keys.task(big.task_id)) == 0
+    store.expire_batch([t.task_id], now=10**13)
+    assert held() == 0 and conn.hget(keys.STORED_BYTES, "public") is None
