@@ -1,5 +1,5 @@
 """The submit envelope's cost: the fast path derived from ``SubmitSchema`` (app.web.fastload.FastLoad, what
-``app.web.api.tasks._envelope`` answers a valid body with) against marshmallow's own ``SubmitSchema().load``,
+``app.web.intake.envelope`` answers a valid body with) against marshmallow's own ``SubmitSchema().load``,
 on the body ``make bench`` submits (bench.loadgen.SUBMIT_BODY). In-process, CPU only, a second or two:
 
     .venv/bin/python bench/envelope.py      # also a row of ``make bench`` (its part "trips")
@@ -29,7 +29,8 @@ def _best_us(call: Any) -> float:
 
 def measure() -> dict[str, Any]:
     """µs per call of the fast path and of marshmallow's load, for the same typical body (both answer it)."""
-    from app.web.api.tasks import _envelope, _fast_envelope, _submit_schema
+    from app.web.intake import _fast_envelope, _submit_schema
+    from app.web.intake import envelope as _envelope
 
     body = orjson.loads(SUBMIT_BODY % 7)
     assert _fast_envelope(body) == _submit_schema.load(body), "the fast path must answer what the schema answers"
