@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 
 from app.core.states import BatchStatus
-from taskport.errors import Doc, ProblemError
+from taskport.errors import Doc, json_document
 
 if TYPE_CHECKING:
     from taskport.client import Stream
@@ -106,15 +106,7 @@ class BatchCalls:
             self._raise(response)
 
     def _batch_document(self, response: httpx.Response, expected: int = 200) -> Doc:
-        if response.status_code != expected:
-            self._raise(response)
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise ProblemError(response.status_code, None)
-        return body
+        return json_document(response, expected, self._raise)
 
 
 def _done(doc: Doc) -> bool:

@@ -13,10 +13,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from app.core.states import ErrorCode as ErrorCode  # re-exported: the codes a client compares ``code`` with
 from app.core.states import TaskStatus
+
+if TYPE_CHECKING:
+    import httpx
 
 Doc = dict[str, Any]
 
@@ -166,3 +170,17 @@ class StillRunning(TaskportError):
 
 
 ENDED: dict[str, type[TaskEnded]] = {cls.status: cls for cls in (TaskFailed, TaskCancelled, TaskExpired)}
+
+
+def json_document(response: httpx.Response, expected: int, refuse: Callable[[httpx.Response], NoReturn]) -> Doc:
+    """The JSON object of a ``expected`` answer (a schedule's or a batch's document); any other answer goes to
+    ``refuse`` (the client's typed problem), and a body that is no JSON object is a ProblemError."""
+    if response.status_code != expected:
+        refuse(response)
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise ProblemError(response.status_code, None)
+    return body

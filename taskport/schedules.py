@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from taskport.errors import Doc, ProblemError
+from taskport.errors import Doc, json_document
 
 SCHEDULES = "/api/v1/schedules"
 SCHEDULE_PAGE = 50
@@ -74,15 +74,7 @@ class ScheduleCalls:
             self._raise(response)
 
     def _document(self, response: httpx.Response, expected: int = 200) -> Doc:
-        if response.status_code != expected:
-            self._raise(response)
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise ProblemError(response.status_code, None)
-        return body
+        return json_document(response, expected, self._raise)
 
 
 def _schedule_path(schedule_id: str) -> str:

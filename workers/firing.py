@@ -68,7 +68,8 @@ class Firing:
         task = schedule.task
         try:
             outcome = create_task(self.store, self.jobs, schedule.member, task["type"], task["payload"],
-                                  fire_digest(schedule.id, fire_ms), task.get("priority"), callback=task.get("callback"))
+                                  fire_digest(schedule.id, fire_ms), task.get("priority"),
+                                  callback=task.get("callback"))
         except KeyError:
             log.error("schedule %s: task type %r is not registered here (TASKPORT_PROCESSORS?): fire time skipped",
                       schedule.id, task["type"])

@@ -26,7 +26,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, NamedTuple
 
 import redis
@@ -35,7 +34,8 @@ from standardwebhooks import Webhook
 from app.core import keys
 from app.core.keys import BatchField, DeliveryField, TaskField
 from app.core.lua import Script
-from app.core.states import TERMINAL, CallbackState, TaskStatus
+from app.core.states import TERMINAL, TaskStatus
+from app.core.states import CallbackState as CallbackState  # re-exported: a delivery's states
 
 # The statuses a callback may be asked for (a submit's ``callback.events``, all of them by default).
 EVENTS: tuple[str, ...] = tuple(s.value for s in TaskStatus if s in TERMINAL or s == TaskStatus.EXPIRED)

@@ -53,7 +53,6 @@ MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest multipart part (but the last)
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
 KEYED_MAX_STORED_BYTES = 256 * 2**20  # bytes a member's tasks may hold in Redis, with API keys and no quota set
-BYTE_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30}  # TASKPORT_MAX_STORED_BYTES suffixes (binary: 256m = 256 MiB)
 HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
 MEMORY_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}  # TASKPORT_REDIS_MAXMEMORY's, as redis.conf reads them
 WEBHOOK_SECRET_PREFIX = "whsec_"  # a Standard Webhooks secret: this, then the key's bytes in base64
@@ -202,8 +201,8 @@ class Config:
         f"{KEYED_MAX_ACTIVE_TASKS} with API keys, off in open mode; off = never")
     max_stored_bytes: str = _setting(
         "TASKPORT_MAX_STORED_BYTES", "",
-        "bytes of payloads, results and checkpoints one member's tasks may hold in Redis (e.g. 268435456 or 256m); "
-        f"a submit past it gets 429; unset = {KEYED_MAX_STORED_BYTES // 2**20}m with API keys, off in open mode; "
+        "bytes of payloads, results and checkpoints one member's tasks may hold in Redis (e.g. 268435456 or 256mb); "
+        f"a submit past it gets 429; unset = {KEYED_MAX_STORED_BYTES // 2**20}mb with API keys, off in open mode; "
         "off = never")
     callback_secrets: str = _setting(
         "TASKPORT_CALLBACK_SECRETS", "", "comma list member:whsec_<base64 of 24-64 random bytes>: the key that signs "
@@ -355,12 +354,7 @@ class Config:
     @property
     def redis_maxmemory_bytes(self) -> int:
         """TASKPORT_REDIS_MAXMEMORY in bytes (0 = no limit), in Redis' own units: kb, mb and gb are powers of 1024."""
-        raw = self.redis_maxmemory.strip().lower()
-        number, unit = (raw[:-2], raw[-2:]) if raw[-2:] in MEMORY_UNITS else (raw, "")
-        if not (number.isascii() and number.isdigit() and len(number) <= 15):
-            raise ConfigError(f"TASKPORT_REDIS_MAXMEMORY must be bytes or a number with kb, mb or gb (1gb), "
-                              f"got {self.redis_maxmemory!r}")
-        return int(number) * MEMORY_UNITS.get(unit, 1)
+        return _bytes("redis_maxmemory", self.redis_maxmemory)
 
     @property
     def active_task_cap(self) -> int:
@@ -382,11 +376,10 @@ class Config:
             return 0
         if not raw:
             return KEYED_MAX_STORED_BYTES if self.api_keys.strip() else 0
-        unit = BYTE_UNITS.get(raw[-1], 1)
-        digits = raw[:-1] if raw[-1] in BYTE_UNITS else raw
-        if not (digits.isascii() and digits.isdigit() and 0 < int(digits) * unit < 2**53):
-            raise ConfigError("TASKPORT_MAX_STORED_BYTES must be a positive number of bytes (k, m or g allowed) or off")
-        return int(digits) * unit
+        cap = _bytes("max_stored_bytes", raw)
+        if not cap:
+            raise ConfigError("TASKPORT_MAX_STORED_BYTES must be a positive size (e.g. 256mb) or off")
+        return cap
 
     @property
     def request_limit(self) -> str:
@@ -525,6 +518,16 @@ def _check_webhook(url: str) -> None:
         usable = False
     if not usable or any(c.isspace() for c in url):
         raise ConfigError("TASKPORT_ALERT_WEBHOOK must be an http:// or https:// URL with a host name")
+
+
+def _bytes(name: str, text: str) -> int:
+    """A size setting in bytes: a whole number, or one with kb, mb or gb (powers of 1024, as redis.conf reads
+    them); ConfigError naming the variable otherwise."""
+    raw = text.strip().lower()
+    number, unit = (raw[:-2], raw[-2:]) if raw[-2:] in MEMORY_UNITS else (raw, "")
+    if not (number.isascii() and number.isdigit() and len(number) <= 15):
+        raise ConfigError(f"{Config.env_name(name)} must be bytes or a number with kb, mb or gb (1gb), got {text!r}")
+    return int(number) * MEMORY_UNITS.get(unit, 1)
 
 
 def _check_rate_limit(text: str) -> None:

@@ -49,8 +49,8 @@ STORED_BYTES_RETRY_AFTER = 60  # seconds: a 429 for the stored-bytes quota lasts
 def over_stored_bytes(exc: StoredBytesReached) -> TooManyRequests:
     """The 429 for a submit (or batch) whose payloads would take the member past its quota of bytes in Redis."""
     return TooManyRequests(
-        f"your tasks hold {exc.held} bytes in Redis, and this submit would pass the {exc.cap} bytes one member may hold "
-        "(TASKPORT_MAX_STORED_BYTES): wait for results to expire, or cancel tasks",
+        f"your tasks hold {exc.held} bytes in Redis, and this submit would pass the {exc.cap} bytes one member may "
+        "hold (TASKPORT_MAX_STORED_BYTES): wait for results to expire, or cancel tasks",
         retry_after=STORED_BYTES_RETRY_AFTER, limit="max_stored_bytes", cap=exc.cap, held=exc.held,
     )
 

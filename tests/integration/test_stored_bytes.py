@@ -11,6 +11,7 @@ import pytest
 from app.core import keys
 from tests.integration.harness import Api, Stack, started_stack, wait_until
 
+
 def padded(n: int) -> dict:
     """A demo.sleep payload of ~42 KB (its fail_items, which a task without items never reads): three fit in
     128 KiB, the fourth does not."""
@@ -20,7 +21,7 @@ def padded(n: int) -> dict:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with started_stack(tmp_path_factory.mktemp("stored"), worker=False, api_keys="ka:alice,kb:bob",
-                       max_stored_bytes="128k", rate_limit="off") as s:
+                       max_stored_bytes="128kb", rate_limit="off") as s:
         yield s
 
 

@@ -155,7 +155,7 @@ def test_pages_follow_submit_order_and_filter_by_status(store, batches) -> None:
 def test_stored_bytes_follow_payloads_checkpoints_and_results_and_cap_a_submit(conn, config) -> None:
     """keys.STORED_BYTES: what a member's tasks hold (payload, checkpoint, cursor, results), moved by every script
     that changes it, back to nothing once they are gone; a submit past the quota writes nothing."""
-    store = TaskStore(conn, Config(**{**config.__dict__, "max_stored_bytes": "2k"}))
+    store = TaskStore(conn, Config(**{**config.__dict__, "max_stored_bytes": "2kb"}))
     held = lambda: int(conn.hget(keys.STORED_BYTES, "public") or 0)  # noqa: E731
     t = NewTask(task_id=str(uuid.uuid4()), member="public", type="demo.sleep", payload={"pad": "x" * 500},
                 dedup_digest="a", priority="default", max_attempts=1)

@@ -10,10 +10,10 @@ import pytest
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from app.core import processors
-from app.web.intake import _fast_envelope
-from app.web.intake import envelope as _envelope
 from app.web.errors import ValidationFailed
 from app.web.fastload import FastLoad
+from app.web.intake import _fast_envelope
+from app.web.intake import envelope as _envelope
 from app.web.schemas import SubmitSchema
 
 BODIES: list[dict[str, Any]] = [
