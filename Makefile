@@ -6,6 +6,9 @@
 #                chromium-driver system packages; CI runs it after make test)
 #   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;
 #                CI runs it after make test); TASKPORT_FUZZ_SECONDS sets each run's budget (default 40)
+#   make test-docs  the walkthrough, the clients page, the processor guide and README's example run as
+#                written against real `taskport up` stacks, their outputs checked (sybil, ~5 min; CI runs it
+#                after make test)
 #   make test-slow  the tests that take minutes by nature (two schedulers over five minutes of a
 #                once-a-minute schedule); CI runs it after make test
 #   make test-scale  the multi-host bed (tests/scale: network namespaces, a Redis primary, two replicas,
@@ -23,7 +26,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
 LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test test-browser test-fuzz test-slow test-scale lint bench bench-scale clean
+.PHONY: up test test-browser test-fuzz test-docs test-slow test-scale lint bench bench-scale clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
@@ -42,6 +45,11 @@ test-browser: $(DEV_STAMP)
 # Two schemathesis runs (with API keys, in open mode) against a real stack: tests/fuzz/test_contract.py.
 test-fuzz: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/fuzz
+
+# The pages in reading order (each stands on its own, and they run in this order on shared stacks): tests/docs.
+DOC_PAGES := docs/walkthrough.md docs/clients.md docs/processors.md README.md
+test-docs: $(DEV_STAMP)
+	$(BIN)/python -m pytest -p tests.docs.plugin -p no:xdist --timeout 300 tests/docs $(DOC_PAGES)
 
 # Tests that take minutes of wall time by nature (a schedule watched over five real minutes).
 test-slow: $(DEV_STAMP)
