@@ -47,7 +47,8 @@ class PipelinedStore(TaskStore):
     def use(self, pipe: Any) -> None:
         self.pipe = pipe
 
-    def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None) -> Any:
+    def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None, *,
+                   acknowledged: bool = False) -> Any:
         super().run_script(name, keys_, args, client=self.pipe)  # queued as EVAL on the batch's pipeline
         return [1]
 

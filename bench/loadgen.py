@@ -27,18 +27,26 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-KINDS = ("hello", "get", "submit", "status", "canned", "flower-submit", "flower-status")
+KINDS = ("hello", "get", "submit", "status", "canned", "batch-submit", "batch-status", "flower-submit",
+         "flower-status", "flower-info")
 PATHS = {"hello": "/bench/hello", "get": "/bench/get", "canned": "/"}
 SUBMIT_BODY = '{"type":"demo.sleep","payload":{"seconds":0,"steps":1,"fail_items":[%d]}}'
-EXPECTED = {"hello": 200, "get": 200, "canned": 200, "submit": 202, "status": 200, "flower-submit": 200,
-            "flower-status": 200}
+EXPECTED = {"hello": 200, "get": 200, "canned": 200, "submit": 202, "status": 200, "batch-submit": 202,
+            "batch-status": 200, "flower-submit": 200, "flower-status": 200, "flower-info": 200}
 # the Celery peer, through Flower's REST API: apply the no-op task (bench.celery_app), read a task's result
+# (from the result backend) or its info (Flower's in-memory state, fed by the worker's events)
 FLOWER_SUBMIT = ("/api/task/async-apply/bench.celery_app.noop", '{"args":[%d]}')
-FLOWER_STATUS = "/api/task/result/%s"
+READ_PATHS = {"status": "/api/v1/tasks/%s", "batch-status": "/api/v1/batches/%s",
+              "flower-status": "/api/task/result/%s", "flower-info": "/api/task/info/%s"}
 
 
-def request_factory(kind: str, host: str, ids: list[str], base: int) -> Callable[[int], bytes]:
-    """A function n -> the bytes of the n-th request of this kind."""
+def batch_body(first: int, size: int) -> bytes:
+    """A ``POST /api/v1/batches`` body of ``size`` submit bodies, numbered from ``first`` (unique payloads)."""
+    return b'{"tasks":[' + ",".join(SUBMIT_BODY % n for n in range(first, first + size)).encode() + b"]}"
+
+
+def request_factory(kind: str, host: str, ids: list[str], base: int, size: int = 1) -> Callable[[int], bytes]:
+    """A function n -> the bytes of the n-th request of this kind (``size``: tasks per batch-submit)."""
     head = f"Host: {host}\r\nUser-Agent: taskport-bench\r\n"
     if kind == "submit":
         def submit(n: int) -> bytes:
@@ -53,10 +61,16 @@ def request_factory(kind: str, host: str, ids: list[str], base: int) -> Callable
             return (f"POST {FLOWER_SUBMIT[0]} HTTP/1.1\r\n{head}Content-Type: application/json\r\n"
                     f"Content-Length: {len(body)}\r\n\r\n").encode() + body
         return flower_submit
-    if kind in ("status", "flower-status"):
+    if kind == "batch-submit":
+        def batch_submit(n: int) -> bytes:
+            body = batch_body(base + n * size, size)
+            return (f"POST /api/v1/batches HTTP/1.1\r\n{head}Content-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        return batch_submit
+    if kind in READ_PATHS:
         if not ids:
-            raise SystemExit(f"--kind {kind} needs --ids FILE with task ids")
-        path = "/api/v1/tasks/%s" if kind == "status" else FLOWER_STATUS
+            raise SystemExit(f"--kind {kind} needs --ids FILE with task (or batch) ids")
+        path = READ_PATHS[kind]
         prebuilt = [f"GET {path % i} HTTP/1.1\r\n{head}\r\n".encode() for i in ids]
         return lambda n: prebuilt[n % len(prebuilt)]
     fixed = f"GET {PATHS[kind]} HTTP/1.1\r\n{head}\r\n".encode()
@@ -143,7 +157,7 @@ class Client(asyncio.Protocol):
 
     def _record(self) -> None:
         now = time.perf_counter()
-        if now >= self.run.start and self.sent_at < self.run.end:
+        if self.run.start <= now <= self.run.end:  # completions inside the window only (a batch takes long)
             self.run.latencies.append(now - self.sent_at)
             self.run.statuses[self.status] += 1
 
@@ -161,9 +175,9 @@ class Client(asyncio.Protocol):
 
 
 async def drive(host: str, port: int, kind: str, conns: int, warmup: float, duration: float, ids: list[str],
-                base: int) -> dict[str, object]:
+                base: int, size: int = 1) -> dict[str, object]:
     t0 = time.perf_counter()
-    run = Run(request_factory(kind, f"{host}:{port}", ids, base), t0 + warmup, t0 + warmup + duration)
+    run = Run(request_factory(kind, f"{host}:{port}", ids, base, size), t0 + warmup, t0 + warmup + duration)
     loop = asyncio.get_running_loop()
     for _ in range(conns):
         await loop.create_connection(lambda: Client(run), host, port)
@@ -173,7 +187,12 @@ async def drive(host: str, port: int, kind: str, conns: int, warmup: float, dura
     await asyncio.wait_for(run.done, timeout=warmup + duration + 30)
     measured = min(time.perf_counter(), run.end) - run.start
     cpu_window = cpu_seconds() - cpu_window0
-    return summarize(run, kind, measured, cpu_window, cpu_seconds() - cpu0)
+    found = summarize(run, kind, measured, cpu_window, cpu_seconds() - cpu0)
+    found["conns"] = conns
+    if kind == "batch-submit":  # a request is a batch: what counts is the tasks it carried
+        found["batch_size"] = size
+        found["tasks_per_s"] = round(float(found["rps"]) * size, 1)  # type: ignore[arg-type]
+    return found
 
 
 def summarize(run: Run, kind: str, seconds: float, cpu_window: float, cpu_total: float) -> dict[str, object]:
@@ -212,12 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--ids", type=Path, help="file with one task id a line (for --kind status)")
+    parser.add_argument("--ids", type=Path, help="file with one id a line (task ids, or batch ids for batch-status)")
     parser.add_argument("--base", type=int, default=0, help="first number in the unique submit payloads")
+    parser.add_argument("--size", type=int, default=1000, help="tasks per request of --kind batch-submit")
     args = parser.parse_args(argv)
     ids = args.ids.read_text().split() if args.ids else []
     result = asyncio.run(drive(args.host, args.port, args.kind, args.conns, args.warmup, args.duration, ids,
-                               args.base))
+                               args.base, args.size))
     result["pid"] = os.getpid()
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

@@ -2,8 +2,11 @@
 
 Order (each phase starts from what it needs; the HTTP phases run while no worker exists, so the
 workers neither steal CPU nor drain the submitted tasks):
-  1. load generator ceiling (canned server), then hello / submit / one-GET / status over HTTP;
-  1b. the Celery 5 + Flower 2 peer (submit, status, end to end), then taskport's end-to-end run;
+  1. load generator ceiling (canned server), then hello / submit / batch submit, one-GET / status / batch status
+     over HTTP;
+  1b. the Celery 5 + Flower 2 peer with no worker running (submit, status, info), then alternating rounds of
+      each Celery worker configuration and of taskport with their workers running: submit, status, batch
+      submit and batch status (taskport), end to end with 2,000 and 20,000 tasks, and 20,000 as 20 batches;
   2. round trips in-process (counting connections) and INFO commandstats; the submit envelope's fast path
      against marshmallow's load (in-process CPU, bench/envelope.py);
   3. per worker class (simple = the default, fork, spawn): bare RQ and taskport throughput on no-op
@@ -78,38 +81,40 @@ def workers_phase(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     return found
 
 
-def peers_phase(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    out["celery"] = phase("Celery + Flower: submit, status, end to end", lambda: measure_peers.celery_phase(
-        stack, args.conns, args.warmup, args.duration, args.rounds, args.e2e_tasks), timings)
-    ours = [phase("taskport end to end", lambda: measure_peers.taskport_e2e(stack, args.conns, args.e2e_tasks),
-                  timings)]
-    theirs = [out["celery"]["e2e"]]
-    for _ in range(args.rounds - 1):  # alternating rounds, the best of each side counts (as the HTTP pairs)
-        theirs.append(phase("Celery + Flower end to end, again", lambda: measure_peers.celery_e2e(
-            stack, args.conns, args.e2e_tasks), timings))
-        ours.append(phase("taskport end to end, again", lambda: measure_peers.taskport_e2e(
-            stack, args.conns, args.e2e_tasks), timings))
-    out["e2e"] = measure_peers.best_e2e(ours)
-    out["celery"]["e2e"] = measure_peers.best_e2e(theirs)
+def peers_phase(stack: Stack, args: argparse.Namespace, timings: dict[str, float], out: dict[str, Any]) -> None:
+    """The Celery + Flower peer with no worker running, then alternating rounds of each Celery worker
+    configuration and taskport with their workers running (submit, status, batches, end to end)."""
+    out["celery"] = phase("Celery + Flower, no worker running: submit; then status and info of the finished tasks",
+                          lambda: measure_peers.celery_isolated(stack, args.conns, args.warmup, args.duration,
+                                                                args.rounds), timings)
+    found = measure_peers.peer_rounds(stack, args.conns, args.warmup, args.duration, args.rounds, args.e2e_tasks,
+                                      args.e2e_large_tasks, lambda name, run: phase(name, run, timings),
+                                      out.setdefault("peer_rounds", {}))
+    out["celery"]["pools"] = found["celery_pools"]
+    out["celery"].update(found["celery_best"])  # e2e, e2e_large(_stored), submit/status/info_live: the best pool's
+    ours = found["taskport"]
+    for name in ("e2e", "e2e_large", "batch_e2e"):
+        out[name] = ours.pop(name)
+    out["live"] = ours
     if args.e2e_workers:
         out["e2e_by_workers"] = phase("taskport end to end per worker count", lambda: measure_peers.e2e_by_workers(
             stack, args.conns, args.e2e_tasks, args.e2e_workers, args.rounds), timings)
-    return out
 
 
-def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
+            out: dict[str, Any]) -> dict[str, Any]:
+    """Each part of ``args.only`` in turn, its figures into ``out`` (kept as far as it got should a part fail)."""
     only = set(args.only)
     if only & {"http", "workers"}:
         phase("start gunicorn", stack.start_web, timings)
     if "http" in only:
         out["loadgen_ceiling"] = phase("load generator ceiling", lambda: measure_http.loadgen_ceiling(
             stack, args.conns, min(args.warmup, 1.0), min(args.duration, 3.0)), timings)
-        out["http"] = phase("HTTP: hello, submit, one GET, status", lambda: measure_http.http_phases(
-            stack, args.conns, args.warmup, args.duration, args.rounds), timings)
+        out["http"] = phase("HTTP: hello, submit, batch submit, one GET, status, batch status",
+                            lambda: measure_http.http_phases(stack, args.conns, args.warmup, args.duration,
+                                                             args.rounds), timings)
     if "peers" in only:
-        out.update(peers_phase(stack, args, timings))
+        peers_phase(stack, args, timings, out)
     if "watchers" in only:
         out["watchers"] = phase("live watchers beside status polls (gthread, gevent)", lambda: measure_watchers.
                                 watchers_phase(stack, args.conns, args.warmup, args.duration,
@@ -138,7 +143,7 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float]) -
 # Each part of the run's output that makes rows, and how (in the table's order).
 ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("http", lambda out: report.http_rows(out["http"], out["loadgen_ceiling"])),
-    ("e2e", lambda out: report.peer_rows(out.get("http"), out["celery"], out["e2e"])),
+    ("e2e", lambda out: report.peer_rows(out.get("http"), out["celery"], out)),
     ("e2e_by_workers", lambda out: report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])),
     ("watchers", lambda out: report.watcher_rows(out["watchers"])),
     ("workers", lambda out: report.worker_rows(out["workers"])),
@@ -165,7 +170,9 @@ def environment(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             "gunicorn_workers": c.web_concurrency, "gunicorn_worker_class": c.web_worker_class,
             "gunicorn_threads": c.web_threads, "gunicorn_connections": c.web_connections, "rq_workers": c.workers,
             "conns": args.conns, "warmup_s": args.warmup, "duration_s": args.duration,
-            "workers_during_http": "none running (started only after the HTTP phases)"}
+            "workers_during_http": "none running (started only after the HTTP phases)",
+            "workers_during_live_rows": f"{c.workers} {c.worker_class} taskport workers; one Celery worker per pool",
+            "e2e_tasks": args.e2e_tasks, "e2e_large_tasks": args.e2e_large_tasks}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -179,6 +186,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--watchers", type=int, nargs="+", default=list(measure_watchers.COUNTS),
                         help="live SSE watcher counts of the watchers rows (gevent); the first is the baseline")
     parser.add_argument("--e2e-tasks", type=int, default=2000, help="tasks of the end-to-end runs")
+    parser.add_argument("--e2e-large-tasks", type=int, default=20_000,
+                        help="tasks of the larger end-to-end runs (single submits, and batches of 1,000)")
     parser.add_argument("--e2e-workers", type=int, nargs="*", default=[],
                         help="with peers: also run taskport's end to end with each of these worker counts "
                              "(alternating, --rounds rounds, the best counts), to choose TASKPORT_WORKERS")
@@ -195,7 +204,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.scale = 1.0
     if args.quick:
         args.duration, args.warmup, args.worker_warmup, args.scale, args.rounds = 1.0, 0.5, 0.5, 0.2, 1
-        args.memory_tasks, args.live_tasks = 1000, 10_000
+        args.memory_tasks, args.live_tasks, args.e2e_large_tasks = 1000, 10_000, 4000
     return args
 
 
@@ -207,8 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     with Stack(keep=args.keep) as stack:
         if args.keep:
             print(f"bench: logs in {stack.dir}", file=sys.stderr)
-        out = measure(stack, args, timings)
+        out: dict[str, Any] = {}
+        try:
+            measure(stack, args, timings, out)
+        except BaseException:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps({"partial": True, "timings_s": timings, "raw": out}, indent=2) + "\n")
+            print(f"bench: failed; the figures measured so far are in {args.output}", file=sys.stderr)
+            raise
         meta = environment(stack, args)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({"meta": meta, "timings_s": timings, "raw": out}, indent=2) + "\n")  # kept
+    # should a row maker fail: a full run's figures are not lost (rewritten whole below)
     rows = table(out)
     meta["total_seconds"] = round(time.perf_counter() - started, 1)
     meta["cpu"] = cpu = watch.report()

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.core.config import Config
+from bench.stack import CELERY_POOL_NAMES
 
 KIB = 1024
 DEFAULT_CLASS = Config().worker_class  # the worker class `taskport up` runs: its rows carry the verdicts
@@ -55,32 +56,146 @@ def http_rows(http: dict[str, Any], ceiling: dict[str, Any]) -> list[Row]:
                  else "the bare app was not faster in this run: the cost is below this run's noise")
     rows.append(Row("taskport's middleware: in-app one GET vs bare Flask one GET", f"{get['rps']:,.0f} req/s",
                     f"{bare['rps']:,.0f} req/s", f"{_ratio(get['rps'], bare['rps']):.2f}× ({cost_text})"))
+    if "batch_submit" in http:
+        rows.append(batch_submit_row(http["batch_submit"], submit, "single submit POST /api/v1/tasks", ISOLATED))
+        rows += batch_status_rows(http, status, ISOLATED + ", PENDING")
     return rows
 
 
-def peer_rows(http: dict[str, Any] | None, peer: dict[str, Any], e2e: dict[str, Any]) -> list[Row]:
-    """taskport beside Celery 5 + Flower 2 (REST API): submit, status, end to end."""
+ISOLATED, LIVE = "no worker running", "workers running"
+BATCH_TARGET, BATCH_STATUS_TARGET = 10, 0.9  # issue 21: tasks/s ≥ 10× a single submit's; batch status ≥ 0.9× a task's
+LIVE_SUBMIT_TARGET, LIVE_STATUS_TARGET, E2E_TARGET = 3, 1.2, 2  # issue 23, against the peer at its best
+
+
+def batch_submit_row(batch: dict[str, Any], single: dict[str, Any], single_name: str, condition: str) -> Row:
+    """Tasks accepted per second through batches beside a single submit's (one task a request)."""
+    ratio = _ratio(batch["tasks_per_s"], single["rps"])
+    return Row(f"batch submit POST /api/v1/batches ({batch['batch_size']:,} tasks a request, {batch['conns']} "
+               f"connections), {condition}: tasks accepted/s vs {single_name} ({single['conns']} connections)",
+               f"{batch['tasks_per_s']:,.0f} tasks/s ({batch['rps']:.1f} batches/s, p50 {batch['p50_ms']:,.0f} ms)",
+               f"{single['rps']:,.0f} tasks/s", f"{ratio:.1f}×", f"≥ {BATCH_TARGET}×", _check(ratio >= BATCH_TARGET))
+
+
+def batch_status_rows(found: dict[str, Any], status: dict[str, Any], condition: str, suffix: str = "") -> list[Row]:
+    """A batch's status read (one HGETALL whatever its size) beside a task's, per batch size."""
     rows = []
-    fsub, fstat, fe2e = peer["submit"], peer["status"], peer["e2e"]
+    for size in (10, 1000):
+        batch = found[f"batch_status_{size}{suffix}"]
+        ratio = _ratio(batch["rps"], status["rps"])
+        rows.append(Row(f"batch status GET /api/v1/batches/{{id}}, batches of {size:,} tasks, {condition}: vs status "
+                        "GET /api/v1/tasks/{id}", f"{batch['rps']:,.0f} req/s, p99 {batch['p99_ms']:.1f} ms",
+                        f"{status['rps']:,.0f} req/s, p99 {status['p99_ms']:.1f} ms", f"{ratio:.2f}×",
+                        f"≥ {BATCH_STATUS_TARGET}×", _check(ratio >= BATCH_STATUS_TARGET)))
+    return rows
+
+
+def _rate(found: dict[str, Any]) -> float:
+    return float(found["tasks_per_s"] if "tasks_per_s" in found else found["rps"])
+
+
+PEER_FIGURES = {"e2e": "end to end", "e2e_large": "end to end (large)", "e2e_large_stored": "large, to last COMPLETED",
+                "submit_live": "submit", "status_live": "result", "info_live": "info"}
+
+
+def pool_rows(celery: dict[str, Any]) -> list[Row]:
+    """Both Celery worker configurations, each figure of each (issue 23: both rows printed)."""
+    rows = []
+    for pool, found in celery["pools"].items():
+        peer_in = [label for name, label in PEER_FIGURES.items() if celery[name]["pool"] == pool]
+        e2e, large = found["e2e"], found["e2e_large"]
+        rows.append(Row(f"Celery + Flower, worker {CELERY_POOL_NAMES[pool]}, -E (for the record; the faster "
+                        "configuration is the peer of each ratio)",
+                        f"end to end {e2e['tasks_per_s']:,.0f} tasks/s ({e2e['tasks']:,}), "
+                        f"{large['tasks_per_s']:,.0f} ({large['tasks']:,}; to the last COMPLETED "
+                        f"{found['e2e_large_stored']['tasks_per_s']:,.0f})",
+                        f"{LIVE}: submit {found['submit_live']['rps']:,.0f}, result "
+                        f"{found['status_live']['rps']:,.0f}, info {found['info_live']['rps']:,.0f} req/s",
+                        "the peer for: " + (", ".join(peer_in) or "none")))
+    return rows
+
+
+def _vs(name: str, ours: dict[str, Any], theirs: dict[str, Any], target: float | None = None,
+        detail: str = "") -> Row:
+    ratio = _ratio(_rate(ours), _rate(theirs))
+    pool = f" ({theirs['pool']})" if "pool" in theirs else ""
+    unit = "tasks/s" if "tasks_per_s" in ours else "req/s"
+    return Row(name if target else f"{name} (for the record)", f"{_rate(ours):,.0f} {unit}",
+               f"{_rate(theirs):,.0f} {'tasks/s' if 'tasks_per_s' in theirs else 'req/s'}{pool}",
+               f"{ratio:.2f}×" + (f" ({detail})" if detail else ""), f"≥ {target}×" if target else "",
+               _check(ratio >= target) if target else "")
+
+
+def isolated_peer_rows(http: dict[str, Any], celery: dict[str, Any]) -> list[Row]:
+    """taskport's isolated rows (no worker running) beside Flower's, for the record; the batch submit's target."""
+    batch = http.get("batch_submit")
+    rows = [_vs("submit: POST /api/v1/tasks vs Flower POST /api/task/async-apply, no worker running", http["submit"],
+                celery["submit"]),
+            _vs("status: GET /api/v1/tasks/{id} vs Flower GET /api/task/result/{id}, isolated", http["status"],
+                celery["status"]),
+            _vs("status: GET /api/v1/tasks/{id} vs Flower GET /api/task/info/{id} (its memory), isolated",
+                http["status"], celery["info"])]
+    if batch:
+        rows.append(_vs(f"batch submit ({batch['batch_size']:,} tasks a request), {ISOLATED}: tasks accepted/s vs "
+                        "Flower async-apply (one task a request; Flower has no batch endpoint)", batch,
+                        celery["submit"], BATCH_TARGET))
+    return rows
+
+
+def live_rows(http: dict[str, Any] | None, celery: dict[str, Any], live: dict[str, Any]) -> list[Row]:
+    """Submit, status and the batch rows with the workers running (taskport's and Celery's consuming)."""
+    sub, st = live["submit_live"], live["status_live"]
+
+    def moved(name: str, peer: str) -> str:
+        if http is None:
+            return ""
+        return (f"{ISOLATED}: taskport {http[name]['rps']:,.0f}, Flower {celery[peer]['rps']:,.0f} req/s; "
+                f"live/isolated {_ratio(live[name + '_live']['rps'], http[name]['rps']):.2f}× and "
+                f"{_ratio(celery[peer + '_live']['rps'], celery[peer]['rps']):.2f}×")
+
+    rows = [_vs(f"submit POST /api/v1/tasks vs Flower async-apply, {LIVE} (consuming)", sub, celery["submit_live"],
+                LIVE_SUBMIT_TARGET, moved("submit", "submit")),
+            _vs(f"status GET /api/v1/tasks/{{id}} of finished tasks vs Flower GET /api/task/info/{{id}}, {LIVE}", st,
+                celery["info_live"], LIVE_STATUS_TARGET, moved("status", "info")),
+            _vs(f"status GET /api/v1/tasks/{{id}} vs Flower GET /api/task/result/{{id}}, {LIVE}", st,
+                celery["status_live"]),
+            batch_submit_row(live["batch_submit_live"], sub, "single submit, same", LIVE)]
+    rows.append(_vs(f"batch submit ({live['batch_submit_live']['batch_size']:,} tasks a request), {LIVE}: tasks "
+                    "accepted/s vs Flower async-apply", live["batch_submit_live"], celery["submit_live"], BATCH_TARGET))
+    return rows + batch_status_rows(live, st, LIVE + ", DONE", "_live")
+
+
+def _e2e_detail(r: dict[str, Any]) -> str:
+    rounds = r.get("rounds", [])
+    best = f"; best of {', '.join(f'{x:,.0f}' for x in rounds)}" if len(rounds) > 1 else ""
+    pool = f", {r['pool']}" if "pool" in r else ""
+    return (f"{r['tasks_per_s']:,.0f} tasks/s ({r['done']:,} of {r['tasks']:,} in {r['seconds']:.1f} s"
+            f"{', TIMED OUT' if r['timed_out'] else ''}{pool}{best})")
+
+
+def e2e_row(name: str, ours: dict[str, Any], theirs: dict[str, Any], target: float | None) -> Row:
+    ratio = _ratio(ours["tasks_per_s"], theirs["tasks_per_s"])
+    ok = ratio >= (target or 0) and not ours["timed_out"] and ours["done"] == ours["tasks"]
+    return Row(name if target else f"{name} (for the record)", _e2e_detail(ours), _e2e_detail(theirs),
+               f"{ratio:.2f}×", f"≥ {target}×" if target else "", _check(ok) if target else "")
+
+
+def peer_rows(http: dict[str, Any] | None, celery: dict[str, Any], out: dict[str, Any]) -> list[Row]:
+    """taskport beside Celery 5 + Flower 2 (REST API) at its best: both worker configurations, the isolated rows,
+    the live rows and the end-to-end runs."""
+    rows = pool_rows(celery)
     if http is not None:
-        for name, ours, theirs in (
-            ("submit: POST /api/v1/tasks vs Flower POST /api/task/async-apply", http["submit"], fsub),
-            ("status: GET /api/v1/tasks/{id} vs Flower GET /api/task/result/{id}", http["status"], fstat),
-        ):
-            rows.append(Row(f"{name} (for the record)", f"{ours['rps']:,.0f} req/s", f"{theirs['rps']:,.0f} req/s",
-                            f"{_ratio(ours['rps'], theirs['rps']):.2f}×"))
-    ratio = _ratio(e2e["tasks_per_s"], fe2e["tasks_per_s"])
-    ok = ratio >= 1.5 and not e2e["timed_out"] and e2e["done"] == e2e["tasks"]
-
-    def detail(r: dict[str, Any]) -> str:
-        rounds = r.get("rounds", [])
-        best = f"; best of {', '.join(f'{x:,.0f}' for x in rounds)}" if len(rounds) > 1 else ""
-        return (f"{r['tasks_per_s']:,.0f} tasks/s ({r['done']:,} of {r['tasks']:,} in {r['seconds']:.1f} s"
-                f"{', TIMED OUT' if r['timed_out'] else ''}{best})")
-
-    rows.append(Row(f"end to end: {e2e['tasks']:,} no-op tasks over HTTP from 16 clients, polled until done, "
-                    f"taskport ({e2e['workers']} {e2e['worker_class']} workers) vs Celery + Flower",
-                    detail(e2e), detail(fe2e), f"{ratio:.2f}×", "≥ 1.5×", _check(ok)))
+        rows += isolated_peer_rows(http, celery)
+    rows += live_rows(http, celery, out["live"])
+    e2e, large, batch = out["e2e"], out["e2e_large"], out["batch_e2e"]
+    who = f"taskport ({e2e['workers']} {e2e['worker_class']} workers) vs Celery + Flower at its best"
+    rows.append(e2e_row(f"end to end: {e2e['tasks']:,} no-op tasks over HTTP from {e2e['conns']} clients, polled until "
+                        f"done, {who}", e2e, celery["e2e"], E2E_TARGET))
+    rows.append(e2e_row(f"end to end: {large['tasks']:,} no-op tasks, the same way, {who}", large, celery["e2e_large"],
+                        E2E_TARGET))
+    rows.append(e2e_row(f"end to end: {batch['tasks']:,} no-op tasks as {batch['tasks'] // batch['batch']:,} batches "
+                        f"from {batch['conns']} clients, to the last task COMPLETED (batch documents' completed_at), "
+                        f"{who} (one async-apply a task, {celery['e2e_large_stored']['conns']} clients, to the last "
+                        "date_done in its backend)", batch, celery["e2e_large_stored"], None))
     return rows
 
 
@@ -226,6 +341,40 @@ SEE_ALSO = ["Scale-out across hosts (the multi-host bed, `make bench-scale`): [S
             "[SCHEDULING.md](SCHEDULING.md).", ""]
 
 
+E2E_CELLS: list[tuple[str, Any]] = [
+    ("tasks/s", lambda r: f"{r['tasks_per_s']:,.0f}"),
+    ("all done after", lambda r: f"{r['seconds']:.1f} s"),
+    ("submits done after", lambda r: f"{r['submit_seconds']:.1f} s"),
+    ("status polls", lambda r: f"{r['polls']:,}"),
+    ("clients", lambda r: f"{r['conns']}"),
+    ("rounds (tasks/s)", lambda r: ", ".join(f"{x:,.0f}" for x in r.get("rounds", []))),
+]
+
+
+def _e2e_table(title: str, columns: list[str], runs: list[dict[str, Any]]) -> list[str]:
+    lines = [f"## {title}", "", "| | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {label} | " + " | ".join(cell(r) for r in runs) + " |" for label, cell in E2E_CELLS]
+    return lines + [""]
+
+
+def e2e_tables(out: dict[str, Any]) -> list[str]:
+    """RESULTS.md's end-to-end tables: taskport beside each Celery worker configuration."""
+    pools = out["celery"]["pools"]
+    celery = [f"Celery {CELERY_POOL_NAMES[p]}" for p in pools]
+    parts = []
+    for name in ("e2e", "e2e_large"):
+        ours = out[name]
+        parts += _e2e_table(f"End to end ({ours['tasks']:,} no-op tasks over HTTP, one submit a task, polled until "
+                            "done)", [f"taskport, {ours['workers']} × {ours['worker_class']}", *celery],
+                            [ours, *(pools[p][name] for p in pools)])
+    batch = out["batch_e2e"]
+    parts += _e2e_table(f"End to end ({batch['tasks']:,} no-op tasks, all done = the last task COMPLETED as the server "
+                        "recorded it)", [f"taskport, batches of {batch['batch']:,}",
+                                         *(f"{c}, one async-apply a task" for c in celery)],
+                        [batch, *(pools[p]["e2e_large_stored"] for p in pools)])
+    return parts
+
+
 def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any]) -> str:
     """bench/RESULTS.md: the committed copy of a run's figures."""
     cpu = meta.get("cpu", {})
@@ -244,14 +393,7 @@ def results_markdown(meta: dict[str, Any], table_text: str, out: dict[str, Any])
                   "the best of alternating rounds, are what count.", ""]
     parts += [table_text, ""]
     if "e2e" in out:
-        ours, theirs = out["e2e"], out["celery"]["e2e"]
-        parts += ["## End to end (2,000 no-op tasks over HTTP, 16 clients, polled until done)", "",
-                  "| | taskport | Celery + Flower |", "|---|---|---|",
-                  f"| tasks/s | {ours['tasks_per_s']:,.0f} | {theirs['tasks_per_s']:,.0f} |",
-                  f"| all done in | {ours['seconds']:.1f} s | {theirs['seconds']:.1f} s |",
-                  f"| submits done after | {ours['submit_seconds']:.1f} s | {theirs['submit_seconds']:.1f} s |",
-                  f"| status polls | {ours['polls']:,} | {theirs['polls']:,} |",
-                  f"| workers | {ours['workers']} × {ours['worker_class']} | Celery prefork, 2 children |", ""]
+        parts += e2e_tables(out)
     if "workers" in out:
         parts += ["## Worker classes (2 processes, no-op tasks)", "", worker_class_table(out["workers"]), ""]
     if "memory" in out:

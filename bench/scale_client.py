@@ -60,7 +60,8 @@ async def end_to_end(hosts: list[str], port: int, total: int, conns: int, second
     stats: dict[str, Any] = {"done": 0, "polls": 0, "errors": [], "submitted_at": 0.0, "last_done": 0.0}
     counter = itertools.count()
     started = time.perf_counter()
-    clients = (e2e.client(hosts[i % len(hosts)], port, peer, counter, total, stats) for i in range(conns))
+    base = e2e.payload_base()
+    clients = (e2e.client(hosts[i % len(hosts)], port, peer, counter, total, base, stats) for i in range(conns))
     try:
         await asyncio.wait_for(asyncio.gather(*clients), timeout)
         timed_out = False

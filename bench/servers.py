@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| figure (median of rounds) | valkey-server 9.1.2 | redis-server 6.2.14 | valkey / redis |")
     print("| --- | --- | --- | --- |")
     for label, key, scale in rows:
-        v, r = (statistics.median(figures[n][key]) * scale for n in SERVERS)
-        print(f"| {label} | {v:,.1f} | {r:,.1f} | {v / r:.2f} |")
+        v, w = (statistics.median(figures[n][key]) * scale for n in SERVERS)
+        print(f"| {label} | {v:,.1f} | {w:,.1f} | {v / w:.2f} |")
     return 0
 
 

@@ -43,6 +43,11 @@ PASSED_THROUGH = ("WEB_CONCURRENCY", "TASKPORT_WEB_WORKER_CLASS", "TASKPORT_WEB_
 
 
 BARE_APP_SPEC = "bench.apps:create_bare_app()"
+# The Celery worker's configurations (issue 23: the peer at its best): Celery 5's defaults (prefork, one child
+# per CPU) and the tuning a user picks for short, I/O-light tasks; both with events on (-E). The faster of the
+# two is the peer of every ratio (bench/report.py).
+CELERY_POOLS = {"prefork": (), "threads": ("-P", "threads", "-c", "8")}
+CELERY_POOL_NAMES = {"prefork": "prefork, one child per CPU (Celery's default)", "threads": "-P threads -c 8"}
 
 
 def bench_web_command(config: Config, spec: str = BENCH_APP_SPEC) -> list[str]:
@@ -153,11 +158,12 @@ class Stack:
         wait_http(child, f"http://127.0.0.1:{port}/api/workers?refresh=false", timeout)
         return child, port
 
-    def start_celery_worker(self, timeout: float = 60.0) -> Proc:
-        """A Celery worker with Celery's defaults (prefork, one child per CPU), once it answers a ping."""
+    def start_celery_worker(self, pool: str = "prefork", timeout: float = 60.0) -> Proc:
+        """A Celery worker in one of :data:`CELERY_POOLS` (events on, as Flower's info endpoint needs), once it
+        answers a ping."""
         argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "--loglevel=WARNING",
-                "-E", "--without-gossip", "--without-mingle"]
-        child = launch("celery-worker", argv, self.celery_environ(), self.dir / "celery-worker.log")
+                "-E", "--without-gossip", "--without-mingle", *CELERY_POOLS[pool]]
+        child = launch(f"celery-worker-{pool}", argv, self.celery_environ(), self.dir / f"celery-worker-{pool}.log")
         self.children.append(child)
         from bench.celery_app import app as celery_app
 

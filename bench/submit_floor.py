@@ -128,7 +128,7 @@ def over_http(stack: Stack, duration: float) -> dict[str, Any]:
 
 def in_process(stack: Stack, requests: int) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKPORT_", "REDIS_"))}
-    done = subprocess.run([sys.executable, "-c", CHILD, stack.config.redis_url, str(requests)], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(stack.config.redis_url), str(requests)], cwd=REPO, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=600, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
