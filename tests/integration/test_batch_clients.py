@@ -122,3 +122,7 @@ def test_the_cli_cancels_a_running_batch(stack: Stack, tmp_path: Any) -> None:
     assert (cancelled.returncode, cancelled.stdout) == (tcli.OK, f"cancelled batch {batch_id}\n")
     watched = run_cli(stack.base_url, "batch", "watch", batch_id, "--timeout", str(WAIT), "--json")
     assert watched.returncode == tcli.CANCELLED and json.loads(watched.stdout)["counts"]["CANCELLED"] == 1
+
+
+# minutes of real processes and timeouts: `make test-slow` (CI runs it), which keeps `make test` within its budget
+pytestmark = pytest.mark.slow

@@ -149,3 +149,7 @@ def test_a_callback_to_a_private_or_plain_http_address_is_refused_at_submit(stac
         batch = api.post("/api/v1/batches", json={"tasks": [{"type": "demo.sleep", "payload": {}}],
                                                   "callback": {"url": "https://192.168.1.1/x"}})
         assert batch.status_code == 422 and list(batch.json()["errors"]) == ["callback.url"], batch.text
+
+
+# minutes of real processes and timeouts: `make test-slow` (CI runs it), which keeps `make test` within its budget
+pytestmark = pytest.mark.slow

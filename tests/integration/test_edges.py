@@ -280,3 +280,7 @@ def test_the_embedded_server_is_bounded_and_a_full_one_answers_503(full_stack: t
     assert log.count("redis unavailable (OOM)") == 1, log
     assert "Traceback" not in log, log
     assert ("tasks.submit", "500") not in http_requests(stack)
+
+
+# minutes of real processes and timeouts: `make test-slow` (CI runs it), which keeps `make test` within its budget
+pytestmark = pytest.mark.slow

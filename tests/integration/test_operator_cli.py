@@ -119,3 +119,7 @@ def test_pause_and_resume_drive_the_operator_api(stack: Stack) -> None:
     done = taskport("resume", "default", "--password-stdin", "--json", *url, stdin=PASSWORD)
     assert done.returncode == 0 and '"paused_queues": []' in done.stdout
     assert requests.get(stack.url("/readyz"), timeout=5).json()["paused_queues"] == []
+
+
+# minutes of real processes and timeouts: `make test-slow` (CI runs it), which keeps `make test` within its budget
+pytestmark = pytest.mark.slow

@@ -121,3 +121,7 @@ def test_a_paused_queue_gives_no_job_to_any_worker_through_restarts(stack: Stack
     api.wait_for(held, "COMPLETED", timeout=15)
     log = "\n".join(p.log() for p in stack.procs)
     assert "Traceback" not in log, log
+
+
+# minutes of real processes and timeouts: `make test-slow` (CI runs it), which keeps `make test` within its budget
+pytestmark = pytest.mark.slow
