@@ -10,7 +10,8 @@
 #                written against real `taskport up` stacks, their outputs checked (sybil, ~5 min; CI runs it
 #                after make test)
 #   make test-slow  the tests that take minutes by nature (two schedulers over five minutes of a
-#                once-a-minute schedule); CI runs it after make test
+#                once-a-minute schedule; callbacks' retries; the edges, operator and batch-client modules);
+#                CI runs it after make test
 #   make test-scale  the multi-host bed (tests/scale: network namespaces, a Redis primary, two replicas,
 #                three Sentinels, web and worker hosts): failover and host-loss tests; needs root (CI runs it
 #                after make test)
