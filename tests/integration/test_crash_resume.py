@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 import requests
 from rq import Worker
@@ -119,6 +120,7 @@ def kill9_everything(up: Up) -> None:
     wait_until(lambda: not any(map(alive, pids)), timeout=10, message="every process of the run to be gone")
 
 
+@pytest.mark.serial  # a duration under CPU contention: run alone (tests/README.md, "Speed")
 def test_kill9_of_everything_then_up_again_resumes_the_task_within_5_s(up_factory: Callable[..., Up]) -> None:
     up = started(up_factory, {})
     task_id = submit(up, items=ITEMS, item_seconds=ITEM_SECONDS)
