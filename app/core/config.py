@@ -12,7 +12,7 @@ import binascii
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -359,27 +359,33 @@ class Config:
     @property
     def active_task_cap(self) -> int:
         """Unfinished tasks one member may hold (0 = no cap): on by default with API keys, off in open mode."""
-        raw = self.max_active_tasks.strip().lower()
-        if raw == "off":
-            return 0
-        if not raw:
-            return KEYED_MAX_ACTIVE_TASKS if self.api_keys.strip() else 0
-        if not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**31):
-            raise ConfigError("TASKPORT_MAX_ACTIVE_TASKS must be a positive whole number or off")
-        return int(raw)
+        def whole(raw: str) -> int:
+            if not (raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**31):
+                raise ConfigError("TASKPORT_MAX_ACTIVE_TASKS must be a positive whole number or off")
+            return int(raw)
+
+        return self._member_quota(self.max_active_tasks, KEYED_MAX_ACTIVE_TASKS, whole)
 
     @property
     def stored_bytes_cap(self) -> int:
         """Bytes one member's tasks may hold in Redis (0 = no quota): on by default with API keys, off in open mode."""
-        raw = self.max_stored_bytes.strip().lower()
+        def size(raw: str) -> int:
+            cap = _bytes("max_stored_bytes", raw)
+            if not cap:
+                raise ConfigError("TASKPORT_MAX_STORED_BYTES must be a positive size (e.g. 256mb) or off")
+            return cap
+
+        return self._member_quota(self.max_stored_bytes, KEYED_MAX_STORED_BYTES, size)
+
+    def _member_quota(self, text: str, keyed: int, parse: Callable[[str], int]) -> int:
+        """A per-member quota setting: ``off`` = 0 (none); unset = ``keyed`` with API keys, 0 in open mode (one
+        trusted user); else ``parse`` of the value (ConfigError naming the variable for a bad one)."""
+        raw = text.strip().lower()
         if raw == "off":
             return 0
         if not raw:
-            return KEYED_MAX_STORED_BYTES if self.api_keys.strip() else 0
-        cap = _bytes("max_stored_bytes", raw)
-        if not cap:
-            raise ConfigError("TASKPORT_MAX_STORED_BYTES must be a positive size (e.g. 256mb) or off")
-        return cap
+            return keyed if self.api_keys.strip() else 0
+        return parse(raw)
 
     @property
     def request_limit(self) -> str:
