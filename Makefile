@@ -2,6 +2,8 @@
 #   make up      run the whole service locally (embedded Redis unless REDIS_URL is set)
 #   make test    lint, type checks and the whole test suite (Python alone; what CI runs first); on
 #                TEST_WORKERS (default 3) parallel workers, then the timing-sensitive tests alone
+#   make test-faults  the fault-injection modules: kill -9, SIGTERM and Ctrl-C of real processes, Redis killed
+#                and restarted, deploys, failing commands (~5 min; CI runs it after make test)
 #   make test-browser  the page and its JS client in headless Chromium (needs the chromium and
 #                chromium-driver system packages; CI runs it after make test)
 #   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;
@@ -27,7 +29,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
 LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test test-browser test-fuzz test-docs test-slow test-scale lint bench bench-scale clean
+.PHONY: up test test-faults test-browser test-fuzz test-docs test-slow test-scale lint bench bench-scale clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
@@ -36,8 +38,14 @@ up: $(RUNTIME_STAMP)
 # starts once), then the tests marked serial alone: they assert durations that contention would stretch.
 TEST_WORKERS ?= 3
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial and not slow"
-	$(BIN)/python -m pytest -m serial
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial and not slow and not faults"
+	$(BIN)/python -m pytest -m "serial and not slow and not faults"
+
+# The fault-injection modules (a whole `taskport up` or stack each, killed, signalled or broken): on one
+# worker per core, then their serial tests alone.
+test-faults: $(DEV_STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "faults and not serial"
+	$(BIN)/python -m pytest -m "faults and serial"
 
 # Screenshots land in build/browser/ (docs/page.png is a copy of build/browser/page.png).
 test-browser: $(DEV_STAMP)
@@ -54,7 +62,7 @@ test-docs: $(DEV_STAMP)
 
 # Tests that take minutes of wall time by nature (a schedule watched over five real minutes).
 test-slow: $(DEV_STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m slow
 
 # One bed per test module, torn down after it (and by the session's first step, if a killed run left one).
 test-scale: $(DEV_STAMP)

@@ -33,6 +33,8 @@ from app.launch.supervisorconf import worker_slot_name
 from tests.integration.harness import Up, started, task_workers, wait_until
 from tests.integration.test_resume import ITEM_SECONDS, ITEMS, ended, items_done, status, submit
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 STALL_TIMEOUT = 30.0  # the default: a recovery that waited for it would take longer than every bound here
 POISON_ENV = {"TASKPORT_PROCESSORS": "tests.userprocs.poison"}
 

@@ -20,6 +20,8 @@ from app.core.config import without_settings
 from app.core.process import free_port, kill_session
 from tests.integration.harness import REPO_ROOT, Api, RedisServer, wait_until
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
               ".python-version")
 BUILD_BACKEND = "setuptools>=70.1"  # pyproject.toml's [build-system]: 70.1 builds wheels without `wheel`

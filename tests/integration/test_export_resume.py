@@ -16,6 +16,8 @@ from app.core.config import MIN_PART_SIZE
 from tests.integration.harness import Api, Stack, wait_until
 from tests.s3server import S3Server, use_s3
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 ROWS = 200_000  # 11 MB of CSV: two 5 MiB parts and a last one on S3
 
 

@@ -18,6 +18,8 @@ from app.core.process import free_port
 from app.launch.cli import EXIT_CONFIG, EXIT_FAILURE
 from tests.integration.harness import REPO_ROOT
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 WAIT_FOR_REDIS = 30  # app.core.connection.wait_for_redis's deadline
 
 

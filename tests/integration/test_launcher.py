@@ -25,6 +25,8 @@ from app.launch.cli import web_command
 from app.launch.embedded import EmbeddedRedis, EmbeddedRedisError
 from tests.integration.harness import REPO_ROOT, Api, RedisServer, Stack, Up, WaitTimeout, task_workers, wait_until
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 # -- wait_until ---------------------------------------------------------------------------------------
 
 

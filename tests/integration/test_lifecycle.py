@@ -20,6 +20,8 @@ from app.core.states import QUEUES
 from app.core.store import TaskStore
 from tests.integration.harness import Stack, wait_until
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 FAST: dict[str, Any] = {
     "stall_timeout": 2.0,
     "heartbeat_interval": 0.2,

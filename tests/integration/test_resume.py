@@ -10,9 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import requests
 
 from tests.integration.harness import Up, started, wait_until
+
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
 
 TASKS = "/api/v1/tasks"
 ITEMS, ITEM_SECONDS = 40, 0.25  # the task: 10 s of items

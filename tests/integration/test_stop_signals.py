@@ -23,6 +23,8 @@ from app.core.process import alive, session_members
 from app.launch.supervisor import stop_deadline
 from tests.integration.harness import Up, children, started, wait_until
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 STOP_DEADLINE = stop_deadline(Config())  # with the default stop grace
 
 # the burst: 40 signals 20 µs apart, so that some land while the handler runs (the old handler hung 3 tries in 4)

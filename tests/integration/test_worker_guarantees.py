@@ -23,6 +23,8 @@ import redis
 from app.core.process import alive
 from tests.integration.harness import TASKS, Api, Up, children, started, task_workers, wait_until
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 ENV = {
     "TASKPORT_PROCESSORS": "tests.userprocs.tasks",
     "TASKPORT_HEARTBEAT_INTERVAL": "0.2",
