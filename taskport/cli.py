@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 OK, ERROR, USAGE, PARTIAL, FAILED, CANCELLED, EXPIRED, STILL_RUNNING = range(8)
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports an interrupted command
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what reads our output went away (`| head`), as a shell reports it
 STATE_EXIT: dict[str, int] = {
     TaskStatus.FAILED: FAILED, TaskStatus.CANCELLED: CANCELLED, TaskStatus.EXPIRED: EXPIRED,
     TaskStatus.PENDING: STILL_RUNNING, TaskStatus.PROCESSING: STILL_RUNNING,
@@ -389,8 +391,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_commands(sub)
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)  # --help writes too
         return int(args.run(args))
     except KeyboardInterrupt:
         return INTERRUPTED
+    except BrokenPipeError:
+        return output_closed()
+
+
+def output_closed() -> int:
+    """What reads stdout went away (``taskport history --json | head``): no traceback, and none at exit either
+    (Python flushes stdout at exit: it goes to /dev/null instead, as the Python docs advise)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return PIPE_CLOSED

@@ -37,7 +37,7 @@ from app.core.logs import setup_logging
 from app.core.process import port_in_use
 from app.core.processors import ProcessorLoadError
 from app.launch.embedded import EmbeddedRedis, EmbeddedRedisError
-from taskport.cli import ERROR, INTERRUPTED, USAGE, add_global_options
+from taskport.cli import ERROR, INTERRUPTED, USAGE, add_global_options, output_closed
 from taskport.cli import add_commands as add_client_commands
 
 # gunicorn, chosen for a service whose requests are short except SSE streams (measured: bench/README.md,
@@ -272,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``taskport`` console script and of ``python -m app.launch.cli``."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # --help writes too
         return int(args.run(args))
     except (ConfigError, EmbeddedRedisError, RedisError, ProcessorLoadError) as exc:
         # A known condition is one line, never a traceback; the exit codes are in docs/deploy.md.
@@ -281,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return output_closed()
 
 
 def _one_line(exc: Exception) -> str:

@@ -4,8 +4,11 @@ rediss:// certificate setting and the /docs page (the real-process side is in te
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +20,7 @@ from app.core.logs import make_handler
 from app.launch import cli
 from app.web import create_app
 from app.web.weblog import GunicornLogger
+from taskport.cli import PIPE_CLOSED
 from workers.housekeeping import PassReport
 
 
@@ -73,6 +77,19 @@ def test_a_bad_setting_is_one_line_and_exit_2(clean_env, capsys, env, text):
         clean_env.setenv(name, value)
     code, lines = run_main(capsys, "web")
     assert code == cli.EXIT_CONFIG and len(lines) == 1 and text in lines[0]
+
+
+def test_output_read_by_a_reader_that_went_away_is_no_traceback():
+    """``taskport history --json | head``: the reader closes the pipe before the output ends (every command
+    of both entry points goes through the same ``output_closed``)."""
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first write, as `head` is after its lines
+    try:
+        done = subprocess.run([sys.executable, "-m", "app.launch.cli", "config", "--defaults"], stdout=writer,
+                              stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (PIPE_CLOSED, b"")
 
 
 def test_a_pass_that_did_nothing_logs_at_debug_one_that_acted_at_info(caplog):
