@@ -22,7 +22,7 @@ from app.core.config import Config
 from app.core.history import Histories, Page, decode_cursor
 from app.core.ids import digest, is_task_id
 from app.core.jobs import JobQueue
-from app.core.logs import task_logger
+from app.core.logs import NO_TASK, task_logger
 from app.core.states import ACTIVE, TaskStatus
 from app.core.stats import Stats
 from app.core.store import TaskStore
@@ -120,17 +120,18 @@ class TaskService:
             raise ValidationFailed(wrong)
         return unique
 
-    def unserved(self, queue: str, task_id: str) -> bool:
-        """Whether no worker listens on ``queue``, asked for a task just accepted on it (it stays PENDING until
-        one starts): when so it is counted (``STAT_UNSERVED``) and logged. False when Redis cannot say: the
-        task was accepted, the warning is a courtesy."""
+    def unserved(self, queue: str, task_id: str = NO_TASK, batch_id: str | None = None) -> bool:
+        """Whether no worker listens on ``queue``, asked for a task (or a batch's tasks) just accepted on it (it
+        stays PENDING until one starts): when so it is counted (``STAT_UNSERVED``) and logged, under the task's
+        id or naming the batch. False when Redis cannot say: the task was accepted, the warning is a courtesy."""
         try:
             if queue not in self.workers.unserved():
                 return False
             self.stats.count(STAT_UNSERVED)
         except redis.RedisError:
             return False
-        task_logger(log, task_id).warning("submitted while no worker listens on queue %s", queue)
+        what = f"batch {batch_id}" if batch_id else "task"
+        task_logger(log, task_id).warning("%s submitted while no worker listens on queue %s", what, queue)
         return True
 
     def find(self, member: str, task_id: str) -> Task:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -82,6 +83,18 @@ def test_a_submit_no_worker_listens_for_is_accepted_with_a_warning_and_counted(c
     assert samples[("taskport_queue_workers", (("queue", "default"),))] == 0
     assert samples[("taskport_tasks_total", (("event", STAT_UNSERVED),))] == 1
     assert not any(name == "taskport_housekeeping_age_seconds" for name, _ in samples)
+
+
+def test_the_no_worker_warning_names_the_task_or_the_batch(client, caplog):
+    caplog.set_level(logging.WARNING, logger="app.web.service")
+    task_id = submit(client).get_json()["task_id"]
+    body = {"tasks": [{"type": "demo.sleep", "payload": {}, "dedup_key": uuid.uuid4().hex}]}
+    batch = client.post("/api/v1/batches", json=body)
+    assert batch.status_code == 202 and batch.headers[WARNING_HEADER] == "no-worker; queue=default"
+    batch_id = batch.get_json()["batch_id"]
+    said = [(record.task_id, record.getMessage()) for record in caplog.records]
+    assert said == [(task_id, "task submitted while no worker listens on queue default"),
+                    ("-", f"batch {batch_id} submitted while no worker listens on queue default")]
 
 
 def test_no_warning_when_a_worker_listens_on_the_tasks_queue(config, conn):

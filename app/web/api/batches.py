@@ -82,7 +82,7 @@ def submit() -> Response:
     doc = batch_document(created.batch, now)
     doc["tasks"] = [{"task_id": e.task_id, "status": e.status, "duplicate": e.duplicate} for e in created.entries]
     headers = {"Location": batch_path(created.batch.id)}
-    unserved = [queue for queue in sorted(queued) if rt.service.unserved(queue, created.batch.id)]
+    unserved = [queue for queue in sorted(queued) if rt.service.unserved(queue, batch_id=created.batch.id)]
     if unserved:
         headers[WARNING_HEADER] = f"no-worker; queue={','.join(unserved)}"
     return json_response(doc, 202, headers)
