@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.integration.harness import TASKS, Api, RedisServer, Stack
+
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
 
 
 def read(api: Api, task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -21,6 +21,8 @@ from app.core.process import free_port
 from tests.integration.harness import REPO_ROOT, Api, Stack, wait_until
 from tests.s3server import S3Server, dead_endpoint, use_s3
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 ROWS = 950_000  # orders.export CSV rows: just over 50 MiB
 OPERATOR = ("admin", "op-secret")
 

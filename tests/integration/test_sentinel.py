@@ -33,6 +33,8 @@ from app.core.store import TaskStore
 from tests.integration.harness import REPO_ROOT, TASKS, Api, Proc, Stack, launch, wait_until
 from tests.integration.sentinels import HOST, MIN_REPLICAS_MAX_LAG, PROMOTION_TIMEOUT, SentinelGroup, sentinel_group
 
+pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
+
 REQUEST_BOUND = 3.0  # seconds: the longest a request may take while there is no primary (then 503)
 
 
