@@ -3,7 +3,7 @@
 #   make test    lint, type checks and the whole test suite (Python alone; what CI runs first); on
 #                TEST_WORKERS (default 3) parallel workers, then the timing-sensitive tests alone
 #   make test-faults  the fault-injection modules: kill -9, SIGTERM and Ctrl-C of real processes, Redis killed
-#                and restarted, deploys, failing commands (~5 min; CI runs it after make test)
+#                and restarted, deploys, failing commands (~9 min; CI runs it after make test)
 #   make test-browser  the page and its JS client in headless Chromium (needs the chromium and
 #                chromium-driver system packages; CI runs it after make test)
 #   make test-fuzz  the live API fuzzed against its own OpenAPI document (schemathesis, ~2 min;

@@ -58,7 +58,7 @@ def alice_bursts(base_url: str, send: Callable[[Api, int], requests.Response], r
     """Alice's client: BURST requests (``send(api, n)``) from BURSTERS threads; put (answers by status, the
     Retry-After values, the content types of the 429s) on ``results``. Niced: her client runs on her machine,
     and here it would otherwise take the server's two cores first, which would measure this machine's
-    scheduler, not the server's fairness (her requests still arrive as fast as the server answers them)."""
+    scheduler, not the server's fairness; niced, it gets what the server processes leave."""
     os.nice(19)
     answers: Counter[int] = Counter()
     retry_after: set[str] = set()
