@@ -40,7 +40,7 @@ class EntryField(StrEnum):
     TO = "to"
     CODE = "code"  # its error code, '' when none
     ATTEMPT = "attempt"
-    PAYLOAD = "payload"  # the SHA-256 of the payload JSON
+    PAYLOAD = "payload"  # the SHA-256 of the payload JSON, on the entries that make the task PENDING
 
 
 _TASK, _MEMBER = EntryField.TASK.encode(), EntryField.MEMBER.encode()

@@ -26,16 +26,20 @@ _BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches'
 # id, the status it left ('' at submit)) once after its writes, so a transition and its audit entry are one
 # atomic step. build() puts it between a script's preamble (it writes to AUDIT_STREAM) and its body, with
 # the retention rendered in. The entry's fields (audit.EntryField) are read from the hash after the change,
-# so it says what the task became; its id is the time (ms). Trimmed with MAXLEN ~ (entries) and MINID ~
-# (age), cheap (whole stream nodes); 0 = no limit of that kind.
+# so it says what the task became; its id is the time (ms). The payload's digest goes only into the entries
+# that make the task PENDING (submit, run again, a retry's requeue): the payload the next run takes, which
+# no later transition changes ('' elsewhere keeps every entry's fields the same, so the stream stores
+# their names once per node; the digest in every entry cost memory: bench/README.md). Trimmed with
+# MAXLEN ~ (entries) and MINID ~ (age), cheap (whole stream nodes); 0 = no limit of that kind.
 AUDIT = """
 local function audit(task_key, id, from)
   local h = redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts, @payload_sha256)
   local maxlen, max_age_ms = __AUDIT_MAXLEN__, __AUDIT_MAX_AGE_MS__
   local cmd = {'XADD', audit_stream}
   if maxlen > 0 then cmd = {'XADD', audit_stream, 'MAXLEN', '~', maxlen} end
-  local entry = {'*', !task, id, !member, h[1] or '', !type, h[2] or '', !from, from, !to, h[3] or '',
-                 !code, h[4] or '', !attempt, h[5] or '0', !payload, h[6] or ''}
+  local to = h[3] or ''
+  local entry = {'*', !task, id, !member, h[1] or '', !type, h[2] or '', !from, from, !to, to,
+                 !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or ''}
   for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
   redis.call(unpack(cmd))
   if max_age_ms > 0 then

@@ -42,7 +42,7 @@ from app.core.keys import STAT_ENTERED, STAT_INTERRUPTED, STAT_RECOVERED, STAT_R
 from app.core.keys import TaskField as F
 from app.core.lua import Command
 from app.core.states import ACTIVE, ERROR_MESSAGES, RERUNNABLE, TERMINAL, ErrorCode, TaskStatus
-from app.core.task import Task
+from app.core.task import UNWRITTEN_DEFAULTS, Task
 
 # A result whose JSON is at most this long lives in the task's hash instead of a key of its own: Redis
 # keeps a hash compact (ziplist/listpack) while every value is within hash-max-ziplist-value (64 by
@@ -156,10 +156,13 @@ class TaskStore:
         body = orjson.dumps(new.payload)
         fields = [
             F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
-            F.PROGRESS, 0, F.ATTEMPTS, 0, F.MAX_ATTEMPTS, new.max_attempts, F.PRIORITY, new.priority,
-            F.CREATED_AT, created, F.UPDATED_AT, created, F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
+            F.PROGRESS, 0, F.ATTEMPTS, 0, F.CREATED_AT, created, F.UPDATED_AT, created,
+            F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
             F.PAYLOAD_SHA256, digest(body), F.STORED, len(body), *([F.RUN_AT, run_at] if run_at is not None else []),
         ]  # fmt: skip
+        for name, value in ((F.MAX_ATTEMPTS, new.max_attempts), (F.PRIORITY, new.priority)):
+            if value != UNWRITTEN_DEFAULTS[name]:
+                fields += [name, value]
         if new.callback_url:
             fields += [F.CALLBACK_URL, new.callback_url, F.CALLBACK_EVENTS, ",".join(new.callback_events)]
         if new.batch:

@@ -15,6 +15,12 @@ from app.core.clock import iso, iso_or_none
 from app.core.keys import TaskField
 from app.core.states import ACTIVE, DEFAULT_QUEUE, ERROR_MESSAGES, CallbackState, ErrorCode, TaskStatus
 
+# A new task's fields at these values are not written (store.TaskStore.task_fields): most tasks have them,
+# and a finished task's hash is the bulk of what it holds in Redis (bench/README.md, "Memory per finished task").
+DEFAULT_MAX_ATTEMPTS = 1
+UNWRITTEN_DEFAULTS: dict[str, object] = {TaskField.MAX_ATTEMPTS: DEFAULT_MAX_ATTEMPTS,
+                                         TaskField.PRIORITY: DEFAULT_QUEUE}
+
 # Each field's name as the hash's bytes (replies are not decoded), read by Task.from_hash: _RAW.STATUS is
 # b"status". Plain bytes attributes, since looking an enum member up in a dict costs a Python-level hash.
 _RAW = SimpleNamespace(**{field.name: field.value.encode() for field in TaskField})
@@ -102,7 +108,7 @@ class Task:
             error_code=_int(g(r.ERROR_CODE), None),
             error_message=_text(g(r.ERROR_MESSAGE)),
             attempts=int(g(r.ATTEMPTS) or 0),
-            max_attempts=int(g(r.MAX_ATTEMPTS) or 1),
+            max_attempts=int(g(r.MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS),
             resumed=int(g(r.RESUMED) or 0),
             priority=_text(g(r.PRIORITY)) or DEFAULT_QUEUE,
             created_at=int(h[r.CREATED_AT]),

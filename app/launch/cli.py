@@ -246,8 +246,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _audit_line(e: dict[str, Any]) -> str:
     code = "" if e["error_code"] is None else f" code={e['error_code']}"
+    payload = "" if e["payload_sha256"] is None else f" payload={e['payload_sha256']}"
     return (f"{e['at']} {e['task_id']} {e['member']} {e['type']} {e['from'] or '-'} -> {e['to']}"
-            f" attempt={e['attempt']}{code} payload={e['payload_sha256']}")
+            f" attempt={e['attempt']}{code}{payload}")
 
 
 def build_parser() -> argparse.ArgumentParser:
