@@ -7,11 +7,13 @@ workers neither steal CPU nor drain the submitted tasks):
   1b. the Celery 5 + Flower 2 peer with no worker running (submit, status, info), then alternating rounds of
       each Celery worker configuration and of taskport with their workers running: submit, status, batch
       submit and batch status (taskport), end to end with 2,000 and 20,000 tasks, and 20,000 as 20 batches;
-  2. round trips in-process (counting connections) and INFO commandstats; the submit envelope's fast path
-     against marshmallow's load (in-process CPU, bench/envelope.py);
-  3. per worker class (simple = the default, fork, spawn): bare RQ and taskport throughput on no-op
+  2. per worker class (simple = the default, fork, spawn): bare RQ and taskport throughput on no-op
      jobs with the same class and process count, then submit -> COMPLETED latency with idle workers;
-  4. Redis memory per finished task over 10,000 tasks; 5. the housekeeping expiry pass.
+  3. round trips in-process (counting connections) and INFO commandstats; the submit envelope's fast path
+     against marshmallow's load (in-process CPU, bench/envelope.py);
+  4. Redis memory per finished task over 10,000 tasks; 5. the housekeeping expiry pass; 6. ctx.each's
+     per-item and orders.export's per-row overhead against bare loops (in-process, bench/overhead.py).
+  (1c, after 1: status reads with 1,000 and with 1,000,000 finished tasks stored, bench/stored.py.)
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from bench import (
     measure_redis,
     measure_watchers,
     measure_workers,
+    overhead,
     report,
+    stored,
 )
 from bench.machine import CpuWatch
 from bench.stack import REPO, Stack
@@ -43,7 +47,7 @@ from bench.stack import REPO, Stack
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
-PARTS = ("http", "peers", "watchers", "trips", "workers", "memory", "housekeeping")
+PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -105,7 +109,7 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
             out: dict[str, Any]) -> dict[str, Any]:
     """Each part of ``args.only`` in turn, its figures into ``out`` (kept as far as it got should a part fail)."""
     only = set(args.only)
-    if only & {"http", "workers"}:
+    if only & {"http", "stored", "workers"}:
         phase("start gunicorn", stack.start_web, timings)
     if "http" in only:
         out["loadgen_ceiling"] = phase("load generator ceiling", lambda: measure_http.loadgen_ceiling(
@@ -113,6 +117,10 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
         out["http"] = phase("HTTP: hello, submit, batch submit, one GET, status, batch status",
                             lambda: measure_http.http_phases(stack, args.conns, args.warmup, args.duration,
                                                              args.rounds), timings)
+    if "stored" in only:
+        out["stored"] = phase("status reads with 1,000 and 1,000,000 finished tasks stored", lambda: stored.
+                              status_by_stored(stack, args.conns, args.warmup, args.duration, args.rounds,
+                                               args.stored_tasks), timings)
     if "peers" in only:
         peers_phase(stack, args, timings, out)
     if "watchers" in only:
@@ -121,14 +129,21 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
                                                args.rounds, tuple(args.watchers)), timings)
         if "workers" in only:
             stack.start_web()
+    if "workers" in only:
+        out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
+    in_process_parts(stack, only, args, timings, out)
+    return out
+
+
+def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, timings: dict[str, float],
+                     out: dict[str, Any]) -> None:
+    """The parts measured in-process or on Redis alone (no HTTP): round trips, memory, housekeeping, overhead."""
     if "trips" in only:
         out["round_trips"] = phase("round trips (in-process)", lambda: measure_redis.round_trips(stack), timings)
         out["delivery_round_trips"] = phase("round trips per RQ delivery (in-process SimpleWorker)",
                                             lambda: measure_redis.worker_round_trips(stack), timings)
         out["envelope"] = phase("submit envelope: fast path vs SubmitSchema.load (in-process)", envelope.measure,
                                 timings)
-    if "workers" in only:
-        out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
     if "memory" in only:
         out["memory"] = phase("memory per finished task", lambda: measure_redis.memory_per_task(
             stack, n=args.memory_tasks), timings)
@@ -137,12 +152,15 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
     if "housekeeping" in only:
         out["housekeeping"] = phase("housekeeping expiry pass", lambda: measure_redis.housekeeping(
             stack, live=args.live_tasks), timings)
-    return out
+    if "overhead" in only:
+        out["overhead"] = phase("per-item and per-row overhead (in-process)", lambda: overhead.measure(
+            items=args.overhead_items, rows=args.overhead_rows), timings)
 
 
 # Each part of the run's output that makes rows, and how (in the table's order).
 ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("http", lambda out: report.http_rows(out["http"], out["loadgen_ceiling"])),
+    ("stored", lambda out: report.stored_rows(out["stored"])),
     ("e2e", lambda out: report.peer_rows(out.get("http"), out["celery"], out)),
     ("e2e_by_workers", lambda out: report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])),
     ("watchers", lambda out: report.watcher_rows(out["watchers"])),
@@ -152,6 +170,7 @@ ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("memory", lambda out: report.memory_rows(out["memory"])),
     ("checkpoint", lambda out: report.checkpoint_rows(out["checkpoint"])),
     ("housekeeping", lambda out: report.housekeeping_rows(out["housekeeping"])),
+    ("overhead", lambda out: overhead.rows(out["overhead"])),
 ]
 
 
@@ -193,6 +212,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(alternating, --rounds rounds, the best counts), to choose TASKPORT_WORKERS")
     parser.add_argument("--memory-tasks", type=int, default=10_000)
     parser.add_argument("--live-tasks", type=int, default=100_000)
+    parser.add_argument("--stored-tasks", type=int, default=stored.LARGE,
+                        help="finished tasks stored for the second status-by-stored row (the first has 1,000)")
+    parser.add_argument("--overhead-items", type=int, default=100_000, help="items of the per-item overhead row")
+    parser.add_argument("--overhead-rows", type=int, default=200_000, help="rows of the per-row overhead rows")
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)
     parser.add_argument("--only", nargs="+", default=list(PARTS), choices=PARTS,
                         help="measure only these parts (to iterate on one; the default is all of them)")
@@ -205,6 +228,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.duration, args.warmup, args.worker_warmup, args.scale, args.rounds = 1.0, 0.5, 0.5, 0.2, 1
         args.memory_tasks, args.live_tasks, args.e2e_large_tasks = 1000, 10_000, 4000
+        args.stored_tasks, args.overhead_items, args.overhead_rows = 100_000, 10_000, 20_000
     return args
 
 

@@ -68,7 +68,9 @@ class Stack:
         self.dir = Path(tempfile.mkdtemp(prefix="taskport-bench-"))
         self.keep = keep
         env = {k: os.environ[k] for k in PASSED_THROUGH if os.environ.get(k)}
-        base = Config.from_env(env, data_dir=self.dir, host="127.0.0.1", port=free_port(), api_keys="")
+        # maxmemory above the 1 GB default: the stored-tasks rows hold 1,000,000 finished tasks (bench.stored)
+        base = Config.from_env(env, data_dir=self.dir, host="127.0.0.1", port=free_port(), api_keys="",
+                               redis_maxmemory="4gb")
         self.redis_server = EmbeddedRedis(base)
         self.config = base
         self.children: list[Proc] = []

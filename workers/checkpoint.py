@@ -125,6 +125,12 @@ class Pending:
         if keep:
             entry[2].append(result)
 
+    def items_done(self, run: int, declared: int | None, done: int, results: list[Any]) -> None:
+        """Items of ``ctx.each`` run ``run`` succeeded with ``results``, its ``done``-th the last of them."""
+        entry = self.runs.setdefault(run, [declared, done, []])
+        entry[0], entry[1] = declared, done
+        entry[2].extend(results)
+
     def line(self, counts: list[int] | None, error_code: int | None) -> bytes:
         """The log line for everything pending (b"" when no item moved)."""
         if not self.moved:

@@ -75,6 +75,7 @@ class TaskContext:
         self._lock = threading.RLock()
         self._cancelled = threading.Event()
         self._interrupted = False  # a plain flag: set from a signal handler, which must take no lock
+        self.stopping = False  # cancelled or interrupted: what ItemRun.each reads after every item, cheaply
         self._progress = 0
         self._message = ""
         self._counts: list[int] | None = None  # [total, succeeded, failed] once items are processed
@@ -104,11 +105,13 @@ class TaskContext:
     def mark_cancelled(self) -> None:
         """Note that the task is no longer ours; the next cancellation point raises. Thread-safe."""
         self._cancelled.set()
+        self.stopping = True
 
     def mark_interrupted(self) -> None:
         """Note that this worker is stopping: the next cancellation point raises :class:`TaskInterrupted`
         (the runner saves the checkpoint and re-queues the task). Safe in a signal handler and any thread."""
         self._interrupted = True
+        self.stopping = True
 
     @property
     def interrupted(self) -> bool:
@@ -257,12 +260,7 @@ class TaskContext:
         timeout end the whole task. A failure names the item by ``str(key(item))``, or by its index
         when there is no ``key``. ``total`` defaults to ``len(items)`` when there is one.
         """
-        run = ItemRun(self, key, total if total is not None else length(items), keeps_results=True)
-        for scope, item in run.walk(items):
-            with scope:
-                scope.result = fn(item)
-        assert run.results is not None  # an each run keeps its results
-        return run.results
+        return ItemRun(self, key, total if total is not None else length(items), keeps_results=True).each(items, fn)
 
     def items(
         self,
@@ -307,6 +305,15 @@ class TaskContext:
         with self._lock:
             keep = run.results is not None and succeeded
             self._pending.item_done(run.number, run.declared, run.done + 1, result, keep, run.results is not None)
+
+    def _items_succeeded(self, run: ItemRun, results: list[Any], done: int, drawn: int) -> None:
+        """``len(results)`` items of ``run`` succeeded, its ``done``-th the last; ``drawn`` of them add to the
+        total (drawn past the declared one, or none was declared): :meth:`ItemRun.each`'s fold."""
+        with self._lock:
+            assert self._counts is not None
+            self._counts[0] += drawn
+            self._counts[1] += len(results)
+            self._pending.items_done(run.number, run.declared, done, results)
 
     def _begin_items(self, declared: int | None) -> None:
         with self._lock:

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 
 # Never caught as an item failure: they end the whole task (a timeout must stay a timeout).
 PROPAGATE: tuple[type[BaseException], ...] = (TaskCancelled, TaskError, BaseTimeoutException)
+# ``ctx.each`` folds its successes into the context's counts, checkpoint and progress once FOLD_EVERY seconds
+# have passed since the last fold (a clock read per item), at a failure, a cancel or a stop, and at the end:
+# what the context (its heartbeat's flush, its progress writes, the checkpoint) does not know yet is at most
+# the items of the last FOLD_EVERY seconds plus the one running, and an item that takes that long is folded
+# alone, as every item was before. Per item, the fold's work (a lock, three counters, a progress call) cost
+# ~20 times a no-op item; once per FOLD_EVERY it costs nothing (bench/README.md, "Per-item overhead"). With
+# TASKPORT_PROGRESS_INTERVAL=0 (a write per item) every item is folded alone.
+FOLD_EVERY = 0.01
 
 
 class ItemRun:
@@ -58,6 +66,60 @@ class ItemRun:
             if not scope.finished:
                 raise RuntimeError("ctx.items(): do each item's work inside `with scope:`")
         self.end(seen)
+
+    def each(self, iterable: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
+        """``ctx.each``: ``fn(item)`` for every item past those an earlier run did; the results of those that
+        succeeded, in order. What :meth:`walk` does per item, but the successes are folded into the context
+        every FOLD_EVERY seconds: a failure folds the successes before it first, so counts, results and the
+        checkpoint keep the items' order, and every way out of the loop folds what it did."""
+        assert self.results is not None  # an each run keeps its results
+        ok: list[Any] = []  # the results not folded yet, of the items up to the seen-th drawn
+        ctx = self.ctx
+        clock, every = ctx._clock, min(FOLD_EVERY, ctx.interval)  # interval 0, a write per item: a fold per item
+        fold_at = clock() + every
+        seen = 0
+        ctx.check_cancelled()  # as walk does before each item; after each, ctx.stopping says when to look
+        try:
+            for index, item in enumerate(iterable):
+                if index < self.skip:
+                    seen += 1
+                    continue  # done by an earlier run: counted, and its result kept, then
+                try:
+                    ok.append(fn(item))
+                except PROPAGATE:
+                    raise
+                except Exception as exc:
+                    self._fold(ok, seen)
+                    seen += 1
+                    ctx.check_cancelled()
+                    self.start(seen)
+                    self.failed(index, item, exc)
+                    continue
+                seen += 1
+                if ctx.stopping or clock() >= fold_at:  # a cancel or a stop is noticed after the item, as in walk
+                    self._fold(ok, seen)
+                    self._tell()
+                    fold_at = clock() + every
+        finally:
+            tail = bool(ok)
+            self._fold(ok, seen)  # what it did before an exception ended it (the runner saves the checkpoint)
+        if tail:
+            self._tell()
+        self.end(seen)
+        return self.results
+
+    def _fold(self, ok: list[Any], seen: int) -> None:
+        """Count the successes in ``ok`` (the items up to the ``seen``-th drawn), keep their results, put them in
+        the checkpoint, and empty ``ok``."""
+        if not ok:
+            return
+        assert self.results is not None
+        # the ones drawn past the declared total (all of them when none was declared) are counted in it now
+        drawn = len(ok) if self.declared is None else max(0, seen - max(self.declared, seen - len(ok)))
+        self.ctx._items_succeeded(self, ok, self.done + len(ok), drawn)
+        self.results.extend(ok)
+        self.done += len(ok)
+        ok.clear()
 
     def start(self, seen: int) -> None:
         """An item was drawn: count it in the total unless the declared total already did."""
@@ -102,6 +164,10 @@ class ItemRun:
 
     def _advance(self) -> None:
         self.done += 1
+        self._tell()
+
+    def _tell(self) -> None:
+        """How far the run got, to the context (a progress write when one is due); a cancellation point."""
         if self.declared:
             self.ctx.progress(self.done, self.declared, f"item {self.done} of {self.declared}")
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from app.core.results import LocalResultStore
 from tests.unit.recorder import Recorder
 from workers.checkpoint import COMPACT_EVERY, Resume, Saved
 from workers.context import TaskContext
-from workers.exceptions import ItemError, TaskCancelled, TaskInterrupted
+from workers.exceptions import ItemError, TaskCancelled, TaskError, TaskInterrupted
 
 
 def stored(report: Recorder) -> tuple[bytes, bytes | None]:
@@ -147,7 +148,9 @@ def test_results_of_an_each_are_kept_in_item_order(tmp_path: Path):
 
 def test_the_log_is_replaced_by_one_line_every_so_often_so_its_size_is_bounded(tmp_path: Path):
     report = Recorder()
-    ctx = context(report, tmp_path)
+    # a clock a second on at each read: every item seems to take one, so each is folded and written alone
+    ctx = TaskContext(str(uuid.uuid4()), report, results=LocalResultStore(tmp_path), interval=0,
+                      clock=itertools.count(0.0, 1.0).__next__)
     ctx.each(range(3), lambda i: i)  # an earlier run, then one that goes on for many writes
     ctx.each(range(COMPACT_EVERY * 3), lambda i: None)
     log, _ = stored(report)
@@ -157,3 +160,63 @@ def test_the_log_is_replaced_by_one_line_every_so_often_so_its_size_is_bounded(t
     assert resume is not None and resume.runs[0].results == [0, 1, 2]
     assert resume.runs[1].done == COMPACT_EVERY * 3 and resume.runs[1].results == [None] * (COMPACT_EVERY * 3)
     assert resume.counts == [3 + COMPACT_EVERY * 3, 3 + COMPACT_EVERY * 3, 0]
+
+
+BIG = 5000  # items: enough for many folds, were every item folded alone
+
+
+def frozen_clock() -> float:
+    return 0.0  # no time passes: ctx.each folds only at a failure, a cancel or stop, an exception, the end
+
+
+def test_items_folded_between_writes_are_counted_kept_and_saved_exactly(tmp_path: Path):
+    report = Recorder()
+    ctx = TaskContext(str(uuid.uuid4()), report, results=LocalResultStore(tmp_path), interval=1, clock=frozen_clock)
+    n = BIG
+
+    def fn(i: int) -> int:
+        if i % 100 == 99:
+            raise ItemError(10002, f"item {i} bad")
+        return i
+
+    results = ctx.each(range(n), fn)
+    ctx.flush()
+    assert results == [i for i in range(n) if i % 100 != 99]
+    assert ctx.item_counts == {"total": n, "succeeded": n - n // 100, "failed": n // 100}
+    resume = Resume.parse(*stored(report))
+    assert resume is not None and resume.runs[0].done == n and resume.runs[0].results == results
+
+
+def test_what_was_not_folded_yet_when_a_task_level_exception_ends_the_loop_is_counted_and_saved(tmp_path: Path):
+    report = Recorder()
+    ctx = TaskContext(str(uuid.uuid4()), report, results=LocalResultStore(tmp_path), interval=1, clock=frozen_clock)
+    stop = BIG // 2  # between two folds
+
+    def fn(i: int) -> int:
+        if i == stop:
+            raise TaskError(10001, "upstream gone")
+        return i
+
+    with pytest.raises(TaskError):
+        ctx.each(range(BIG), fn)
+    ctx.flush()
+    assert ctx.item_counts == {"total": BIG, "succeeded": stop, "failed": 0}
+    resume = Resume.parse(*stored(report))
+    assert resume is not None and resume.runs[0].done == stop and resume.runs[0].results == list(range(stop))
+
+
+@pytest.mark.parametrize("mark", ["mark_cancelled", "mark_interrupted"])
+def test_a_cancel_or_stop_between_two_folds_is_noticed_after_that_item(tmp_path: Path, mark: str):
+    ctx = TaskContext(str(uuid.uuid4()), Recorder(), results=LocalResultStore(tmp_path), interval=1,
+                      clock=frozen_clock)
+    calls: list[int] = []
+
+    def fn(i: int) -> int:
+        calls.append(i)
+        if i == BIG // 2:
+            getattr(ctx, mark)()
+        return i
+
+    with pytest.raises((TaskCancelled, TaskInterrupted)):
+        ctx.each(range(BIG), fn)
+    assert calls == list(range(BIG // 2 + 1))
