@@ -118,7 +118,7 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
                             lambda: measure_http.http_phases(stack, args.conns, args.warmup, args.duration,
                                                              args.rounds), timings)
     if "stored" in only:
-        out["stored"] = phase("status reads with 1,000 and 1,000,000 finished tasks stored", lambda: stored.
+        out["stored"] = phase("status reads by how many finished tasks are stored", lambda: stored.
                               status_by_stored(stack, args.conns, args.warmup, args.duration, args.rounds,
                                                args.stored_tasks), timings)
     if "peers" in only:

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from app.core import keys
+from app.core import keys, processors
 from app.core.store import TaskStore
 from bench.fill import new_task
 from bench.measure_http import best, clean_slate, loadgen
@@ -35,6 +35,7 @@ CHUNK = 5_000  # tasks per pipeline while copying
 
 def finished_template(conn: redis.Redis, store: TaskStore) -> tuple[dict[bytes, bytes], int]:
     """One no-op task run to COMPLETED through the store: its hash and its TTL (ms)."""
+    processors.load()
     new = new_task(0, base=60_000_000)
     store.create(new)
     run_id = uuid.uuid4().hex
