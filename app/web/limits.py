@@ -11,14 +11,21 @@ response it counted, over the one the view set: a 202's or a poll's ``Retry-Afte
 the time, the active-task cap's 5 became 4. So it writes into a header of its own here
 (:data:`LIMITER_RETRY_AFTER`), which becomes ``Retry-After`` only on the limiter's own 429 and is dropped
 from every other answer, whose ``Retry-After`` (or none) is the contract's (docs/api.md).
+
+Its storage is limits' own Redis storage with one change (:class:`HitStatsStorage`): the hit also answers
+the window's TTL, and the headers read the count and the TTL from it, where flask-limiter asked Redis for
+them again (a GET and a TTL) after the view (bench/README.md, "The rate limiter's cost").
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
-from flask import Flask, Response, request
+import limits
+from flask import Flask, Response, g, has_request_context, request
 from flask_limiter import HeaderNames, Limiter
+from limits.storage import RedisStorage
 from redis import Redis
 
 from app.core.config import Config
@@ -27,6 +34,55 @@ from app.web.auth import Members
 
 LIMITED_BLUEPRINTS = frozenset({"tasks", "events", "schedules", "batches"})
 LIMITER_RETRY_AFTER = "X-Taskport-Limiter-Retry-After"  # never sent: see the module docstring
+
+
+# The fixed window's hit (limits' incr_expire script) that also answers its key's TTL.
+INCR_TTL = """
+local amount = tonumber(ARGV[2])
+local count = redis.call('INCRBY', KEYS[1], amount)
+if count == amount then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return {count, redis.call('TTL', KEYS[1])}
+"""
+LIMITS_MAJOR = 5  # HitStatsStorage overrides limits 5's RedisStorage; tests/unit/test_limits_storage.py pins it
+
+
+class HitStatsStorage(RedisStorage):
+    """limits' Redis storage whose hit also answers the window's TTL and keeps both for the request, so that
+    flask-limiter's ``X-RateLimit-*`` headers, which read the count and the expiry of the same key after the
+    view, take them from the hit instead of a GET and a TTL more (bench/README.md, "The rate limiter's
+    cost"). Outside a request (none here) it reads Redis as limits does."""
+
+    STORAGE_SCHEME = ["taskport+redis"]  # limits registers the scheme with the class: storage_uri below
+
+    def initialize_storage(self, _uri: str) -> None:
+        super().initialize_storage(_uri)
+        self.lua_incr_ttl = self.get_connection().register_script(INCR_TTL.encode())
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        count, ttl = self.lua_incr_ttl([self.prefixed_key(key)], [expiry, amount])
+        if has_request_context():
+            g.setdefault(_HITS, {})[key] = (int(count), time.time() + max(int(ttl), 0))
+        return int(count)
+
+    def get(self, key: str) -> int:
+        hit = _hit(key)
+        return hit[0] if hit is not None else super().get(key)
+
+    def get_expiry(self, key: str) -> float:
+        hit = _hit(key)
+        return hit[1] if hit is not None else super().get_expiry(key)
+
+
+_HITS = "taskport_limit_hits"  # flask.g: key -> (count, expiry) of this request's hits
+
+
+def _hit(key: str) -> tuple[int, float] | None:
+    return g.get(_HITS, {}).get(key) if has_request_context() else None
+
+
+if int(limits.__version__.split(".")[0]) != LIMITS_MAJOR:
+    raise ImportError(f"app.web.limits.HitStatsStorage is written against limits {LIMITS_MAJOR}, "
+                      f"not {limits.__version__}")
 
 
 def _cost() -> int:
@@ -58,7 +114,7 @@ def init_app(app: Flask, config: Config, members: Members, conn: Redis) -> Limit
         default_limits=[config.request_limit],
         default_limits_exempt_when=lambda: request.blueprint not in LIMITED_BLUEPRINTS,
         default_limits_cost=_cost,  # a batch counts one request per task (app.web.api.batches.request_cost)
-        storage_uri="redis://",
+        storage_uri="taskport+redis://",  # HitStatsStorage: limits' Redis storage, its headers read from the hit
         # the app's own pool: same server, same timeouts, and fakeredis in unit tests
         storage_options={"connection_pool": conn.connection_pool},  # type: ignore[dict-item]
         key_prefix=f"{PREFIX}limit",
