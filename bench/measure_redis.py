@@ -123,8 +123,8 @@ def worker_round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
 
 
 def _settled(conn: redis.Redis, timeout: float = 60.0) -> None:
-    """Until Redis's active expiry has reclaimed every expired key of the tasks: their dedup keys (their
-    window, 1 s here, is over) and RQ's job keys (RESULT_TTL)."""
+    """Until Redis's active expiry has reclaimed the tasks' dedup keys (their window, 1 s here, is over);
+    RQ deletes a job without a result record at once (RESULT_TTL 0)."""
     deadline = time.monotonic() + timeout
     while next(conn.scan_iter(match=keys.dedup("*", "*"), count=5000), None) is not None:
         if time.monotonic() > deadline:

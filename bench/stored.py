@@ -7,9 +7,8 @@ expiry index, so Redis's tables hold what a million finished tasks put there (th
 a read never touches, are left out). Writing them through the scripts would take minutes; copying takes
 seconds and gives the reads the same keys to find. With 1,000 stored, the reads cycle over all of them;
 with 1,000,000, over :data:`READ_IDS` drawn at random from the million, so that a read finds its key
-where a million keys spread it, not among the few the first case reads. Rounds of each are interleaved
-only as far as the fill allows (the million is written once, after the 1,000 rounds): best of
-``rounds`` each, as every HTTP row.
+where a million keys spread it, not among the few the first case reads. The two cases cannot alternate
+(the million is written once, after the 1,000's rounds): best of ``rounds`` each, as every HTTP row.
 """
 
 from __future__ import annotations
@@ -70,7 +69,10 @@ def quiesce(conn: redis.Redis, timeout: float = 300.0) -> None:
     settled server, not beside what the fill set off."""
     deadline = time.monotonic() + timeout
     busy = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
-    while any(int(conn.info("persistence").get(flag, 0)) for flag in busy):
+    while True:
+        info = conn.info("persistence")  # one read a turn, every flag from it
+        if not any(int(info.get(flag, 0)) for flag in busy):
+            return
         if time.monotonic() > deadline:
             raise RuntimeError(f"Redis still saving {timeout} s after the fill")
         time.sleep(0.2)
