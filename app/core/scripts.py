@@ -30,11 +30,21 @@ _BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches'
 # that make the task PENDING (submit, run again, a retry's requeue): the payload the next run takes, which
 # no later transition changes ('' elsewhere keeps every entry's fields the same, so the stream stores
 # their names once per node; the digest in every entry cost memory: bench/README.md). Trimmed with
-# MAXLEN ~ (entries) and MINID ~ (age), cheap (whole stream nodes); 0 = no limit of that kind.
+# MAXLEN ~ (entries) and MINID ~ (age), cheap (whole stream nodes); 0 = no limit of that kind. A script that
+# writes many entries (the batch create) sets ``audit_trim_later`` and trims by age once, at its end.
 AUDIT = """
+local audit_trim_later = false
+local function audit_trim()
+  local max_age_ms = __AUDIT_MAX_AGE_MS__
+  if max_age_ms > 0 then
+    local t = redis.call('TIME')
+    local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age_ms
+    redis.call('XTRIM', audit_stream, 'MINID', '~', string.format('%d', oldest))
+  end
+end
 local function audit(task_key, id, from)
   local h = redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts, @payload_sha256)
-  local maxlen, max_age_ms = __AUDIT_MAXLEN__, __AUDIT_MAX_AGE_MS__
+  local maxlen = __AUDIT_MAXLEN__
   local cmd = {'XADD', audit_stream}
   if maxlen > 0 then cmd = {'XADD', audit_stream, 'MAXLEN', '~', maxlen} end
   local to = h[3] or ''
@@ -42,11 +52,7 @@ local function audit(task_key, id, from)
                  !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or ''}
   for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
   redis.call(unpack(cmd))
-  if max_age_ms > 0 then
-    local t = redis.call('TIME')
-    local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age_ms
-    redis.call('XTRIM', audit_stream, 'MINID', '~', string.format('%d', oldest))
-  end
+  if not audit_trim_later then audit_trim() end
 end
 """
 

@@ -13,15 +13,51 @@ from __future__ import annotations
 from app.core.lua import Script, Tail
 
 # A Lua function replaying the job commands of a script's tail (lua.replay): ARGV from index i up to (not
-# including) stop, the n-th command on command_keys[k + n - 1].
+# including) stop, the n-th command on command_keys[k + n - 1]. While ``fold`` is a table (the batch create:
+# many jobs in one script), what RQ writes per job to keys its jobs share is collected instead, in order, for
+# fold_writes() to make once: each RPUSH of one id onto a queue (one RPUSH per queue with every id, so the queue
+# order is the same) and each SADD of one member (made once), and a job's consecutive HSETs of one key go as
+# one. Nothing in a replay reads, and the script is atomic, so no one sees the difference.
 REPLAY = """
+local fold = nil
 local function replay(i, stop, k)
+  local hkey, hargs = nil, nil
   while i < stop do
     local name, argc = unpack(ARGV, i, i + 1)
     argc = tonumber(argc)
-    redis.call(name, command_keys[k], unpack(ARGV, i + 2, i + 1 + argc))
+    local key = command_keys[k]
+    if hkey and (name ~= 'HSET' or key ~= hkey) then
+      redis.call('HSET', hkey, unpack(hargs))
+      hkey = nil
+    end
+    if not fold then
+      redis.call(name, key, unpack(ARGV, i + 2, i + 1 + argc))
+    elseif (name == 'RPUSH' or name == 'SADD') and argc == 1 then
+      local arg = unpack(ARGV, i + 2, i + 2)
+      if name == 'SADD' then
+        local one = key .. ' ' .. arg
+        if not fold.added[one] then
+          fold.added[one] = true
+          fold.adds[#fold.adds + 1] = {key, arg}
+        end
+      else
+        local ids = fold.pushes[key]
+        if not ids then
+          ids = {}
+          fold.pushes[key] = ids
+          fold.queues[#fold.queues + 1] = key
+        end
+        ids[#ids + 1] = arg
+      end
+    elseif name == 'HSET' then
+      if not hkey then hkey, hargs = key, {} end
+      for _, v in ipairs({unpack(ARGV, i + 2, i + 1 + argc)}) do hargs[#hargs + 1] = v end
+    else
+      redis.call(name, key, unpack(ARGV, i + 2, i + 1 + argc))
+    end
     i, k = i + 2 + argc, k + 1
   end
+  if hkey then redis.call('HSET', hkey, unpack(hargs)) end
 end
 """
 _COMMANDS = Tail("command_keys", "one key per job command, in order")

@@ -44,6 +44,16 @@ def _float(value: Any) -> Any:
     return value if type(value) is float and math.isfinite(value) else DECLINE
 
 
+def _json_number(value: Any) -> Any:
+    """JsonNumber's load (marshmallow's Float of an int or a float: a float)."""
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:  # marshmallow answers "too large" for it
+            return DECLINE
+    return _float(value)
+
+
 def _boolean(value: Any) -> Any:
     return value if type(value) is bool else DECLINE
 
@@ -89,7 +99,7 @@ KINDS: dict[type[fields.Field], Callable[[fields.Field], Convert | None]] = {
     fields.String: lambda _: _string,
     fields.Integer: lambda _: _integer,
     fields.Float: lambda _: _float,
-    JsonNumber: lambda _: _float,  # a float as JSON gives it; anything else falls back to the schema's load
+    JsonNumber: lambda _: _json_number,  # an int or a float as JSON gives it; anything else falls back to the schema
     fields.Boolean: _boolean_kind,
     fields.Dict: _dict_kind,
     fields.List: _list_kind,

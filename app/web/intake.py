@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from marshmallow import ValidationError
+from marshmallow import Schema, ValidationError
 
 from app.core import processors
 from app.core.config import Config
@@ -25,6 +25,7 @@ from app.web.schemas import SubmitSchema
 _submit_schema = SubmitSchema()
 _fast_envelope = FastLoad(_submit_schema)  # built at import: a field it cannot mirror fails loudly here
 _callback_schema = CallbackSchema()
+_fast_payloads: dict[Schema, FastLoad | None] = {}  # a processor's schema -> its fast path (see validated_payload)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,14 @@ def load_callback(raw: dict[str, Any], member: str, config: Config) -> dict[str,
 
 
 def validated_payload(task_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as its processor's schema loads it: a plainly valid one through the fast path derived from that
+    schema when it can be (:class:`~app.web.fastload.FastLoad`; marshmallow's load was ~40 % of the web's work per
+    task of a batch: bench/README.md), anything else through the schema, so every error answer is its own."""
+    proc = processors.get(task_type)
+    fast = _fast_payload(proc.schema) if proc is not None and type(payload) is dict else None
+    loaded = fast(payload) if fast is not None else None
+    if loaded is not None:
+        return loaded
     try:
         return processors.validate(task_type, payload)
     except KeyError:
@@ -93,6 +102,21 @@ def validated_payload(task_type: str, payload: dict[str, Any]) -> dict[str, Any]
                                f"unknown task type {task_type!r}", known_types=known) from None
     except ValidationError as exc:
         raise ValidationFailed(processors.flatten_errors(exc.messages, prefix="payload")) from None
+
+
+def _fast_payload(schema: Schema) -> FastLoad | None:
+    """The fast path of a processor's payload schema, None for one it cannot mirror (hooks, Nested fields...): built
+    once per schema, on its first submit."""
+    try:
+        return _fast_payloads[schema]
+    except KeyError:
+        pass
+    try:
+        fast: FastLoad | None = FastLoad(schema)
+    except TypeError:
+        fast = None
+    _fast_payloads[schema] = fast
+    return fast
 
 
 def prefixed(exc: AppError, prefix: str) -> dict[str, list[str]]:

@@ -173,3 +173,39 @@ def test_stored_bytes_follow_payloads_checkpoints_and_results_and_cap_a_submit(c
     assert conn.exists(keys.task(big.task_id)) == 0
     store.expire_batch([t.task_id], now=10**13)
     assert held() == 0 and conn.hget(keys.STORED_BYTES, "public") is None
+
+
+def _shared(conn, ids: list[str]) -> dict:
+    """What the tasks ``ids`` left in the keys every task shares, times aside: the queues in order, RQ's set of
+    queues, who is in the history and the expiry index (a batch's tasks share one creation time), the counters,
+    each job hash's fields, the audit trail."""
+    return {
+        "queues": {q.decode(): [i.decode() for i in conn.lrange(q, 0, -1)] for q in conn.smembers("rq:queues")},
+        "history": sorted(i.decode() for i in conn.zrange(keys.history("public"), 0, -1)),
+        "expiry": sorted(i.decode() for i in conn.zrange(keys.EXPIRY, 0, -1)),
+        "counters": (conn.hget(keys.STATS, "submitted"), conn.hget(keys.ACTIVE, "public"),
+                     conn.hget(keys.STORED_BYTES, "public")),
+        "jobs": [sorted(k.decode() for k in conn.hgetall(f"rq:job:{i}")) for i in ids],
+        "job_status": [conn.hget(f"rq:job:{i}", "status") for i in ids],
+        "audit": [(e[b"task"].decode(), e[b"to"]) for _, e in conn.xrange(keys.AUDIT)],
+    }
+
+
+def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, store, batches, config) -> None:
+    """The batch create collects its tasks' writes to shared keys (app.core.creation's fold) and makes them once:
+    what it leaves is what a submit of each task, in order, leaves."""
+    from dataclasses import replace
+
+    jobs = JobQueue(conn, config)
+    batch_id = str(uuid.uuid4())
+    tasks = [replace(new(batch_id), priority=("high" if i % 3 == 0 else "default")) for i in range(7)]
+    ids = [t.task_id for t in tasks]
+    batches.create(batch_id, "public", [BatchTask(t, jobs.job_commands(t.task_id, t.priority, 60)) for t in tasks])
+    by_batch = _shared(conn, ids)
+    conn.flushall()
+    for t in tasks:
+        assert store.create(t, jobs.job_commands(t.task_id, t.priority, 60)).created
+    by_submits = _shared(conn, ids)
+    assert by_batch == by_submits
+    assert by_batch["queues"]["rq:queue:high"] == [ids[0], ids[3], ids[6]]
+    assert by_batch["counters"][0] == b"7" and len(by_batch["audit"]) == 7
