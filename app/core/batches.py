@@ -139,18 +139,28 @@ class BatchStore:
         created = now_ms()
         command_keys: list[str] = []
         block_args: list[Any] = []
+        templates: dict[tuple[int, int], tuple[int, list[Any]]] = {}  # (job argc, fields) -> number, values
+        template_args: list[Any] = []
         longest = 0
         for bt in (*tasks, *((then,) if then else ())):
             start, fields, body = self.store.task_fields(bt.new, created, bt.run_at)
             job_keys, job_args = lua.replay(bt.job)
+            values = [*job_args, *fields]
+            shape = (len(job_args), len(fields))
+            template = templates.get(shape)
+            if template is None:
+                template = templates[shape] = (len(templates) + 1, values)
+                template_args += [*shape, *values]
+            number, base = template
+            diffs = [x for at, (value, was) in enumerate(zip(values, base, strict=True), 1)
+                     if value != was or type(value) is not type(was) for x in (at, value)]
             key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
             longest = max(longest, key_ttl)
             task_id = bt.new.task_id
             command_keys += [keys.dedup(member, bt.new.dedup_digest), keys.task(task_id), keys.payload(task_id),
                              *(key for dep in bt.after for key in (keys.task(dep), keys.dependents(dep))), *job_keys]
             block_args += [task_id, key_ttl, start + c.task_ttl * 1000, start if start > created else "",
-                           ",".join(bt.after), body, len(bt.after), len(job_keys), len(job_args), len(fields),
-                           *job_args, *fields]
+                           ",".join(bt.after), body, len(bt.after), len(job_keys), number, len(diffs) // 2, *diffs]
         answer = self.store.run_script(BATCH.name, *BATCH.call(
             keys={"history": keys.history(member), "expiry": keys.EXPIRY, "members": keys.MEMBERS, "stats": keys.STATS,
                   "active": keys.ACTIVE, "delayed": keys.DELAYED, "settled": keys.SETTLED,
@@ -158,9 +168,10 @@ class BatchStore:
                   "batch_tasks": keys.batch_tasks(batch_id), "callbacks_due": keys.CALLBACKS_DUE},
             args={"batch_id": batch_id, "dedup_window_s": c.dedup_window, "created_ms": created, "member": member,
                   "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
-                  "block_count": len(tasks) + (1 if then else 0), "has_then": "1" if then else "",
+                  "template_count": len(templates), "block_count": len(tasks) + (1 if then else 0),
+                  "has_then": "1" if then else "",
                   "key_ttl_s": longest, "callback_url": callback_url},
-            rest_keys=command_keys, rest=block_args,
+            rest_keys=command_keys, rest=template_args + block_args,
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))

@@ -108,9 +108,14 @@ end
 # hash is gone. Refused whole when the member's unfinished tasks plus the new ones (``then`` included) would pass
 # the cap. The last block is the ``then`` task when there is one: created waiting for the batch (``hold``), not
 # counted in it. A batch with no unfinished task (every task a finished duplicate) is done at once.
-# Per block, ARGV: task_id, key_ttl_s, expiry_ms, run_at_ms, after_ids, payload_json, n_deps, n_jobs, job_argc,
-# n_fields, the job's commands (job_argc entries), the hash's field pairs (n_fields entries); KEYS: its dedup
-# key, task hash, payload, 2 per dep (hash, dependents set), n_jobs job command keys.
+# A block's job commands and hash fields come as a template and the block's differences from it (the tasks of a
+# batch differ in a few of their ~70 values: ids, digests, RQ's job data and times), which saves the web packing
+# and Redis reading ~60 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each
+# job_argc, n_fields, then the job's commands (job_argc entries: name, argc, args... each) and the hash's field
+# pairs (n_fields entries); then per block: task_id, key_ttl_s, expiry_ms, run_at_ms, after_ids, payload_json,
+# n_deps, n_jobs, its template's number (from 1), n_diffs, then n_diffs pairs (a position in the template's
+# values, from 1; the block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash,
+# dependents set), n_jobs job command keys.
 # Returns {1, per block: 1 (created) or 0 (held), the task id, '' or the id of a task it runs after that ended
 # otherwise (created) or the holder's status (held)}, or {2, unfinished_count} at the cap, or {3, bytes_held} past
 # the member's quota of stored bytes.
@@ -136,26 +141,37 @@ BATCH = Script(
         "member": "the member submitting",
         "cap": "unfinished tasks the member may hold (0 = no cap)",
         "bytes_cap": "bytes the member's tasks may hold (0 = no quota)",
-        "block_count": "how many task blocks follow (the then task's last)",
+        "template_count": "how many templates come first in the tail",
+        "block_count": "how many task blocks follow them (the then task's last)",
         "has_then": "'1' when the last block is the then task, '' otherwise",
         "key_ttl_s": "the batch keys' lifetime (at least its tasks')",
         "callback_url": "where the batch's callback goes ('' = none)",
     },
     rest_keys=Tail("command_keys", "per block: its dedup key, task hash, payload key, dep keys, job command keys"),
-    rest=Tail("block", "per block: its fields (see above)"),
+    rest=Tail("block", "the templates, then per block its fields (see above)"),
     body=REPLAY + SYNC + CREATE + ("""
-local blocks, a, k = {}, first_block, 1
+local templates, blocks, a, k = {}, {}, first_block, 1
+for i = 1, tonumber(template_count) do
+  local job_argc, n_fields = unpack(ARGV, a, a + 1)
+  job_argc, n_fields = tonumber(job_argc), tonumber(n_fields)
+  templates[i] = {job_argc = job_argc, n_fields = n_fields, values = {unpack(ARGV, a + 2, a + 1 + job_argc + n_fields)}}
+  a = a + 2 + job_argc + n_fields
+end
 for i = 1, tonumber(block_count) do
-  local id, key_ttl, expiry_ms, run_at, after_ids, payload_json, n_deps, n_jobs, job_argc, n_fields =
+  local id, key_ttl, expiry_ms, run_at, after_ids, payload_json, n_deps, n_jobs, template, n_diffs =
     unpack(ARGV, a, a + 9)
+  local tp = templates[tonumber(template)]
+  local args = {unpack(tp.values)}
+  n_diffs = tonumber(n_diffs)
+  for j = a + 10, a + 8 + 2 * n_diffs, 2 do
+    local at, value = unpack(ARGV, j, j + 1)
+    args[tonumber(at)] = value
+  end
   local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
              payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
-             payload = command_keys[k + 2], k = k + 3}
-  n_deps, n_jobs, job_argc, n_fields = tonumber(n_deps), tonumber(n_jobs), tonumber(job_argc), tonumber(n_fields)
-  t.job_from = a + 10
-  t.job_to = t.job_from + job_argc
-  t.fields_from, t.fields_to = t.job_to, t.job_to + n_fields - 1
-  a, k = t.fields_to + 1, t.k + 2 * n_deps + n_jobs
+             payload = command_keys[k + 2], k = k + 3, args = args, job_from = 1, job_to = 1 + tp.job_argc,
+             fields_from = 1 + tp.job_argc, fields_to = tp.job_argc + tp.n_fields}
+  a, k = a + 10 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
   blocks[i] = t
 end
 local seen, fresh, bytes = {}, 0, 0

@@ -6,7 +6,8 @@ batch create's (app.core.batchscripts.BATCH), so a task made either way is made 
 end); ``key_ttl``, ``expiry_ms``, ``payload_json``; ``run_at`` ('' = now) and ``after_ids`` (comma list, '' =
 none) whose hash and dependents set are ``command_keys[k]``, ``command_keys[k + 1]``... in order; the job's
 commands ``job_from..job_to`` of ARGV (``job_to`` excluded) on the command keys after those; ``hold`` (a batch
-id, or nil): the task waits for that batch instead (a ``then``).
+id, or nil): the task waits for that batch instead (a ``then``). ``args`` (a table, or nil): where those
+positions point instead of ARGV (the batch create rebuilds each task's from a template and its differences).
 Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
 It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys)
 and the ``replay`` and ``audit`` functions. A script creating many tasks (the batch create) sets ``fold`` (see
@@ -62,7 +63,7 @@ local function fold_writes()
 end
 local function create(t)
   redis.call('SET', t.dedup, t.id, 'EX', dedup_window_s)
-  redis.call('HSET', t.task, unpack(ARGV, t.fields_from, t.fields_to))
+  redis.call('HSET', t.task, unpack(t.args or ARGV, t.fields_from, t.fields_to))
   redis.call('EXPIRE', t.task, t.key_ttl)
   redis.call('SET', t.payload, t.payload_json, 'EX', t.key_ttl)
   if fold then
@@ -102,9 +103,14 @@ local function create(t)
   elseif t.run_at ~= '' then
     redis.call('ZADD', delayed, t.run_at, t.id)
   else
-    replay(t.job_from, t.job_to, t.k + 2 * n)
+    replay(t.job_from, t.job_to, t.k + 2 * n, t.args)
   end
-  audit(t.task, t.id, '')
+  local src, h = t.args or ARGV, {member, nil, $PENDING, '', '0', nil}
+  for j = t.fields_from, t.fields_to or #src, 2 do  -- the type and the digest, as written above
+    local name = src[j]
+    if name == @type then h[2] = src[j + 1] elseif name == @payload_sha256 then h[6] = src[j + 1] end
+  end
+  audit_entry(t.id, '', h)
   return ended, table.concat(waiting, ',')
 end
 """

@@ -82,6 +82,11 @@ def rerun_job_id(task_id: str, seq: int) -> str:
 TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
 
 
+def rq_now() -> str:
+    """Now as RQ writes a job's times (``utcformat(now())``)."""
+    return utcformat(now())
+
+
 class JobTemplate:
     """RQ's enqueue of a first job (id = task id) for one (queue, timeout), recorded once with the placeholder
     ``TEMPLATE_ID`` and filled per task where RQ's values depend on the task: the job hash's key, the queue
@@ -108,11 +113,12 @@ class JobTemplate:
                 raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name} {key}")
             self.commands.append((name, None if key == job_key else key, args, slots))
 
-    def fill(self, task_id: str) -> list[Command]:
-        """RQ's commands for the job of ``task_id``, as its own enqueue would record them now."""
-        values = {"id": task_id, "description": f"task {task_id}", "created_at": utcformat(now()),
+    def fill(self, task_id: str, at: str | None = None) -> list[Command]:
+        """RQ's commands for the job of ``task_id``, as its own enqueue would record them now (``at``: the time
+        RQ would write, ``utcformat(now())``, read once for a batch's jobs)."""
+        values = {"id": task_id, "description": f"task {task_id}", "created_at": at or rq_now(),
                   "data": zlib.compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))}
-        values["enqueued_at"] = utcformat(now())
+        values["enqueued_at"] = at or rq_now()
         job_key = Job.key_for(task_id)
         commands = []
         for name, key, args, slots in self.commands:
@@ -139,7 +145,8 @@ class JobQueue:
         timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
         return self.job_commands(task.id, task.priority, timeout, job_id)
 
-    def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None) -> list[Command]:
+    def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None,
+                     at: str | None = None) -> list[Command]:
         """The commands that queue the task's job (id ``job_id``, default the task id), for a script or a
         transaction of the store to replay (:meth:`app.core.store.TaskStore.create`, ``recover``).
 
@@ -147,7 +154,8 @@ class JobQueue:
         one that is never sent. Each of its commands acts on one key (a job hash, a queue list, RQ's set
         of queues), which is what a script that declares its keys needs. A first job (id = task id, every
         submit) is RQ's recording for its (queue, timeout), made once with a placeholder id, then filled in
-        (:class:`JobTemplate`; tests/unit/test_job_template.py compares the two with RQ's own).
+        (:class:`JobTemplate`; tests/unit/test_job_template.py compares the two with RQ's own). ``at``: its
+        times (:func:`rq_now`), for the jobs of one batch.
         """
         if job_id is None or job_id == task_id:
             template = self._templates.get((priority, timeout))
@@ -155,7 +163,7 @@ class JobQueue:
                 recorded = self._recorded(TEMPLATE_ID, priority, timeout, None)
                 template = JobTemplate(recorded, self.queues[priority].serializer)
                 self._templates[(priority, timeout)] = template
-            return template.fill(task_id)
+            return template.fill(task_id, at)
         return self._recorded(task_id, priority, timeout, job_id)
 
     def _recorded(self, task_id: str, priority: str, timeout: int, job_id: str | None) -> list[Command]:

@@ -31,7 +31,9 @@ _BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches'
 # no later transition changes ('' elsewhere keeps every entry's fields the same, so the stream stores
 # their names once per node; the digest in every entry cost memory: bench/README.md). Trimmed with
 # MAXLEN ~ (entries) and MINID ~ (age), cheap (whole stream nodes); 0 = no limit of that kind. A script that
-# writes many entries (the batch create) sets ``audit_trim_later`` and trims by age once, at its end.
+# writes many entries (the batch create) sets ``audit_trim_later`` and trims by age once, at its end. A script that
+# has just written the hash's fields passes them to ``audit_entry(id, from, {member, type, status, error_code,
+# attempts, payload_sha256})`` instead of reading them back (the create: app.core.creation).
 AUDIT = """
 local audit_trim_later = false
 local function audit_trim()
@@ -42,8 +44,7 @@ local function audit_trim()
     redis.call('XTRIM', audit_stream, 'MINID', '~', string.format('%d', oldest))
   end
 end
-local function audit(task_key, id, from)
-  local h = redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts, @payload_sha256)
+local function audit_entry(id, from, h)
   local maxlen = __AUDIT_MAXLEN__
   local cmd = {'XADD', audit_stream}
   if maxlen > 0 then cmd = {'XADD', audit_stream, 'MAXLEN', '~', maxlen} end
@@ -53,6 +54,9 @@ local function audit(task_key, id, from)
   for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
   redis.call(unpack(cmd))
   if not audit_trim_later then audit_trim() end
+end
+local function audit(task_key, id, from)
+  audit_entry(id, from, redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts, @payload_sha256))
 end
 """
 

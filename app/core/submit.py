@@ -33,13 +33,13 @@ def new_task(member: str, task_type: str, payload: dict[str, Any], dedup_digest:
     )
 
 
-def job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> list[Command]:
+def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = None) -> list[Command]:
     """The commands that queue ``new``'s job now, or none when its ``run_at`` (ms) is ahead (app.core.deferred
-    queues it then)."""
+    queues it then). ``at``: the job's times as RQ writes them (app.core.jobs.rq_now), one for a batch's jobs."""
     if run_at is not None and run_at > now_ms():
         return []
     proc = processors.get(new.type)
-    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT)
+    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, at=at)
 
 
 def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],

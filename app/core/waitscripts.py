@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from app.core.lua import Script, Tail
 
-# A Lua function replaying the job commands of a script's tail (lua.replay): ARGV from index i up to (not
-# including) stop, the n-th command on command_keys[k + n - 1]. While ``fold`` is a table (the batch create:
-# many jobs in one script), what RQ writes per job to keys its jobs share is collected instead, in order, for
-# fold_writes() to make once: each RPUSH of one id onto a queue (one RPUSH per queue with every id, so the queue
-# order is the same) and each SADD of one member (made once), and a job's consecutive HSETs of one key go as
-# one. Nothing in a replay reads, and the script is atomic, so no one sees the difference.
+# A Lua function replaying the job commands of a script's tail (lua.replay): ARGV (or the table ``from``) from
+# index i up to (not including) stop, the n-th command on command_keys[k + n - 1]. While ``fold`` is a table
+# (the batch create: many jobs in one script), what RQ writes per job to keys its jobs share is collected
+# instead, in order, for fold_writes() to make once: each RPUSH of one id onto a queue (one RPUSH per queue
+# with every id, so the queue order is the same) and each SADD of one member (made once), and a job's
+# consecutive HSETs of one key go as one. Nothing in a replay reads, and the script is atomic, so no one sees
+# the difference.
 REPLAY = """
 local fold = nil
-local function replay(i, stop, k)
+local function replay(i, stop, k, from)
+  local src = from or ARGV
   local hkey, hargs = nil, nil
   while i < stop do
-    local name, argc = unpack(ARGV, i, i + 1)
+    local name, argc = unpack(src, i, i + 1)
     argc = tonumber(argc)
     local key = command_keys[k]
     if hkey and (name ~= 'HSET' or key ~= hkey) then
@@ -31,9 +33,9 @@ local function replay(i, stop, k)
       hkey = nil
     end
     if not fold then
-      redis.call(name, key, unpack(ARGV, i + 2, i + 1 + argc))
+      redis.call(name, key, unpack(src, i + 2, i + 1 + argc))
     elseif (name == 'RPUSH' or name == 'SADD') and argc == 1 then
-      local arg = unpack(ARGV, i + 2, i + 2)
+      local arg = src[i + 2]
       if name == 'SADD' then
         local one = key .. ' ' .. arg
         if not fold.added[one] then
@@ -51,9 +53,9 @@ local function replay(i, stop, k)
       end
     elseif name == 'HSET' then
       if not hkey then hkey, hargs = key, {} end
-      for _, v in ipairs({unpack(ARGV, i + 2, i + 1 + argc)}) do hargs[#hargs + 1] = v end
+      for j = i + 2, i + 1 + argc do hargs[#hargs + 1] = src[j] end
     else
-      redis.call(name, key, unpack(ARGV, i + 2, i + 1 + argc))
+      redis.call(name, key, unpack(src, i + 2, i + 1 + argc))
     end
     i, k = i + 2 + argc, k + 1
   end

@@ -10,6 +10,7 @@ from app.core.answers import ActiveCapReached, StoredBytesReached
 from app.core.batches import Batch, BatchCreated, BatchStore, BatchTask
 from app.core.clock import now_ms
 from app.core.ids import digest, is_task_id, new_task_id
+from app.core.jobs import rq_now
 from app.core.logs import task_logger
 from app.core.states import ACTIVE
 from app.core.submit import job_for, new_task
@@ -37,6 +38,7 @@ class BatchService:
         batch_id = new_task_id()
         blocks: list[BatchTask] = []
         errors: dict[str, list[str]] = {}
+        at = rq_now()  # the jobs' times, as RQ writes them: read once for the batch
         for i, sub in enumerate(subs):
             after: Sequence[str] = ()
             if sub.after is not None:
@@ -47,7 +49,7 @@ class BatchService:
                     continue
             new = new_task(member, sub.type, sub.payload, dedup_digest(sub.type, sub.submitted, sub.dedup_key),
                            sub.priority, callback=sub.callback, batch=batch_id)
-            blocks.append(BatchTask(new, job_for(self.tasks.jobs, new, sub.run_at), sub.run_at, after))
+            blocks.append(BatchTask(new, job_for(self.tasks.jobs, new, sub.run_at, at), sub.run_at, after))
         if errors:
             raise refused(errors)
         then_task = None

@@ -175,30 +175,35 @@ def test_stored_bytes_follow_payloads_checkpoints_and_results_and_cap_a_submit(c
     assert held() == 0 and conn.hget(keys.STORED_BYTES, "public") is None
 
 
+_TIMES = {b"created_at", b"updated_at", b"expires_at", b"enqueued_at"}  # a batch's tasks share one creation time
+
+
 def _shared(conn, ids: list[str]) -> dict:
-    """What the tasks ``ids`` left in the keys every task shares, times aside: the queues in order, RQ's set of
-    queues, who is in the history and the expiry index (a batch's tasks share one creation time), the counters,
-    each job hash's fields, the audit trail."""
+    """What the tasks ``ids`` left, times aside: the queues in order, RQ's set of queues, who is in the history
+    and the expiry index, the counters, each task's hash and job hash, the audit trail."""
     return {
         "queues": {q.decode(): [i.decode() for i in conn.lrange(q, 0, -1)] for q in conn.smembers("rq:queues")},
         "history": sorted(i.decode() for i in conn.zrange(keys.history("public"), 0, -1)),
         "expiry": sorted(i.decode() for i in conn.zrange(keys.EXPIRY, 0, -1)),
         "counters": (conn.hget(keys.STATS, "submitted"), conn.hget(keys.ACTIVE, "public"),
                      conn.hget(keys.STORED_BYTES, "public")),
-        "jobs": [sorted(k.decode() for k in conn.hgetall(f"rq:job:{i}")) for i in ids],
-        "job_status": [conn.hget(f"rq:job:{i}", "status") for i in ids],
-        "audit": [(e[b"task"].decode(), e[b"to"]) for _, e in conn.xrange(keys.AUDIT)],
+        "tasks": [{k: v for k, v in conn.hgetall(keys.task(i)).items() if k not in _TIMES} for i in ids],
+        "jobs": [{k: v for k, v in conn.hgetall(f"rq:job:{i}").items() if k not in _TIMES} for i in ids],
+        "audit": [e for _, e in conn.xrange(keys.AUDIT)],
     }
 
 
 def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, store, batches, config) -> None:
-    """The batch create collects its tasks' writes to shared keys (app.core.creation's fold) and makes them once:
-    what it leaves is what a submit of each task, in order, leaves."""
+    """The batch create collects its tasks' writes to shared keys (app.core.creation's fold) and makes them once,
+    and takes each task's job and fields as a template's differences: what it leaves is what a submit of each
+    task, in order, leaves. The tasks differ in queue and payload, and one has a callback (fields of another
+    shape: a second template)."""
     from dataclasses import replace
 
     jobs = JobQueue(conn, config)
     batch_id = str(uuid.uuid4())
-    tasks = [replace(new(batch_id), priority=("high" if i % 3 == 0 else "default")) for i in range(7)]
+    tasks = [replace(new(batch_id, callback="https://example.com/hook" if i == 4 else ""),
+                     priority=("high" if i % 3 == 0 else "default"), payload={"seconds": i % 2}) for i in range(7)]
     ids = [t.task_id for t in tasks]
     batches.create(batch_id, "public", [BatchTask(t, jobs.job_commands(t.task_id, t.priority, 60)) for t in tasks])
     by_batch = _shared(conn, ids)
