@@ -192,8 +192,7 @@ local counts = {}
 for _, s in ipairs({$PENDING, $PROCESSING, $COMPLETED, $FAILED, $CANCELLED, $EXPIRED}) do counts[s] = 0 end
 local progress_sum, items, expires, ttl, ids, answer = 0, {0, 0, 0}, 0, tonumber(key_ttl_s) * 1000, {}, {1}
 local then_id = nil
-fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {}}
-audit_trim_later = true
+fold_start()
 for i, t in ipairs(blocks) do
   local outcome = ''
   if has_then ~= '' and i == #blocks then
@@ -226,7 +225,6 @@ for i, t in ipairs(blocks) do
   answer[#answer + 1] = outcome
 end
 fold_writes()
-audit_trim()
 local record = {%member, member, %size, #ids, %progress_sum, progress_sum, %items_total, items[1],
                 %items_succeeded, items[2], %items_failed, items[3], %created_at, created_ms, %expires_at, expires,
                 %seq, 0}

@@ -10,11 +10,11 @@ id, or nil): the task waits for that batch instead (a ``then``). ``args`` (a tab
 positions point instead of ARGV (the batch create rebuilds each task's from a template and its differences).
 Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
 It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys)
-and the ``replay`` and ``audit`` functions. A script creating many tasks (the batch create) sets ``fold`` (see
-app.core.waitscripts.REPLAY) to ``{history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {},
-added = {}, adds = {}}`` first: each ``create`` then collects its writes to the keys every task shares (the
-history, the expiry index, the counters; its job's queue entry) and ``fold_writes()`` makes them once, in
-order, at the end: a batch runs 8 commands per task instead of 19 (bench/README.md, batches).
+and the ``replay`` and ``audit_entry`` functions. A script creating many tasks (the batch create) calls
+``fold_start()`` first (``fold``: see app.core.waitscripts.REPLAY): each ``create`` then collects its writes to
+the keys every task shares (the history, the expiry index, the counters; its job's queue entry; the audit
+trim) and ``fold_writes()`` makes them once, in order, at the end: a batch runs 7 commands per task instead of
+19 (bench/README.md, batches).
 ``create`` returns the id of a task it runs after that ended otherwise already ('' = none: the caller fails it
 -6) and the ids it waits for (comma list).
 """
@@ -48,6 +48,10 @@ end
 """
 
 CREATE = """
+local function fold_start()
+  fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {}}
+  audit_trim_later = true
+end
 local function fold_writes()
   if fold.created > 0 then
     redis.call('ZADD', history, unpack(fold.history))
@@ -59,7 +63,8 @@ local function fold_writes()
   end
   for _, add in ipairs(fold.adds) do redis.call('SADD', add[1], add[2]) end
   for _, queue in ipairs(fold.queues) do redis.call('RPUSH', queue, unpack(fold.pushes[queue])) end
-  fold = nil
+  fold, audit_trim_later = nil, false
+  audit_trim()
 end
 local function create(t)
   redis.call('SET', t.dedup, t.id, 'EX', dedup_window_s)
@@ -105,11 +110,9 @@ local function create(t)
   else
     replay(t.job_from, t.job_to, t.k + 2 * n, t.args)
   end
-  local src, h = t.args or ARGV, {member, nil, $PENDING, '', '0', nil}
-  for j = t.fields_from, t.fields_to or #src, 2 do  -- the type and the digest, as written above
-    local name = src[j]
-    if name == @type then h[2] = src[j + 1] elseif name == @payload_sha256 then h[6] = src[j + 1] end
-  end
+  local src, written, h = t.args or ARGV, {}, {}
+  for j = t.fields_from, t.fields_to or #src, 2 do written[src[j]] = src[j + 1] end
+  for i, name in ipairs(audited) do h[i] = written[name] end  -- as the HSET above wrote them
   audit_entry(t.id, '', h)
   return ended, table.concat(waiting, ',')
 end

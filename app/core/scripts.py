@@ -32,9 +32,10 @@ _BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches'
 # their names once per node; the digest in every entry cost memory: bench/README.md). Trimmed with
 # MAXLEN ~ (entries) and MINID ~ (age), cheap (whole stream nodes); 0 = no limit of that kind. A script that
 # writes many entries (the batch create) sets ``audit_trim_later`` and trims by age once, at its end. A script that
-# has just written the hash's fields passes them to ``audit_entry(id, from, {member, type, status, error_code,
-# attempts, payload_sha256})`` instead of reading them back (the create: app.core.creation).
+# has just written the hash's fields passes their values of ``audited`` to ``audit_entry(id, from, values)``
+# instead of reading them back (the create: app.core.creation).
 AUDIT = """
+local audited = {@member, @type, @status, @error_code, @attempts, @payload_sha256}  -- an entry's, in order
 local audit_trim_later = false
 local function audit_trim()
   local max_age_ms = __AUDIT_MAX_AGE_MS__
@@ -56,7 +57,7 @@ local function audit_entry(id, from, h)
   if not audit_trim_later then audit_trim() end
 end
 local function audit(task_key, id, from)
-  audit_entry(id, from, redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts, @payload_sha256))
+  audit_entry(id, from, redis.call('HMGET', task_key, unpack(audited)))
 end
 """
 

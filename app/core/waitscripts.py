@@ -32,26 +32,21 @@ local function replay(i, stop, k, from)
       redis.call('HSET', hkey, unpack(hargs))
       hkey = nil
     end
-    if not fold then
-      redis.call(name, key, unpack(src, i + 2, i + 1 + argc))
-    elseif (name == 'RPUSH' or name == 'SADD') and argc == 1 then
-      local arg = src[i + 2]
-      if name == 'SADD' then
-        local one = key .. ' ' .. arg
-        if not fold.added[one] then
-          fold.added[one] = true
-          fold.adds[#fold.adds + 1] = {key, arg}
-        end
-      else
-        local ids = fold.pushes[key]
-        if not ids then
-          ids = {}
-          fold.pushes[key] = ids
-          fold.queues[#fold.queues + 1] = key
-        end
-        ids[#ids + 1] = arg
+    if fold and name == 'SADD' and argc == 1 then
+      local one = key .. ' ' .. src[i + 2]
+      if not fold.added[one] then
+        fold.added[one] = true
+        fold.adds[#fold.adds + 1] = {key, src[i + 2]}
       end
-    elseif name == 'HSET' then
+    elseif fold and name == 'RPUSH' and argc == 1 then
+      local ids = fold.pushes[key]
+      if not ids then
+        ids = {}
+        fold.pushes[key] = ids
+        fold.queues[#fold.queues + 1] = key
+      end
+      ids[#ids + 1] = src[i + 2]
+    elseif fold and name == 'HSET' then
       if not hkey then hkey, hargs = key, {} end
       for j = i + 2, i + 1 + argc do hargs[#hargs + 1] = src[j] end
     else
