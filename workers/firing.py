@@ -38,7 +38,7 @@ class Firing:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
         processors.load(config.processor_modules)  # a task's queue, timeout and attempts are its processor's
         self.conn = conn
-        self.schedules = ScheduleStore(conn, config.max_schedules)
+        self.schedules = ScheduleStore(conn, config.max_schedules, config.call_record_ms)
         self.store = TaskStore(conn, config)
         self.jobs = JobQueue(conn, config)
 

@@ -171,7 +171,7 @@ class BatchStore:
                   "template_count": len(templates), "block_count": len(tasks) + (1 if then else 0),
                   "has_then": "1" if then else "",
                   "key_ttl_s": longest, "callback_url": callback_url},
-            rest_keys=command_keys, rest=template_args + block_args,
+            rest_keys=command_keys, rest=template_args + block_args, record_ms=c.call_record_ms,
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))

@@ -121,6 +121,7 @@ end
 # the member's quota of stored bytes.
 BATCH = Script(
     "batch_create",
+    once=True,
     keys={
         "history": "sorted set: the member's task ids by creation time",
         "expiry": "sorted set: the expiry index",

@@ -32,6 +32,7 @@ import redis
 from standardwebhooks import Webhook
 
 from app.core import keys
+from app.core.config import Config
 from app.core.keys import BatchField, DeliveryField, TaskField
 from app.core.lua import Script
 from app.core.states import TERMINAL, TaskStatus
@@ -139,6 +140,7 @@ def _fields(body: str) -> str:
 # no other sees as due until that lease runs out. Returns their ids.
 CLAIM = Script(
     "callbacks_claim",
+    once=True,
     keys={"due": "sorted set: delivery id -> ms it is due"},
     args={"now_ms": "now", "until_ms": "the claim's lease: when it is due again if no job takes it",
           "limit": "how many to claim at most"},
@@ -152,6 +154,7 @@ return found
 # settled), moving it to ``until_ms`` (the attempt's lease). Returns 1 when taken, 0 otherwise.
 TAKE = Script(
     "callbacks_take",
+    once=True,
     keys={"due": "sorted set: delivery id -> ms it is due"},
     args={"delivery_id": "the delivery", "claim_ms": "the score the claim set", "until_ms": "the attempt's lease"},
     body="""
@@ -166,6 +169,7 @@ return 1
 # the attempts), or with next_ms '' the end of the delivery (record dropped, out of the due set).
 SETTLE = Script(
     "callbacks_settle",
+    once=True,
     keys={"target": "hash: the task's or batch's record", "channel": "channel: its events",
           "record": "hash: the delivery's record", "due": "sorted set: delivery id -> ms it is due"},
     args={"delivery_id": "the delivery", "state": "the target's callback state now",
@@ -194,12 +198,13 @@ SCRIPTS = (CLAIM, TAKE, SETTLE)
 class Deliveries:
     """The due set and the delivery records: every read and write of them goes through here."""
 
-    def __init__(self, conn: redis.Redis) -> None:
+    def __init__(self, conn: redis.Redis, record_ms: int | None = None) -> None:
         self.redis: Any = conn  # replies are bytes (no decoding)
+        self.record_ms = Config().call_record_ms if record_ms is None else record_ms  # lua.ONCE
         self._scripts = {s.name: conn.register_script(s.source()) for s in SCRIPTS}
 
     def _run(self, script: Script, keys_: dict[str, str], args: dict[str, Any]) -> Any:
-        names, values = script.call(keys_, args)
+        names, values = script.call(keys_, args, record_ms=self.record_ms)
         return self._scripts[script.name](keys=[*names, keys.AUDIT], args=values)  # AUDIT: every script's last
 
     def claim(self, now: int, limit: int) -> tuple[list[str], int]:

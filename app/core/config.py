@@ -296,6 +296,12 @@ class Config:
         return bool(self.redis_url or self.sentinel_addresses)
 
     @property
+    def call_record_ms(self) -> int:
+        """How long a script's answer to one call is kept for a repeat of that call (app.core.lua.ONCE): longer
+        than any client of ours keeps sending a call again, twice the ride-out plus a try's timeout each way."""
+        return int((self.redis_ride_out + self.redis_timeout) * 2000)
+
+    @property
     def backoff(self) -> list[int]:
         try:
             steps = [int(s) for s in self.retry_backoff.split(",") if s.strip()]

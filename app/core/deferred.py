@@ -37,7 +37,7 @@ def promote_due(store: TaskStore, jobs: JobQueue, now: int, limit: int = BATCH) 
         store.run_script(PROMOTE.name, *PROMOTE.call(
             keys={"task": keys.task(task_id), "delayed": keys.DELAYED},
             args={"task_id": task_id, "now_ms": now, "job_argc": len(job_args)},
-            rest_keys=job_keys, rest=job_args), client=pipe)
+            rest_keys=job_keys, rest=job_args, record_ms=store.config.call_record_ms), client=pipe)
     return len(due), sum(1 for answer in pipe.execute() if answer[0] == 1)
 
 
@@ -71,7 +71,7 @@ def settle(store: TaskStore, jobs: JobQueue, now: int, limit: int = BATCH) -> di
                     store.redis.srem(keys.dependents(dep_id), task_id)
         store.run_script(SETTLE_DONE.name, *SETTLE_DONE.call(
             keys={"settled": keys.SETTLED, "dependents": keys.dependents(dep_id), "dep": keys.task(dep_id)},
-            args={"dep_id": dep_id}))
+            args={"dep_id": dep_id}, record_ms=store.config.call_record_ms))
     return counts
 
 
@@ -95,5 +95,5 @@ def _release(store: TaskStore, jobs: JobQueue, task_id: str, task: Any, dep_id: 
         keys={"task": keys.task(task_id), "dependents": keys.dependents(dep_id), "delayed": keys.DELAYED,
               "events": keys.events(task_id)},
         args={"task_id": task_id, "dep_id": dep_id, "now_ms": now, "job_argc": len(job_args)},
-        rest_keys=job_keys, rest=job_args))
+        rest_keys=job_keys, rest=job_args, record_ms=store.config.call_record_ms))
     return 1 if answer[0] == 1 else 0

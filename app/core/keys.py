@@ -168,6 +168,12 @@ class BatchField(StrEnum):
     CALLBACK_LAST_STATUS = "callback_last_status"
 
 
+def call(call_id: str) -> str:
+    """String (PX): the answer a script gave to one call, kept so that a repeat of the call (its reply lost)
+    is answered from it instead of running again (app.core.lua.ONCE). Lives Config.call_record_ms."""
+    return f"{PREFIX}call:{call_id}"
+
+
 def dedup(member: str, digest: str) -> str:
     """String (SET NX EX): the task id holding this dedup key for the member's window."""
     return f"{PREFIX}dedup:{member}:{digest}"

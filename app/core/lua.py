@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from app.core import keys as keyspace
 from app.core.audit import EntryField
+from app.core.ids import new_run_id
 from app.core.keys import STAT_ENTERED, STAT_RECOVERED, STAT_RETRIED, STAT_SUBMITTED, BatchField, TaskField
 from app.core.states import ACTIVE, CLAIM_TAKEN, MISSING_PAYLOAD, TERMINAL, TaskStatus
 
@@ -82,6 +84,33 @@ _LUA_WORDS = frozenset("and break do else elseif end false for function if in lo
 _NAME = re.compile(r"[a-z_][a-z_0-9]*")
 
 
+# A script that is not safe to run twice by construction records its answer under a call id of its own, in the
+# same atomic step as its writes, and answers a repeat of the call from that record without writing again: a
+# reply lost to a Redis restart, a failover, a stall or a blip makes redis-py send the same call again (the
+# same KEYS and ARGV, so the same call id). ONCE_KEY is such a script's first key (keys.call(its call id)) and
+# ONCE_ARG its first argument: how long the record lives, in ms ('' = no record: a call its caller knows to be
+# safe twice, such as a bare heartbeat). The record lives longer than any client keeps sending a call again
+# (Config.call_record_ms). Only an answer that says the call wrote is kept: 1, {1, ...} (these scripts' "done"),
+# a list of what it took (a claim) or $PROCESSING (a progress write). A call that wrote nothing (0, {0, ...},
+# a refusal {2, ...}, an empty list, the status a compare-and-set found) leaves nothing: its repeat is a first
+# call, answered from the state it finds then, which is the only answer its caller sees. Answers are kept as JSON (cjson: every script answers arrays of strings,
+# integers and false), so a repeat gets the reply the first call got.
+ONCE_KEY = "call"
+ONCE_ARG = "call_ttl_ms"
+ONCE = """
+local once_recorded = call_ttl_ms ~= '' and redis.call('GET', call)
+if once_recorded then return cjson.decode(once_recorded) end
+local once_answer = once_body()
+local once_wrote = once_answer == 1 or once_answer == $PROCESSING
+if type(once_answer) == 'table' then
+  local first = once_answer[1]
+  once_wrote = first ~= nil and (type(first) ~= 'number' or first == 1)
+end
+if call_ttl_ms ~= '' and once_wrote then redis.call('SET', call, cjson.encode(once_answer), 'PX', call_ttl_ms) end
+return once_answer
+"""
+
+
 class ScriptCallError(TypeError):
     """A script called with a missing or unknown key or argument name (or a tail it does not take)."""
 
@@ -102,13 +131,14 @@ class Script:
     body: str
     rest_keys: Tail | None = None
     rest: Tail | None = None
+    once: bool = False  # not safe twice by construction: a call records its answer (ONCE)
     _key_names: frozenset[str] = field(init=False, repr=False)
     _arg_names: frozenset[str] = field(init=False, repr=False)
     _take_keys: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
     _take_args: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        names = [*self.keys, *self.args, AUDIT_STREAM, *(t.name for t in (self.rest_keys,) if t),
+        names = [*self._once_names(), *self.keys, *self.args, AUDIT_STREAM, *(t.name for t in (self.rest_keys,) if t),
                  *(f"first_{t.name}" for t in (self.rest,) if t)]
         bad = [n for n in names if not _NAME.fullmatch(n) or n in _LUA_WORDS]
         if bad or len(set(names)) != len(names):
@@ -118,33 +148,56 @@ class Script:
         object.__setattr__(self, "_take_keys", _getter(tuple(self.keys)))
         object.__setattr__(self, "_take_args", _getter(tuple(self.args)))
 
+    def _once_names(self) -> tuple[str, ...]:
+        return (ONCE_KEY, ONCE_ARG) if self.once else ()
+
+    @property
+    def key_names(self) -> list[str]:
+        """Every named key in KEYS order: a ``once`` script's ONCE_KEY first, then the table's."""
+        return [*self._once_names()[:1], *self.keys]
+
+    @property
+    def arg_names(self) -> list[str]:
+        """Every named argument in ARGV order: a ``once`` script's ONCE_ARG first, then the table's."""
+        return [*self._once_names()[1:], *self.args]
+
     def preamble(self) -> str:
-        """The Lua that binds every name of the table to its position (the only place a position is spelt)."""
-        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(self.keys, 1)]
+        """The Lua that binds every name of the table to its position (the only place a position is spelt); a
+        ``once`` script's ONCE_KEY and ONCE_ARG come first."""
+        key_names, arg_names = self.key_names, self.arg_names
+        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(key_names, 1)]
         if self.rest_keys:  # copied one by one: unpack() fails past ~8,000 values (a batch's keys)
             name = self.rest_keys.name
             lines.append(f"local {name} = {{}}")
-            lines.append(f"for i = {len(self.keys) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end")
+            lines.append(f"for i = {len(key_names) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end")
         lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
-        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(self.args, 1)]
+        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(arg_names, 1)]
         if self.rest:
-            lines.append(f"local first_{self.rest.name} = {len(self.args) + 1}")
+            lines.append(f"local first_{self.rest.name} = {len(arg_names) + 1}")
         return "\n".join(lines) + "\n"
 
     def source(self, fragment: str = "") -> str:
         """The script as Redis runs it: the preamble, then ``fragment`` (the audit function), then the body,
         markers rendered."""
-        return self.preamble() + fragment + render(self.body)
+        if not self.once:
+            return self.preamble() + fragment + render(self.body)
+        return self.preamble() + fragment + "local function once_body()\n" + render(self.body) + "\nend\n" + render(ONCE)
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
-             rest: Sequence[Any] = ()) -> tuple[list[str], list[Any]]:
+             rest: Sequence[Any] = (), *, record_ms: int | str = "") -> tuple[list[str], list[Any]]:
         """(KEYS, ARGV) of a call, from ``keys`` and ``args`` by name (the audit stream not included: see
         :data:`AUDIT_STREAM`), ``rest_keys`` / ``rest`` after them. Raises ScriptCallError, naming them, when a
         name is missing or unknown or a tail is passed to a script that takes none. A submit's hot path:
-        the only check is a comparison of name sets."""
+        the only check is a comparison of name sets.
+
+        A ``once`` script's call gets a fresh call id and keeps its answer ``record_ms`` ('' = not kept): see
+        ONCE. Its ONCE_KEY and ONCE_ARG are filled in here, never by the caller."""
         if keys.keys() != self._key_names or args.keys() != self._arg_names or (rest_keys and not self.rest_keys) \
                 or (rest and not self.rest):
             raise self._refusal(keys, args, bool(rest_keys), bool(rest))
+        if self.once:
+            call = keyspace.call(new_run_id() if record_ms != "" else "")
+            return [call, *self._take_keys(keys), *rest_keys], [record_ms, *self._take_args(args), *rest]
         return [*self._take_keys(keys), *rest_keys], [*self._take_args(args), *rest]
 
     def _refusal(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: bool,

@@ -50,7 +50,7 @@ def rerun(store: TaskStore, task_id: str, job_id: str, job: Sequence[Command], b
               "expiry_ms": t + c.task_ttl * 1000, "key_ttl_s": c.task_ttl + c.tombstone_ttl,
               "message": RERUN_MESSAGE, "budget": max(int(budget), 1), "job_id": job_id,
               "cap": c.active_task_cap, "stat": STAT_RERUN, "job_argc": len(job_args)},
-        rest_keys=job_keys, rest=job_args,
+        rest_keys=job_keys, rest=job_args, record_ms=c.call_record_ms,
     ), acknowledged=True)  # fmt: skip
     if answer[0] == 2:
         raise ActiveCapReached(c.active_task_cap, int(answer[1]))

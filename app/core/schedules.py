@@ -19,6 +19,7 @@ import orjson
 import redis
 
 from app.core import cron, keys
+from app.core.config import Config
 from app.core.history import decode_cursor, encode_cursor
 from app.core.ids import digest, new_task_id
 from app.core.keys import ScheduleField as S
@@ -85,13 +86,14 @@ def fire_digest(schedule_id: str, fire_ms: int) -> str:
 class ScheduleStore:
     """Every read and write of the schedules, on ``conn`` (replies as bytes)."""
 
-    def __init__(self, conn: redis.Redis, cap: int) -> None:
+    def __init__(self, conn: redis.Redis, cap: int, record_ms: int | None = None) -> None:
         self.redis: Any = conn
         self.cap = cap  # schedules per member, 0 = no cap (Config.schedule_cap)
+        self.record_ms = Config().call_record_ms if record_ms is None else record_ms  # lua.ONCE
         self._scripts = {name: conn.register_script(s.source()) for name, s in SCRIPTS.items()}
 
     def _run(self, script: Script, keys_: dict[str, str], args: dict[str, Any], rest: Sequence[Any] = ()) -> Any:
-        names, values = script.call(keys_, args, rest=rest)
+        names, values = script.call(keys_, args, rest=rest, record_ms=self.record_ms if script.once else "")
         return self._scripts[script.name](keys=[*names, keys.AUDIT], args=values)  # AUDIT: see schedule_scripts
 
     def create(self, member: str, *, name: str, cron_expr: str, timezone: str, task: dict[str, Any], paused: bool,

@@ -75,6 +75,7 @@ end
 # bytes (keys.STORED_BYTES, kept by every script that changes what a task holds: app.core.creation.QUOTA).
 SUBMIT = Script(
     "submit",
+    once=True,
     keys={
         "dedup": "string: the id of the task holding the member's dedup key (set here, for the dedup window)",
         "task": "hash: the new task's record",
@@ -173,6 +174,7 @@ return {1, payload_json, redis.call('HGETALL', task), log, saved}
 # Returns the status found ('PROCESSING' when written, 'TAKEN' when another run holds the task).
 PROGRESS = Script(
     "progress",
+    once=True,
     keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat (moved)",
           "events": "channel: the task's events", "checkpoint": "string: the task's checkpoint log (appended)",
           "cursor": "string: the cursor the processor saved last", "batch_head": _BATCH_HEAD,
@@ -238,6 +240,7 @@ return $PROCESSING
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
 TRANSITION = Script(
     "transition",
+    once=True,
     keys={
         "task": "hash: the task's record",
         "payload": "string: the task's payload JSON (dropped with drop)",
@@ -341,6 +344,7 @@ return {1, status}
 # {2, unfinished_count} at the cap.
 RERUN = Script(
     "rerun",
+    once=True,
     keys={
         "task": "hash: the task's record",
         "payload": "string: the task's payload JSON (kept since it failed or was cancelled)",

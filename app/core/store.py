@@ -131,7 +131,7 @@ class TaskStore:
                   "member": new.member, "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
                   "job_argc": len(job_args),
                   "run_at_ms": start if start > created else "", "after_ids": ",".join(after)},
-            rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields],
+            rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields], record_ms=c.call_record_ms,
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
@@ -226,6 +226,7 @@ class TaskStore:
                   "message": message or "", "items_total": total, "items_succeeded": succeeded, "items_failed": failed,
                   "task_id": task_id, "checkpoint_line": checkpoint, "cursor_json": cursor or "",
                   "files_run": files_run or run_id, "replace": "1" if replace else ""},
+            record_ms="" if progress is None else self.config.call_record_ms,  # a bare heartbeat is safe twice
         ))  # fmt: skip
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 
@@ -247,7 +248,7 @@ class TaskStore:
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
                   "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id,
                   "refund": "1" if refund else "", "waiting_on": waiting_on},
-            rest=fields,
+            rest=fields, record_ms=self.config.call_record_ms,
         ), client=client, acknowledged=acknowledged)  # fmt: skip
         if client is not None:
             return Transition(True, "")  # queued on a pipeline: the caller reads the answer from execute()

@@ -41,7 +41,7 @@ def schedule_not_found() -> NotFound:
 
 class ScheduleService:
     def __init__(self, conn: redis.Redis, config: Config) -> None:
-        self.store = ScheduleStore(conn, config.max_schedules)
+        self.store = ScheduleStore(conn, config.max_schedules, config.call_record_ms)
 
     def create(self, member: str, data: dict[str, Any], now: int) -> Schedule:
         """A new schedule from a loaded create body (its task's payload validated); 429 at the member's cap."""

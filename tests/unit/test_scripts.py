@@ -102,7 +102,7 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
     for name, passed in sent:
         script = names[name]
         seen.add(name)
-        named, tail, audit_stream = passed[:len(script.keys)], passed[len(script.keys):-1], passed[-1]
+        named, tail, audit_stream = passed[:len(script.key_names)], passed[len(script.key_names):-1], passed[-1]
         assert audit_stream == keys.AUDIT
         assert not tail or script.rest_keys is not None
         assert all(RQ_KEY.fullmatch(key) or key_slot(key.encode()) == slot for key in tail), tail
@@ -114,14 +114,14 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
 def test_the_preamble_binds_the_table_s_names_in_order(script: Script) -> None:
     preamble = script.preamble()
-    assert re.findall(r"local (\w+) = KEYS\[(\d+)\]", preamble) == [(n, str(i)) for i, n in enumerate(script.keys, 1)]
-    assert re.findall(r"local (\w+) = ARGV\[(\d+)\]", preamble) == [(n, str(i)) for i, n in enumerate(script.args, 1)]
+    assert re.findall(r"local (\w+) = KEYS\[(\d+)\]", preamble) == [(n, str(i)) for i, n in enumerate(script.key_names, 1)]
+    assert re.findall(r"local (\w+) = ARGV\[(\d+)\]", preamble) == [(n, str(i)) for i, n in enumerate(script.arg_names, 1)]
     assert f"local {AUDIT_STREAM} = KEYS[#KEYS]" in preamble  # the last key, after any tail
     if script.rest:
-        assert f"local first_{script.rest.name} = {len(script.args) + 1}" in preamble
+        assert f"local first_{script.rest.name} = {len(script.arg_names) + 1}" in preamble
     if script.rest_keys:
         name = script.rest_keys.name  # copied key by key (unpack fails past ~8,000 values: a batch's keys)
-        assert f"for i = {len(script.keys) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end" in preamble
+        assert f"for i = {len(script.key_names) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end" in preamble
     assert all(meaning.strip() for meaning in [*script.keys.values(), *script.args.values()])
 
 
@@ -133,7 +133,7 @@ def test_no_script_body_spells_a_position(script: Script) -> None:
         assert "#KEYS" not in text and "#ARGV" not in text
     source = scripts.ALL[script.name]
     tail = 1 if script.rest_keys else 0  # the tail's copy loop reads KEYS[i]
-    assert source.count("KEYS[") == len(script.keys) + 1 + tail and source.count("ARGV[") == len(script.args)
+    assert source.count("KEYS[") == len(script.key_names) + 1 + tail and source.count("ARGV[") == len(script.arg_names)
     redeclared = [n for n in [*script.keys, *script.args] if re.search(rf"\blocal\s+([\w,\s]*\b)?{n}\b", script.body)]
     assert redeclared == []  # a body's local must not shadow a name of the table
 
@@ -157,7 +157,8 @@ def test_a_call_with_a_missing_or_unknown_name_is_refused(script: Script) -> Non
     keys_ = {name: f"{keys.PREFIX}{name}" for name in script.keys}
     args = {name: i for i, name in enumerate(script.args)}
     built = script.call(keys=keys_, args=args)
-    assert built == (list(keys_.values()), list(args.values()))
+    once = len(script.key_names) - len(script.keys)  # a once script's call record comes first (lua.ONCE)
+    assert (built[0][once:], built[1][once:]) == (list(keys_.values()), list(args.values()))
     missing_key, missing_arg = next(iter(script.keys)), list(script.args)[-1]
     with pytest.raises(ScriptCallError, match=rf"script {script.name}: missing keys \['{missing_key}'\]"):
         script.call(keys={k: v for k, v in keys_.items() if k != missing_key}, args=args)

@@ -187,7 +187,7 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
     not_statuses = words - {s.value for s in TaskStatus} - {CLAIM_TAKEN}
     assert CLAIM_TAKEN in words and TaskStatus.EXPIRED in words
     assert not_statuses <= {"SET", "HSET", "HGET", "HMGET", "HGETALL", "HINCRBY", "HDEL", "GET", "DEL", "ZADD",
-                              "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "XX", "MISSING_PAYLOAD",
+                              "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "PX", "XX", "MISSING_PAYLOAD",
                               "TIME", "XADD", "XTRIM", "MAXLEN", "MINID", "APPEND", "PTTL", "PEXPIRE",
                               "EXISTS", "SREM", "SCARD", "LPUSH", "LREM", "RPUSH", "STRLEN", "HSTRLEN"}
 
