@@ -20,11 +20,11 @@ changed, not what the run did so far): ``{"c": [total, succeeded, failed], "e": 
 list of results since the last line, or the number of them when they are all ``null`` (what most
 processors return for an item), or absent for a ``ctx.items`` run (it returns nothing). Every
 ``COMPACT_EVERY`` lines the log is replaced by one line that says it all (every run with all its results,
-every failure record kept), made from what the log holds (:attr:`Pending.stored`, the lines written) and what
-is pending, never from the item runs the processor's thread is moving, so a log holds at most that many lines: its size is bounded by the results
-``ctx.each`` returns and the failure records, not by how long the task runs (bench/checkpoint.py measures
-it). The cursor is a key of its own, overwritten. Both live in the task's own keys and go when the task
-ends.
+every failure record kept), made from what the log holds (:attr:`Pending.stored`, the lines written) and
+what is pending, never from the item runs the processor's thread is moving, so a log holds at most that many
+lines: its size is bounded by the results ``ctx.each`` returns and the failure records, not by how long the
+task runs (bench/checkpoint.py measures it). The cursor is a key of its own, overwritten. Both live in the
+task's own keys and go when the task ends.
 """
 
 from __future__ import annotations
@@ -160,13 +160,13 @@ class Pending:
         """The line that says it all: what the log holds (:attr:`stored`) with what is pending. Built from the
         saved state, never from the item runs, which the processor's thread moves while another thread (the
         heartbeat's flush) writes: a fold caught half-way would otherwise be dropped from the log for good."""
-        merged = {run: [saved.declared, saved.done, saved.results] for run, saved in self.stored.runs.items()}
+        merged = {run: SavedRun(saved.declared, saved.done, saved.results) for run, saved in self.stored.runs.items()}
         for run, (declared, done, results) in self.runs.items():
-            found = merged.setdefault(run, [declared, done, None if results is None else []])
-            found[0], found[1] = declared, done
-            if results is not None and found[2] is not None:
-                found[2] = found[2] + results
-        runs = [entry(run, *merged[run]) for run in sorted(merged)]
+            found = merged.setdefault(run, SavedRun(declared, done, None if results is None else []))
+            found.declared, found.done = declared, done
+            if results is not None and found.results is not None:
+                found.results = found.results + results  # a new list: the stored one stays what was written
+        runs = [entry(run, saved.declared, saved.done, saved.results) for run, saved in sorted(merged.items())]
         return _line(counts, error_code, runs, (self.stored.failures + self.failures)[:MAX_FAILURES])
 
     def clear(self, saved: Saved) -> None:
