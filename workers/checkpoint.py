@@ -20,15 +20,15 @@ changed, not what the run did so far): ``{"c": [total, succeeded, failed], "e": 
 list of results since the last line, or the number of them when they are all ``null`` (what most
 processors return for an item), or absent for a ``ctx.items`` run (it returns nothing). Every
 ``COMPACT_EVERY`` lines the log is replaced by one line that says it all (every run with all its results,
-every failure record kept), so a log holds at most that many lines: its size is bounded by the results
-``ctx.each`` returns and the failure records, not by how long the task runs (bench/checkpoint.py measures
-it). The cursor is a key of its own, overwritten. Both live in the task's own keys and go when the task
-ends.
+every failure record kept), made from what the log holds (:attr:`Pending.stored`, the lines written) and
+what is pending, never from the item runs the processor's thread is moving, so a log holds at most that many
+lines: its size is bounded by the results ``ctx.each`` returns and the failure records, not by how long the
+task runs (bench/checkpoint.py measures it). The cursor is a key of its own, overwritten. Both live in the
+task's own keys and go when the task ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,6 @@ MAX_FAILURES = 1000
 # Lines appended to a checkpoint log before the next write replaces it with one line that says it all.
 COMPACT_EVERY = 50
 
-Snapshot = Callable[[], tuple[list[list[Any]], list[dict[str, Any]]]]  # every run's entry, every failure
 
 
 @dataclass(frozen=True)
@@ -94,6 +93,13 @@ class Resume:
                 new = results[0]
                 saved.results.extend([None] * new if isinstance(new, int) else new)
 
+    def copy(self) -> Resume:
+        """A copy that shares no list with this one."""
+        runs = {run: SavedRun(saved.declared, saved.done, None if saved.results is None else list(saved.results))
+                for run, saved in self.runs.items()}
+        return Resume(None if self.counts is None else list(self.counts), self.error_code, list(self.failures), runs,
+                      self.cursor)
+
     @property
     def items_done(self) -> int:
         """Items done so far over every item run (what a log line can name when a run is lost)."""
@@ -103,7 +109,9 @@ class Resume:
 class Pending:
     """What the context learned since its last successful write, waiting for the next one."""
 
-    def __init__(self) -> None:
+    def __init__(self, stored: Resume | None = None) -> None:
+        # the checkpoint log as stored: what the run resumed from, then every line written since
+        self.stored = stored.copy() if stored is not None else Resume()
         self.failures: list[dict[str, Any]] = []
         self.runs: dict[int, list[Any]] = {}  # run -> [declared, done, new results or None]
         self.cursor: bytes | None = None
@@ -138,19 +146,36 @@ class Pending:
         runs = [entry(run, declared, done, results) for run, (declared, done, results) in self.runs.items()]
         return _line(counts, error_code, runs, self.failures)
 
-    def take(self, counts: list[int] | None, error_code: int | None, snapshot: Snapshot) -> Saved | None:
+    def take(self, counts: list[int] | None, error_code: int | None) -> Saved | None:
         """The pending write as a :class:`Saved` (None when there is nothing to save): a line to append, or
-        every ``COMPACT_EVERY`` lines one from ``snapshot`` that replaces the log; :meth:`clear` it once the
-        write went through, so a failed write is retried with the next one."""
+        every ``COMPACT_EVERY`` lines one that replaces the log; :meth:`clear` it once the write went through, so
+        a failed write is retried with the next one."""
         if not self:
             return None
         if self.moved and self.lines >= COMPACT_EVERY:
-            runs, failures = snapshot()
-            return Saved(_line(counts, error_code, runs, failures), self.cursor, replace=True)
+            return Saved(self._whole(counts, error_code), self.cursor, replace=True)
         return Saved(self.line(counts, error_code), self.cursor)
 
+    def _whole(self, counts: list[int] | None, error_code: int | None) -> bytes:
+        """The line that says it all: what the log holds (:attr:`stored`) with what is pending. Built from the
+        saved state, never from the item runs, which the processor's thread moves while another thread (the
+        heartbeat's flush) writes: a fold caught half-way would otherwise be dropped from the log for good."""
+        merged = {run: SavedRun(saved.declared, saved.done, saved.results) for run, saved in self.stored.runs.items()}
+        for run, (declared, done, results) in self.runs.items():
+            found = merged.setdefault(run, SavedRun(declared, done, None if results is None else []))
+            found.declared, found.done = declared, done
+            if results is not None and found.results is not None:
+                found.results = found.results + results  # a new list: the stored one stays what was written
+        runs = [entry(run, saved.declared, saved.done, saved.results) for run, saved in sorted(merged.items())]
+        return _line(counts, error_code, runs, (self.stored.failures + self.failures)[:MAX_FAILURES])
+
     def clear(self, saved: Saved) -> None:
+        """``saved`` went through: what it wrote is now in :attr:`stored` (read as the next run will read it),
+        and no longer pending."""
         if saved.line:
+            if saved.replace:
+                self.stored = Resume()
+            self.stored._apply(orjson.loads(saved.line))
             self.failures, self.runs = [], {}
             self.lines = 1 if saved.replace else self.lines + 1
         if saved.cursor is not None and saved.cursor is self.cursor:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from app.core.states import TaskStatus
-from workers.checkpoint import MAX_FAILURES, Pending, Resume, Saved, entry
+from workers.checkpoint import MAX_FAILURES, Pending, Resume, Saved
 from workers.exceptions import TaskCancelled, TaskInterrupted
 from workers.items import PROPAGATE, ItemRun, ItemScope, length
 
@@ -84,7 +84,7 @@ class TaskContext:
         self._resume = resume
         self._cursor: Any = None
         self._item_runs: dict[int, ItemRun] = {}  # the item runs (each/items calls) begun, by number
-        self._pending = Pending()
+        self._pending = Pending(resume)
         if resume is not None:
             self._counts = list(resume.counts) if resume.counts is not None else None
             self._failures = list(resume.failures)
@@ -202,7 +202,7 @@ class TaskContext:
         at the next write: progress is best effort, the runner's final status write is not."""
         snapshot = self._snapshot()
         self._reported_at = self._clock()
-        saved = self._pending.take(self._counts, self._error_code, self._snapshot_runs)
+        saved = self._pending.take(self._counts, self._error_code)
         try:
             status = self._report_fn(snapshot[0], snapshot[1], self.item_counts, saved)
         except PROPAGATE:
@@ -289,22 +289,24 @@ class TaskContext:
             self._item_runs[run.number] = run
         return self._resume.runs.get(run.number) if self._resume is not None else None
 
-    def _snapshot_runs(self) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-        """Every item run's log entry, with all its results, and every failure record kept: the line that
-        replaces a checkpoint log (workers.checkpoint.COMPACT_EVERY). The caller holds the lock."""
-        saved = self._resume.runs if self._resume is not None else {}
-        runs = []
-        for number in sorted(set(saved) | set(self._item_runs)):
-            now = self._item_runs.get(number)
-            state = (now.declared, now.done, now.results) if now is not None else \
-                (saved[number].declared, saved[number].done, saved[number].results)
-            runs.append(entry(number, *state))
-        return runs, list(self._failures)
+    def _item_ended(self, run: ItemRun, result: Any, drawn: int, failure: tuple[str, int, str] | None = None) -> None:
+        """An item of ``run`` ended: succeeded with ``result``, or failed with ``failure`` (its name, code and
+        message); ``drawn`` (0 or 1) adds it to the total. Its counts, failure record and checkpoint entry change
+        in one step under the lock, so no write (the heartbeat's flush) saves one without the others: a line whose
+        counts say more than its items would have a resumed run count that item again."""
+        with self._lock:
+            assert self._counts is not None
+            self._counts[0] += drawn
+            if failure is None:
+                self._counts[1] += 1
+            else:
+                self._record_failure(*failure)
+            self._item_done(run, result, failure is None)
 
     def _item_done(self, run: ItemRun, result: Any, succeeded: bool) -> None:
-        with self._lock:
-            keep = run.results is not None and succeeded
-            self._pending.item_done(run.number, run.declared, run.done + 1, result, keep, run.results is not None)
+        """The item's checkpoint entry (the caller holds the lock)."""
+        keep = run.results is not None and succeeded
+        self._pending.item_done(run.number, run.declared, run.done + 1, result, keep, run.results is not None)
 
     def _items_succeeded(self, run: ItemRun, results: list[Any], done: int, drawn: int) -> None:
         """``len(results)`` items of ``run`` succeeded, its ``done``-th the last; ``drawn`` of them add to the
@@ -327,12 +329,12 @@ class TaskContext:
             self._counts[slot] += delta
 
     def _record_failure(self, item: str, code: int, message: str) -> None:
-        with self._lock:
-            assert self._counts is not None
-            self._counts[2] += 1
-            if code > 0 or self._error_code is None or self._error_code <= 0:
-                self._error_code = code  # see error_code: a business code is never replaced by a service code
-            if len(self._failures) < MAX_FAILURES:
-                record = {"item": item, "code": code, "message": message}
-                self._failures.append(record)
-                self._pending.failures.append(record)
+        """Count a failed item and keep its record (the caller holds the lock: :meth:`_item_ended`)."""
+        assert self._counts is not None
+        self._counts[2] += 1
+        if code > 0 or self._error_code is None or self._error_code <= 0:
+            self._error_code = code  # see error_code: a business code is never replaced by a service code
+        if len(self._failures) < MAX_FAILURES:
+            record = {"item": item, "code": code, "message": message}
+            self._failures.append(record)
+            self._pending.failures.append(record)

@@ -60,7 +60,6 @@ class ItemRun:
             if index < self.skip:
                 continue  # done by an earlier run: counted, and its result kept, then
             self.ctx.check_cancelled()
-            self.start(seen)
             scope = ItemScope(self, index, item)
             yield scope, item
             if not scope.finished:
@@ -92,7 +91,6 @@ class ItemRun:
                     self._fold(ok, seen)
                     seen += 1
                     ctx.check_cancelled()
-                    self.start(seen)
                     self.failed(index, item, exc)
                     continue
                 seen += 1
@@ -121,21 +119,21 @@ class ItemRun:
         self.done += len(ok)
         ok.clear()
 
-    def start(self, seen: int) -> None:
-        """An item was drawn: count it in the total unless the declared total already did."""
-        if self.declared is None or seen > self.declared:
-            self.ctx._count(0)
+    def _drawn(self, index: int) -> int:
+        """1 when item ``index`` adds to the total (it is past the declared total, or none was declared), else 0.
+        Counted when the item ends, with its outcome: a write while it runs saves neither, so a resumed run that
+        draws it again counts it once."""
+        return int(self.declared is None or index >= self.declared)
 
     def end(self, seen: int) -> None:
         """The iterable ran out: a declared total that was too large shrinks to what was seen."""
         if self.declared is not None and seen < self.declared:
             self.ctx._count(0, seen - self.declared)
 
-    def succeeded(self, result: Any) -> None:
-        self.ctx._count(1)
+    def succeeded(self, index: int, result: Any) -> None:
         if self.results is not None:
             self.results.append(result)
-        self.ctx._item_done(self, result, True)
+        self.ctx._item_ended(self, result, self._drawn(index))
         self._advance()
 
     def failed(self, index: int, item: Any, exc: BaseException) -> None:
@@ -150,8 +148,7 @@ class ItemRun:
                 ident,
                 exc_info=(type(exc), exc, exc.__traceback__),
             )
-        self.ctx._record_failure(ident, code, message)
-        self.ctx._item_done(self, None, False)
+        self.ctx._item_ended(self, None, self._drawn(index), (ident, code, message))
         self._advance()
 
     def _ident(self, index: int, item: Any) -> str:
@@ -196,7 +193,7 @@ class ItemScope:
     ) -> bool:
         self.finished = True
         if exc is None:
-            self._run.succeeded(self.result)
+            self._run.succeeded(self.index, self.result)
             return False
         if isinstance(exc, PROPAGATE) or not isinstance(exc, Exception):
             return False

@@ -1,8 +1,9 @@
 """Where a callback may go, and the one HTTP request of a delivery attempt: the no-SSRF rule in code.
 
 The policy (:func:`resolve`, and :func:`refusal` for the submit's 422): https only; no user name or password in
-the URL; every address the host resolves to must be public (not loopback, private, link-local, multicast,
-reserved, unspecified, shared 100.64/10, nor one of those inside an IPv4-mapped, 6to4 or NAT64 address),
+the URL; every address the host resolves to must be public (not loopback, private, link-local, site-local,
+multicast, reserved, unspecified, shared 100.64/10, documentation, Teredo, nor one of those inside an
+IPv4-mapped, 6to4 or NAT64 address),
 unless the host is listed in TASKPORT_CALLBACK_ALLOW_HOSTS, which also permits plain http for it. It runs at
 submit and again before every attempt, because what a name resolves to can change.
 
@@ -44,6 +45,9 @@ USER_AGENT = "taskport-callbacks"
 DEFAULT_PORTS = {"https": 443, "http": 80}
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known NAT64 prefix: an IPv4 address in its last 32 bits
 
+# Not public, though the ipaddress table of some Python versions says global: IPv6 documentation (RFC 9637).
+NOT_PUBLIC = (ipaddress.ip_network("3fff::/20"),)
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -80,16 +84,23 @@ class Answer(NamedTuple):
 
 def is_public(address: IPAddress) -> bool:
     """Whether a callback may go to ``address``: a global unicast one, judged by the IPv4 address inside an
-    IPv4-mapped, 6to4 or NAT64 one (so ``::ffff:10.0.0.1`` is as private as ``10.0.0.1``)."""
+    IPv4-mapped, 6to4 or NAT64 one (so ``::ffff:10.0.0.1`` is as private as ``10.0.0.1``).
+
+    Beside :mod:`ipaddress`'s own table (whose ``is_global`` changes with the Python version), refused by name:
+    site-local IPv6 (``fec0::/10``: deprecated, but still routed inside some sites, and ``is_global`` in Python
+    3.11), every Teredo address (``2001::/32``: reaching it goes through a relay to an address no check can
+    see), and the ranges of :data:`NOT_PUBLIC`."""
     if isinstance(address, ipaddress.IPv6Address):
         inner = address.ipv4_mapped or address.sixtofour
         if inner is None and address in NAT64:
             inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if inner is not None:
             return is_public(inner)
+        if address.is_site_local or address.teredo is not None:
+            return False
     return address.is_global and not (
         address.is_private or address.is_loopback or address.is_link_local or address.is_multicast
-        or address.is_reserved or address.is_unspecified)
+        or address.is_reserved or address.is_unspecified or any(address in net for net in NOT_PUBLIC))
 
 
 def refusal(url: str, config: Config) -> str | None:
