@@ -93,8 +93,8 @@ _NAME = re.compile(r"[a-z_][a-z_0-9]*")
 # (Config.call_record_ms). Only an answer that says the call wrote is kept: 1, {1, ...} (these scripts' "done"),
 # a list of what it took (a claim) or $PROCESSING (a progress write). A call that wrote nothing (0, {0, ...},
 # a refusal {2, ...}, an empty list, the status a compare-and-set found) leaves nothing: its repeat is a first
-# call, answered from the state it finds then, which is the only answer its caller sees. Answers are kept as JSON (cjson: every script answers arrays of strings,
-# integers and false), so a repeat gets the reply the first call got.
+# call, answered from the state it finds then, which is the only answer its caller sees. Answers are kept as
+# JSON (cjson: every script answers arrays of strings, integers and false), so a repeat gets the first reply.
 ONCE_KEY = "call"
 ONCE_ARG = "call_ttl_ms"
 ONCE = """
@@ -181,7 +181,8 @@ class Script:
         markers rendered."""
         if not self.once:
             return self.preamble() + fragment + render(self.body)
-        return self.preamble() + fragment + "local function once_body()\n" + render(self.body) + "\nend\n" + render(ONCE)
+        body = "local function once_body()\n" + render(self.body) + "\nend\n" + render(ONCE)
+        return self.preamble() + fragment + body
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
              rest: Sequence[Any] = (), *, record_ms: int | str = "") -> tuple[list[str], list[Any]]:

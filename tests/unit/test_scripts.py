@@ -114,8 +114,10 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
 def test_the_preamble_binds_the_table_s_names_in_order(script: Script) -> None:
     preamble = script.preamble()
-    assert re.findall(r"local (\w+) = KEYS\[(\d+)\]", preamble) == [(n, str(i)) for i, n in enumerate(script.key_names, 1)]
-    assert re.findall(r"local (\w+) = ARGV\[(\d+)\]", preamble) == [(n, str(i)) for i, n in enumerate(script.arg_names, 1)]
+    bound = [(n, str(i)) for i, n in enumerate(script.key_names, 1)]
+    assert re.findall(r"local (\w+) = KEYS\[(\d+)\]", preamble) == bound
+    taken = [(n, str(i)) for i, n in enumerate(script.arg_names, 1)]
+    assert re.findall(r"local (\w+) = ARGV\[(\d+)\]", preamble) == taken
     assert f"local {AUDIT_STREAM} = KEYS[#KEYS]" in preamble  # the last key, after any tail
     if script.rest:
         assert f"local first_{script.rest.name} = {len(script.arg_names) + 1}" in preamble
