@@ -276,9 +276,14 @@ TRANSITION = Script(
         "task_id": "the task's id",
         "refund": "'1' = give back the attempt the run used (an interruption is not a retry) | ''",
         "waiting_on": "'' = no check; else a task the task must still wait for (``after``: its -6 is decided once)",
+        "job_argc": "how many ARGV entries the commands that queue its job take (0 = none: only a move back to "
+                    "PENDING queues one, and only when the compare-and-set won)",
     },
-    rest=Tail("field", "the task hash's field, value pairs to write"),
-    body=SYNC + QUOTA + """
+    rest_keys=Tail("command_keys", "one key per job command, in order"),
+    rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all), then the task "
+                         "hash's field, value pairs to write"),
+    body=REPLAY + SYNC + QUOTA + """
+local first_field = first_command + tonumber(job_argc)
 local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for, @batch,
                        @callback_url, @callback_events, @stored, @member)
 local status = cur[1]
@@ -320,6 +325,7 @@ if unfinished[status] and not unfinished[new_status] then
   if cur[4] then redis.call('LPUSH', settled, task_id) end  -- the tasks that run after it learn of its end
 end
 if status == $PENDING then redis.call('ZREM', delayed, task_id) end
+replay(first_command, first_field, 1)
 account(task, cur[10], cur[9], held_bytes(task, {payload, result, checkpoint, cursor}))
 local seq = redis.call('HINCRBY', task, @seq, 1)
 if cur[7] and string.find(',' .. (cur[8] or '') .. ',', ',' .. new_status .. ',', 1, true) then

@@ -234,8 +234,11 @@ class TaskStore:
         self, task_id: str, expected: tuple[str, ...], new_status: str, fields: list[Any], *,
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
-        refund: bool = False, acknowledged: bool = False, waiting_on: str = "",
+        refund: bool = False, acknowledged: bool = False, waiting_on: str = "", job: Sequence[Command] = (),
     ) -> Transition:
+        """The TRANSITION script (see app.core.scripts); ``job``: the commands that queue the task's RQ job,
+        replayed in the same step only when the compare-and-set won."""
+        job_keys, job_args = lua.replay(job)
         answer = self.run_script(scripts.TRANSITION.name, *scripts.TRANSITION.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
                   "running": keys.RUNNING, "expiry": keys.EXPIRY, "events": keys.events(task_id), "stats": keys.STATS,
@@ -247,8 +250,8 @@ class TaskStore:
                   "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
                   "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id,
-                  "refund": "1" if refund else "", "waiting_on": waiting_on},
-            rest=fields, record_ms=self.config.call_record_ms,
+                  "refund": "1" if refund else "", "waiting_on": waiting_on, "job_argc": len(job_args)},
+            rest_keys=job_keys, rest=[*job_args, *fields], record_ms=self.config.call_record_ms,
         ), client=client, acknowledged=acknowledged)  # fmt: skip
         if client is not None:
             return Transition(True, "")  # queued on a pipeline: the caller reads the answer from execute()
@@ -393,17 +396,13 @@ class TaskStore:
 
     def requeue(self, task_id: str, fields: list[Any], job: Sequence[Command], job_id: str | None, *,
                 run_id: str = "", stale_before_ms: int | str = "", stat: str, refund: bool) -> bool:
-        """PROCESSING -> PENDING and queued again as RQ job ``job_id`` (the commands ``job``), in one MULTI;
-        ``refund`` gives back the attempt the run used: the path of :meth:`interrupted` and :meth:`recover`.
-        True when it moved the task."""
-        pipe = self.redis.pipeline(transaction=True)
+        """PROCESSING -> PENDING and queued again as RQ job ``job_id`` (the commands ``job``), in one script that
+        queues the job only when its compare-and-set won; ``refund`` gives back the attempt the run used: the
+        path of :meth:`interrupted` and :meth:`recover`. True when it moved the task."""
         if job_id is not None:
             fields = [*fields, F.JOB, job_id]
-        self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
-                         stale_before_ms=stale_before_ms, stat=stat, client=pipe, refund=refund)
-        for command in job:
-            pipe.execute_command(command.name, command.key, *command.args)
-        return bool(pipe.execute()[0][0] == 1)
+        return self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
+                                stale_before_ms=stale_before_ms, stat=stat, refund=refund, job=job).done
 
     def job_id(self, task_id: str) -> str:
         """The id of the task's current RQ job: the task id, unless a recovery re-queued it under another."""

@@ -12,19 +12,18 @@ import fakeredis
 import pytest
 from redis.crc import key_slot
 
-from app.core import deferred, keys, lua, scripts, waitscripts
+from app.core import callbacks, keys, lua, schedule_scripts, scripts
 from app.core.answers import NewTask
 from app.core.audit import EntryField
-from app.core.batches import BatchStore, BatchTask
-from app.core.clock import now_ms
 from app.core.config import Config
-from app.core.jobs import JobQueue, rerun_job_id
+from app.core.jobs import JobQueue
 from app.core.lua import AUDIT_STREAM, Script, ScriptCallError, Tail
-from app.core.rerun import rerun
 from app.core.states import ACTIVE
 from app.core.store import TaskStore
+from tests.tour import tour
 
 SCRIPTS = sorted(scripts.SCRIPTS.values(), key=lambda s: s.name)
+OTHER_SCRIPTS = (*callbacks.SCRIPTS, *schedule_scripts.SCRIPTS.values())  # scripts of their own stores
 # RQ's own keys: its set of queues, a queue, a job hash (what JobQueue.job_commands acts on)
 RQ_KEY = re.compile(r"rq:(queues|queue:[^:]+|job:[^:]+)")
 
@@ -38,7 +37,7 @@ def new_task(member: str = "public") -> NewTask:
 @pytest.fixture
 def sent(conn: fakeredis.FakeRedis, config: Config) -> list[tuple[str, list[Any]]]:
     """Every EVALSHA sent on ``conn``: (the script's name, the keys it was passed)."""
-    sources = scripts.build(*config.audit_limits)
+    sources = {**scripts.build(*config.audit_limits), **{s.name: s.source() for s in OTHER_SCRIPTS}}
     names = {hashlib.sha1(source.encode()).hexdigest(): name for name, source in sources.items()}
     calls: list[tuple[str, list[Any]]] = []
     real = conn.evalsha
@@ -61,43 +60,10 @@ def test_every_script_s_keys_share_one_hash_slot(conn, config: Config, sent) -> 
     taskport targets one primary; asserted below to be RQ's and nothing else. (The one key a script builds
     itself, the submit's duplicate holder's hash, is a ``keys.task`` name: on the same slot.)
     """
-    store, jobs = TaskStore(conn, config), JobQueue(conn, config)
-    done, failed, cancelled = new_task(), new_task(), new_task()
-    for t in (done, failed, cancelled):
-        store.create(t, jobs.job_commands(t.task_id, t.priority, 60))
-    store.create(done)  # a duplicate: the same keys, the holder's hash read in the script
-    assert store.start(done.task_id, "r1").started is not None
-    store.report(done.task_id, "r1", 50, "half", {"total": 2, "succeeded": 1, "failed": 0})
-    store.report(done.task_id, "r1", None)
-    store.complete(done.task_id, "r1", {"big": "x" * 100}, items=None, failures=[], error_code=None)
-    store.start(failed.task_id, "r2")
-    store.retry(failed.task_id, "r2", "again")
-    store.start(failed.task_id, "r3")
-    store.fail(failed.task_id, "r3", 7, "no")
-    store.cancel(cancelled.task_id)
-    again = rerun_job_id(cancelled.task_id, 0)
-    rerun(store, cancelled.task_id, again, jobs.job_commands(cancelled.task_id, "default", 60, again), 1)
-    later, waiter, follower = new_task(), new_task(), new_task()  # run_at and after (app.core.deferred)
-    store.create(later, run_at=now_ms() + 60_000)
-    store.create(waiter, after=[done.task_id, failed.task_id])  # failed: FAILED -6 at once
-    store.create(follower, jobs.job_commands(follower.task_id, "default", 60), after=[later.task_id])
-    store.run_script(waitscripts.PROMOTE.name, *waitscripts.PROMOTE.call(
-        keys={"task": keys.task(later.task_id), "delayed": keys.DELAYED},
-        args={"task_id": later.task_id, "now_ms": now_ms() + 61_000, "job_argc": 0}))
-    store.start(later.task_id, "r4")
-    store.complete(later.task_id, "r4", 1, items=None, failures=[], error_code=None)
-    assert deferred.settle_all(store, jobs, now_ms()) == {"released": 1, "failed": 0}
-    batch_id = str(uuid.uuid4())  # a batch: its then task, a duplicate, its tasks' batch keys (built in Lua)
-    one, then = new_task(), new_task()
-    one = NewTask(**{**one.__dict__, "batch": batch_id})
-    then = NewTask(**{**then.__dict__, "then_of": batch_id})
-    BatchStore(store).create(batch_id, "public", [BatchTask(one, jobs.job_commands(one.task_id, "default", 60)),
-                                                  BatchTask(NewTask(**{**one.__dict__, "task_id": str(uuid.uuid4())}))],
-                             BatchTask(then), "https://example.com/hook")
-    store.cancel(one.task_id)  # the batch done: its then released, its callback due
+    tour(TaskStore(conn, config), JobQueue(conn, config), conn)
 
     slot = key_slot(keys.PREFIX.encode())
-    names = {s.name: s for s in SCRIPTS}
+    names = {s.name: s for s in (*SCRIPTS, *OTHER_SCRIPTS)}
     seen: set[str] = set()
     for name, passed in sent:
         script = names[name]
