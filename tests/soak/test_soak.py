@@ -45,7 +45,7 @@ from tests.unit.test_callbacks import SECRET, Receiver
 pytestmark = pytest.mark.soak
 
 SECONDS = float(os.environ.get("TASKPORT_SOAK_SECONDS", "600"))
-DRAIN = float(os.environ.get("TASKPORT_SOAK_DRAIN", "90"))  # seconds the stack gets to finish after the faults
+DRAIN = float(os.environ.get("TASKPORT_SOAK_DRAIN", "60"))  # seconds the stack gets to finish after the faults
 INTERVAL = float(os.environ.get("TASKPORT_SOAK_INTERVAL", "2"))
 STALL_TIMEOUT = 3.0
 SCHEDULE: dict[str, Any] = {"cron": "* * * * *", "name": "soak",
@@ -176,7 +176,7 @@ def test_soak(soak_env: tuple[Stack, ReplyProxy, RedisServer, Receiver, int]) ->
     fired, created = schedule_tasks(conn, checker.audit, schedule["schedule_id"], fire_times)
     checker.schedule_tasks = {t: Acked(t, "orders.export", SCHEDULE["task"]["payload"], how="schedule")
                               for t in created | {t for t in fired.values() if t}}
-    drain(conn, checker, 15)  # the schedule's last tasks
+    drain(conn, checker, 10)  # the schedule's last tasks
     checker.read()
 
     results = {
