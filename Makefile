@@ -14,6 +14,9 @@
 #   make test-slow  the tests that take minutes by nature (two schedulers over five minutes of a
 #                once-a-minute schedule; callbacks' retries; the edges, operator and batch-client modules);
 #                CI runs it after make test
+#   make test-soak  the fault soak (tests/soak): `taskport up` under steady load while a seeded nemesis kills,
+#                freezes and cuts off its processes and Redis, then a checker of everything acknowledged;
+#                TASKPORT_SOAK_SECONDS of faults (default 600, ~11 min in all); CI runs it after make test-slow
 #   make test-scale  the multi-host bed (tests/scale: network namespaces, a Redis primary, two replicas,
 #                three Sentinels, web and worker hosts): failover and host-loss tests; needs root (CI runs it
 #                after make test)
@@ -29,7 +32,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
 LINT_PATHS := app workers taskport tests $(wildcard bench)
 
-.PHONY: up test test-faults test-browser test-fuzz test-docs test-slow test-scale lint bench bench-scale clean
+.PHONY: up test test-faults test-browser test-fuzz test-docs test-slow test-soak test-scale lint bench bench-scale clean
 
 up: $(RUNTIME_STAMP)
 	$(BIN)/taskport up
@@ -63,6 +66,11 @@ test-docs: $(DEV_STAMP)
 # Tests that take minutes of wall time by nature (a schedule watched over five real minutes).
 test-slow: $(DEV_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m slow
+
+# The soak prints its seed first (TASKPORT_SOAK_SEED replays it) and its figures last (-s: as they happen);
+# a run's logs and Redis files stay in build/soak/. The timeout is the faults' time plus drain and checks.
+test-soak: $(DEV_STAMP)
+	$(BIN)/python -m pytest tests/soak -m soak -p no:xdist -s --timeout $$(( $${TASKPORT_SOAK_SECONDS:-600} + 400 ))
 
 # One bed per test module, torn down after it (and by the session's first step, if a killed run left one).
 test-scale: $(DEV_STAMP)
