@@ -22,6 +22,8 @@ slot, and by housekeeping once the worker's registration in RQ is gone (:func:`g
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +38,7 @@ from app.core.lua import Command, Script, Tail, replay
 from app.core.states import QUEUES
 from app.core.waitscripts import REPLAY
 
+REGISTER_EVERY = 60  # seconds between a worker's joins of keys.JOB_CLAIMANTS (housekeeping may drop a lapsed one)
 WAKE_WAIT = 1  # seconds an idle worker blocks on keys.JOB_WAKE before it looks at its queues anyway
 
 # Every id left on ``claims`` goes back to the head of its job's queue (first claimed first), with a wake
@@ -60,28 +63,29 @@ end
 # Take one job for worker ``worker``: any claim it left (a take whose answer was lost) goes back first, then
 # the first id of the first unpaused queue moves onto its claim list. Returns {i, id, job hash as a flat list}
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
-# emptied (what it announced is taken or paused). An id whose job hash is gone is dropped, as RQ does.
+# emptied (what it announced is taken or paused: a busy worker never reads it, so it holds at most one entry
+# per job queued since a worker last found nothing). An id whose job hash is gone is dropped, as RQ does.
+# ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
 CLAIM = Script(
     "claim",
     keys={"paused": "set: the paused queue names", "wake": "list: keys.JOB_WAKE",
           "claims": "list: the worker's claim list", "claimants": "set: keys.JOB_CLAIMANTS"},
     args={"worker": "the worker's RQ name", "job_prefix": "RQ's job hash key without the id",
-          "queue_prefix": "RQ's queue key without the name"},
+          "queue_prefix": "RQ's queue key without the name", "register": "'1': add the worker to the claimants"},
     rest_keys=Tail("queues", "the worker's queue keys, in priority order"),
     rest=Tail("names", "the names of those queues, in the same order"),
     body=_GIVE_BACK + """
 if redis.call('EXISTS', claims) == 1 then give_back(claims) end
+if register == '1' then redis.call('SADD', claimants, worker) end
+local paused_now = {}
+for _, name in ipairs(redis.call('SMEMBERS', paused)) do paused_now[name] = true end
 for i, queue in ipairs(queues) do
-  if redis.call('SISMEMBER', paused, ARGV[first_names + i - 1]) == 0 then
+  if not paused_now[ARGV[first_names + i - 1]] then
     while true do
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
       if not id then break end
       local job = redis.call('HGETALL', job_prefix .. id)
-      if #job > 0 then
-        redis.call('SADD', claimants, worker)
-        redis.call('LPOP', wake)
-        return {i, id, job}
-      end
+      if #job > 0 then return {i, id, job} end
       redis.call('LREM', claims, -1, id)
     end
   end
@@ -160,6 +164,7 @@ class Claims:
 
     def __init__(self, conn: redis.Redis) -> None:
         self.redis = conn
+        self._registered: dict[str, float] = {}  # worker -> monotonic time it last joined keys.JOB_CLAIMANTS
         self._scripts = {name: conn.register_script(script.source()) for name, script in SCRIPTS.items()}
 
     def _run(self, script: Script, call: tuple[list[str], list[Any]], client: Any = None) -> Any:
@@ -169,11 +174,15 @@ class Claims:
     def take(self, worker: str, queues: Sequence[tuple[str, str]]) -> tuple[int, str, dict[bytes, bytes]] | None:
         """Claim the first job of ``queues`` ((name, key) pairs in priority order) that are not paused for worker
         ``worker``: (the queue's index in ``queues``, the job id, the job's hash), or None."""
+        register = time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
         answer = self._run(CLAIM, CLAIM.call(
             keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
                   "claimants": keys.JOB_CLAIMANTS},
-            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX},
+            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
+                  "register": "1" if register else "0"},
             rest_keys=[key for _, key in queues], rest=[name for name, _ in queues]))
+        if register:
+            self._registered[worker] = time.monotonic()
         if not answer[0]:
             return None
         flat = answer[2]
