@@ -363,14 +363,18 @@ class StoppableSimpleWorker(Leased, GracefulStop, HonoursPauses, RecordsOutcome,
         self._suspension_checked = time.monotonic()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline."""
-        with self.connection.pipeline() as pipe:
+        """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline. Not a
+        MULTI (two commands a delivery saved): its last command clears the job's claim (app.core.jobclaims), so
+        a pipeline cut short leaves the id in the claim list as well as in RQ's started registry, never in
+        neither, and what RQ writes of a start is its own worker's keys and the job's, which no one else
+        writes meanwhile."""
+        with self.connection.pipeline(transaction=False) as pipe:
             ttl = self.get_heartbeat_ttl(job)
             execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            self._unclaim(job, pipe)  # the claim moves to RQ's started registry with the execution
             self._start_job(job, ttl, pipe)
+            self._unclaim(job, pipe)  # last: the id is in RQ's started registry by then
             pipe.execute()
         self._prepared = job.id
         self.perform_job(job, queue, execution)
@@ -381,7 +385,8 @@ class StoppableSimpleWorker(Leased, GracefulStop, HonoursPauses, RecordsOutcome,
         self.heartbeat(ttl, pipeline=pipe)
         job.heartbeat(now(), ttl, pipeline=pipe)
         job.prepare_for_execution(self.name, pipeline=pipe)
-        pipe.persist(job.key)
+        if job.func_name != RUN_TASK:
+            pipe.persist(job.key)  # taskport's own jobs are queued with no TTL (app.core.jobs): nothing to persist
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         if self._prepared == job.id and not remove_from_intermediate_queue:
