@@ -286,7 +286,7 @@ def all_static() -> list[str]:
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
-# (workers.worker.PausableQueue), submits still queue there; it lives until the queue is resumed
+# (app.core.jobclaims skips them), submits still queue there; it lives until the queue is resumed
 PAUSED_QUEUES = f"{PREFIX}paused-queues"
 
 
