@@ -26,6 +26,7 @@ from app.core.config import Config
 from app.core.connection import connect
 from app.core.history import Histories
 from app.core.indexes import ExpiryIndex, FailureIndex, Locks, RunningIndex, SlowTasks
+from app.core.jobclaims import Claims
 from app.core.jobs import JobQueue, attempt_job_id, resume_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
@@ -38,6 +39,7 @@ from workers import orphans
 
 log = logging.getLogger(__name__)
 BATCH = 500
+RECONCILE_BATCHES = 20  # the reconciler looks at the oldest BATCH * RECONCILE_BATCHES tasks per pass
 MAX_BATCHES = 200  # one pass handles at most BATCH * MAX_BATCHES due tasks; the next pass goes on
 READINGS = frozenset({"failures_in_window"})  # counts a pass reports that are not work it did
 
@@ -77,6 +79,7 @@ class Housekeeper:
         self.locks = Locks(conn)
         self.stats = Stats(conn)
         self.results = results if results is not None else result_store(config)
+        self.claims = Claims(conn)
 
     def locked(self, name: str, run: Callable[[PassReport], None]) -> PassReport:
         """Run a pass unless another copy already ran it in this interval (two schedulers, a restart)."""
@@ -135,6 +138,39 @@ class Housekeeper:
                 task_logger(log, task_id).warning(
                     "worker lost (no heartbeat for %.0f s, attempt %d of %d): now %s",
                     self.config.stall_timeout, task.attempts, task.max_attempts, outcome)
+
+    # -- claims and the reconciler (app.core.jobclaims) --------------------------------------------
+    def reclaim(self, report: PassReport, now: int | None = None) -> None:
+        """The jobs taken and not started by workers whose RQ registration lapsed, back on their queues."""
+        for worker, n in self.claims.give_back_lapsed().items():
+            report.add("claims_returned", n)
+            log.warning("worker %s is gone: %d job(s) it had taken but not started are back on their queues",
+                        worker, n)
+
+    def reconcile(self, report: PassReport, now: int | None = None) -> None:
+        """The last line of defence: a PENDING task whose job is nowhere (no queue, claim list, RQ scheduled
+        or started registry, not in keys.DELAYED, not waiting on a task) for ``unqueued_bound`` s is queued
+        again, logged once and counted (``keys.STAT_RECONCILED``: it should stay 0). The candidates are the
+        oldest tasks (keys.EXPIRY) created at least the bound ago, RECONCILE_BATCHES * BATCH per pass; a
+        queued one sits near its queue's head, so its lookup is short."""
+        now = now if now is not None else now_ms()
+        bound_ms = int(self.config.unqueued_bound * 1000)
+        created_before = now + self.config.task_ttl * 1000 - bound_ms  # an unfinished task's score: its expiry
+        due = self.expiry.due(created_before, BATCH * RECONCILE_BATCHES)
+        for start in range(0, len(due), BATCH):
+            chunk = [t for t in self.store.get_many(due[start:start + BATCH]) if t and t.status == TaskStatus.PENDING]
+            pipe = self.store.redis.pipeline(transaction=False)
+            for task in chunk:
+                job = self.store.job_id(task.id)
+                self.claims.reconcile(task.id, self.jobs.requeue_commands(task, job), now, bound_ms, client=pipe)
+            for task, answer in zip(chunk, pipe.execute(), strict=True):
+                if answer[0] == 1:
+                    report.add("unqueued_seen")
+                elif answer[0] == 2:
+                    report.add("reconciled")
+                    task_logger(log, task.id).error(
+                        "reconciled: PENDING with no job anywhere for %.0f s or more; queued again",
+                        self.config.unqueued_bound)
 
     # -- monitoring -----------------------------------------------------------------------------
     def monitor(self, report: PassReport, now: int | None = None) -> None:
@@ -216,7 +252,9 @@ def expire_pass() -> dict[str, Any]:
 
 
 def recover_pass() -> dict[str, Any]:
-    return housekeeper().locked("recover", housekeeper().recover).counts
+    hk = housekeeper()
+    counts = hk.locked("recover", hk.recover).counts
+    return {**counts, **hk.locked("reclaim", hk.reclaim).counts, **hk.locked("reconcile", hk.reconcile).counts}
 
 
 def monitor_pass() -> dict[str, Any]:

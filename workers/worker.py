@@ -25,7 +25,6 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
@@ -44,6 +43,7 @@ from rq.worker import SpawnWorker as RQSpawnWorker
 from app.core import keys, layout, processors
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
+from app.core.jobclaims import WAKE_WAIT, Claims
 from app.core.jobs import CANCELED_JOB_TTL, FINISHED_JOB_TTL, RUN_TASK, JobQueue, register_queues, task_of_job
 from app.core.logs import setup_logging, task_logger
 from app.core.process import forked_children_die_with_me
@@ -56,9 +56,8 @@ log = logging.getLogger(__name__)
 LEASE_STALLS = 3  # a dead worker's registration expires this many stall timeouts after its last renewal
 MIN_LEASE = 30  # seconds, however short the stall timeout
 STOP_MARGIN = 2.0  # seconds past its stop grace a stopping predecessor may take to register its death
-# Seconds a worker with a paused queue waits on the others (or idles, when all its queues are paused) before it
-# reads the paused set again: how soon it sees a resume (a pause it sees at its next dequeue, at once).
-PAUSE_RECHECK = 1
+# Seconds before a worker sees a queue resumed: an idle worker looks at its queues at least this often.
+PAUSE_RECHECK = WAKE_WAIT
 
 
 def record_stopped_as_canceled(job: Job) -> None:
@@ -139,124 +138,101 @@ class RecordsOutcome:
         """Anything more the worker class writes with a job's end (the simple worker: its state)."""
 
 
-class PausableQueue(Queue):
-    """RQ's Queue whose ``dequeue_any`` knows paused queues (``keys.PAUSED_QUEUES``).
-
-    RQ 2.x/3.x has no per-queue pause (rq/rq#2339, open). The worker (:class:`HonoursPauses`) listens only on
-    the queues it knows are not paused; this dequeue closes the gap of a pause that lands while it waits: the
-    job's hash and the paused set are read in one round trip (where RQ reads the hash alone), and a job of a
-    queue paused meanwhile goes back to the head of its queue, untouched, and :class:`QueuePaused` tells the
-    worker. So no job starts from a queue that was paused before it was popped, at no cost per delivery.
-
-    It always pops with BLPOP/LPOP, never RQ's single-queue LMOVE into an intermediate list: a worker down to
-    one unpaused queue would leave the ids there for RQ's maintenance to re-queue (RQ trims that list only for
-    a worker of one queue).
-    """
-
-    @classmethod
-    def dequeue_any(cls, queues: Any, timeout: int | None, connection: Any, job_class: Any = None,
-                    serializer: Any = None, death_penalty_class: Any = None) -> tuple[Job, Queue] | None:
-        job_cls = job_class or Job
-        queue_keys = [queue.key for queue in queues]
-        while True:
-            popped = cls.lpop(queue_keys, timeout, connection=connection)
-            if popped is None:
-                return None
-            queue_key, job_id = map(as_text, popped)
-            queue = cls.from_queue_key(queue_key, connection=connection, job_class=job_cls, serializer=serializer,
-                                       death_penalty_class=death_penalty_class)
-            with connection.pipeline(transaction=False) as pipe:
-                pipe.smembers(keys.PAUSED_QUEUES)
-                pipe.hgetall(Job.key_for(job_id))
-                paused_raw, data = pipe.execute()
-            paused = frozenset(as_text(name) for name in paused_raw)
-            if queue.name in paused:
-                connection.lpush(queue_key, job_id)  # back where it was: the head (RQ pops from the left)
-                raise QueuePaused(paused)
-            if not data:
-                continue  # as RQ: a job id whose hash is gone is skipped
-            job = job_cls(job_id, connection=connection, serializer=serializer)
-            job.restore(data)
-            return job, queue
-
-
-class QueuePaused(Exception):
-    """The queue of the job just popped was paused meanwhile (the job is back on it); ``paused`` is every
-    paused queue now. Not a DequeueTimeout: RQ's dequeue loop would go on popping the same job; it passes
-    this one up to :class:`HonoursPauses`, which listens again without that queue."""
-
-    def __init__(self, paused: frozenset[str]) -> None:
-        super().__init__(", ".join(sorted(paused)))
-        self.paused = paused
-
-
 class HonoursPauses:
-    """Mixin for an RQ worker class: it takes no job from a paused queue (running ones finish), and keeps
-    serving its other queues. See :class:`PausableQueue` for how a pause that lands mid-wait is caught.
+    """Mixin for an RQ worker class: it takes its jobs through a claim (app.core.jobclaims), never with RQ's
+    BLPOP, so a job whose answer is lost stays in the worker's claim list instead of vanishing; and it takes
+    no job from a paused queue (running ones finish) while it keeps serving its other queues.
 
-    The paused set is read again only while one of the worker's queues is paused (every ``PAUSE_RECHECK``
-    s, to see a resume), and comes for free with each job otherwise: nothing is paused, nothing is added.
+    The claim script walks the worker's queues in priority order and skips the paused ones inside Redis, so
+    a pause is honoured from the take that follows it, with nothing read per delivery. An idle worker blocks
+    on ``keys.JOB_WAKE`` (a list that holds no job) for at most ``WAKE_WAIT`` s, then looks again: a queue
+    resumed, or a job RQ queued itself, is seen within that time. The claim moves to RQ's started registry in
+    the pipeline that records the job's execution (:meth:`_unclaim`). Everything else RQ's dequeue does
+    (heartbeat, maintenance, log lines, the worker's state) is kept.
     """
 
-    queue_class = PausableQueue
-    _paused: frozenset[str] = frozenset()  # the paused queues as last read
-    _paused_read = -math.inf  # time.monotonic() of that read
+    _claims: Claims | None = None
 
     def validate_queues(self) -> None:
-        """Any RQ Queue will do, as for RQ's own worker (callers hand in plain ones): only the popping changes."""
+        """Any RQ Queue will do, as for RQ's own worker (callers hand in plain ones): only the taking changes."""
         worker: Any = self
         for queue in worker.queues:
             if not isinstance(queue, Queue):
                 raise TypeError(f"{queue} is not an RQ Queue or a queue name")
 
+    @property
+    def claims(self) -> Claims:
+        if self._claims is None:
+            worker: Any = self
+            self._claims = Claims(worker.connection)
+        return self._claims
+
     def dequeue_job_and_maintain_ttl(self, timeout: int | None,
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
-        worker: Any = self
-        every = list(worker._ordered_queues)
-        idle_since = time.monotonic()
-        try:
-            while True:
-                serving = self._unpaused(every)
-                held = len(serving) < len(every)
-                left = None if max_idle_time is None else max_idle_time - (time.monotonic() - idle_since)
-                if left is not None and left <= 0:
-                    return None
-                if not serving:
-                    if timeout is None:
-                        return None  # a burst worker with nothing it may take is done
-                    self._wait_for_resume(min(PAUSE_RECHECK, left) if left is not None else PAUSE_RECHECK)
-                    continue
-                idle = PAUSE_RECHECK if held else max_idle_time
-                if held and left is not None:
-                    idle = max(1, min(idle or PAUSE_RECHECK, math.ceil(left)))
-                worker._ordered_queues = serving
-                try:
-                    result = super().dequeue_job_and_maintain_ttl(timeout, idle)  # type: ignore[misc]
-                except QueuePaused as paused:
-                    self._paused, self._paused_read = paused.paused, time.monotonic()
-                    continue
-                if result is not None or timeout is None or not held:
-                    return cast("tuple[Job, Queue] | None", result)
-        finally:
-            worker._ordered_queues = every
-
-    def _unpaused(self, queues: Sequence[Queue]) -> list[Queue]:
-        """``queues`` minus the paused ones; the set read again if one of them is paused and the read is stale."""
-        names = {queue.name for queue in queues}
-        stale = time.monotonic() - self._paused_read >= PAUSE_RECHECK
-        if stale and (self._paused & names or self._paused_read == -math.inf):
-            worker: Any = self
-            self._paused = frozenset(as_text(n) for n in worker.connection.smembers(keys.PAUSED_QUEUES))
-            self._paused_read = time.monotonic()
-        return [queue for queue in queues if queue.name not in self._paused]
-
-    def _wait_for_resume(self, seconds: float) -> None:
-        """Every queue of this worker is paused: stay registered (a heartbeat) and idle, then look again. A
-        stop request meanwhile ends the wait (RQ's handler raises StopRequested while the worker is idle)."""
+        """RQ's dequeue loop (rq 3.0 ``BaseWorker.dequeue_job_and_maintain_ttl``) with the claim in place of
+        ``Queue.dequeue_any``: (the job, its queue), or None once ``max_idle_time`` passed idle (or at once with
+        no job, for a burst worker: ``timeout`` None)."""
         worker: Any = self
         worker.set_state(WorkerStatus.IDLE)
+        worker.procline("Listening on " + ",".join(worker.queue_names()))
+        idle_since = time.monotonic()
+        beat_at = -math.inf
+        wait_on_error = 1.0
+        result = None
+        while True:
+            try:
+                if time.monotonic() - beat_at >= worker.dequeue_timeout:  # as often as RQ's BLPOP timeout
+                    worker.heartbeat()
+                    beat_at = time.monotonic()
+                if worker.should_run_maintenance_tasks:
+                    worker.run_maintenance_tasks()
+                result = self._take()
+                if result is not None or timeout is None:
+                    break
+                left = None if max_idle_time is None else max_idle_time - (time.monotonic() - idle_since)
+                if left is not None and left <= 0:
+                    break
+                self.claims.wait(WAKE_WAIT if left is None else max(0.01, min(WAKE_WAIT, left)))
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                log.error("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
+                          worker.name, exc, wait_on_error)
+                time.sleep(wait_on_error)
+                wait_on_error = min(wait_on_error * worker.exponential_backoff_factor, worker.max_connection_wait_time)
         worker.heartbeat()
-        time.sleep(seconds)
+        return result
+
+    def _take(self) -> tuple[Job, Queue] | None:
+        """One claim: the job taken and its queue, or None."""
+        worker: Any = self
+        queues = list(worker._ordered_queues)
+        taken = self.claims.take(worker.name, [(queue.name, queue.key) for queue in queues])
+        if taken is None:
+            return None
+        index, job_id, data = taken
+        queue = queues[index]
+        job = worker.job_class(job_id, connection=worker.connection, serializer=worker.serializer)
+        job.restore(data)
+        worker.reorder_queues(reference_queue=queue)
+        job.redis_server_version = worker.get_redis_server_version()
+        worker.log.info("Worker %s: %s: %s", worker.name, queue.name, job.id)
+        return job, queue
+
+    def _unclaim(self, job: Job, pipe: Any) -> None:
+        """On the pipeline that records ``job``'s execution (RQ's started registry): its claim goes."""
+        worker: Any = self
+        pipe.lrem(keys.job_claims(worker.name), -1, job.id)
+
+    def prepare_execution(self, job: Job) -> Execution:
+        """RQ's ``prepare_execution`` (the fork and spawn workers, before the work horse) with :meth:`_unclaim`
+        in its pipeline."""
+        worker: Any = self
+        with worker.connection.pipeline() as pipe:
+            execution = Execution.create(job, worker.get_heartbeat_ttl(job), pipeline=pipe, worker_name=worker.name)
+            worker.executions[execution.id] = execution
+            worker.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            self._unclaim(job, pipe)
+            pipe.execute()
+        return execution
 
 
 class Leased:
@@ -387,13 +363,18 @@ class StoppableSimpleWorker(Leased, GracefulStop, HonoursPauses, RecordsOutcome,
         self._suspension_checked = time.monotonic()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline."""
-        with self.connection.pipeline() as pipe:
+        """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline. Not a
+        MULTI (two commands a delivery saved): its last command clears the job's claim (app.core.jobclaims), so
+        a pipeline cut short leaves the id in the claim list as well as in RQ's started registry, never in
+        neither, and what RQ writes of a start is its own worker's keys and the job's, which no one else
+        writes meanwhile."""
+        with self.connection.pipeline(transaction=False) as pipe:
             ttl = self.get_heartbeat_ttl(job)
             execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             self._start_job(job, ttl, pipe)
+            self._unclaim(job, pipe)  # last: the id is in RQ's started registry by then
             pipe.execute()
         self._prepared = job.id
         self.perform_job(job, queue, execution)
@@ -404,7 +385,8 @@ class StoppableSimpleWorker(Leased, GracefulStop, HonoursPauses, RecordsOutcome,
         self.heartbeat(ttl, pipeline=pipe)
         job.heartbeat(now(), ttl, pipeline=pipe)
         job.prepare_for_execution(self.name, pipeline=pipe)
-        pipe.persist(job.key)
+        if job.func_name != RUN_TASK:
+            pipe.persist(job.key)  # taskport's own jobs are queued with no TTL (app.core.jobs): nothing to persist
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         if self._prepared == job.id and not remove_from_intermediate_queue:
@@ -492,6 +474,7 @@ def build_worker(config: Config, name: str | None = None) -> BaseWorker:
     register_queues(conn)
     if name:
         replace_predecessor(conn, config, name)
+        _give_back_claims(conn, name)
     worker: Any = WORKER_CLASSES[config.worker_class](list(QUEUES), name=name, connection=conn)
     worker.lease = lease_seconds(config)
     return cast(BaseWorker, worker)
@@ -514,6 +497,15 @@ def replace_predecessor(conn: redis.Redis, config: Config, name: str) -> None:
     predecessor.register_death()  # out of RQ's worker sets; its hash goes 60 s later, its executions index now
     if not executions:
         log.info("worker %s replaced its dead predecessor (pid %s), which was idle", name, predecessor.pid)
+
+
+def _give_back_claims(conn: redis.Redis, name: str) -> None:
+    """The jobs a dead predecessor in slot ``name`` had taken and not started go back to the heads of their
+    queues (app.core.jobclaims): after :func:`replace_predecessor`, so it is known dead."""
+    back = Claims(conn).give_back(name)
+    if back:
+        log.warning("worker %s: %d job(s) its predecessor had taken but not started are back on their queues",
+                    name, back)
 
 
 def _unclean(conn: redis.Redis, key: str) -> bool:
@@ -543,7 +535,11 @@ def _take_over_run(conn: redis.Redis, config: Config, predecessor: BaseWorker, e
     an abandoned job does, so it expires)."""
     task_id = task_of_job(execution.job_id)
     processors.load(config.processor_modules)  # the re-queued job's timeout is its processor's
-    recovered = recover_now(TaskStore(conn, config), JobQueue(conn, config), task_id, execution.job_id)
+    store = TaskStore(conn, config)
+    recovered = recover_now(store, JobQueue(conn, config), task_id, execution.job_id)
+    task = store.get(task_id) if recovered is None else None
+    # its execution was recorded (the job out of the claim list) but the run never started: the job goes back
+    unstarted = task is not None and task.status == TaskStatus.PENDING and store.job_id(task_id) == execution.job_id
     with conn.pipeline() as pipe:
         pipe.delete(execution.key)
         for queue in QUEUES:
@@ -553,10 +549,18 @@ def _take_over_run(conn: redis.Redis, config: Config, predecessor: BaseWorker, e
             job = Job.fetch(execution.job_id, connection=conn)
         except NoSuchJobError:
             job = None
-        if job is not None and job.get_status(refresh=False) == JobStatus.STARTED:
+        if job is not None and unstarted:
+            job.set_status(JobStatus.QUEUED, pipeline=pipe)
+            pipe.lpush(Queue(job.origin, connection=conn).key, job.id)  # the head: it was next
+            pipe.rpush(keys.JOB_WAKE, job.origin)
+        elif job is not None and job.get_status(refresh=False) == JobStatus.STARTED:
             record_job_failure(job, f"abandoned: worker {predecessor.name} died running it", pipe)
         pipe.execute()
     tlog = task_logger(log, task_id)
+    if job is not None and unstarted:
+        tlog.warning("worker %s replaced its dead predecessor (pid %s), which died before job %s started: "
+                     "it is back at the head of its queue", predecessor.name, predecessor.pid, job.id)
+        return
     if recovered is None:
         tlog.info("worker %s replaced its dead predecessor (pid %s); its run of job %s had already ended or moved on",
                   predecessor.name, predecessor.pid, execution.job_id)

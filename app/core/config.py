@@ -135,6 +135,9 @@ class Config:
         "puts the task back anyway (under Heroku's 30)")
     slow_task_warn: float = _setting("TASKPORT_SLOW_TASK_WARN", 1800.0, "seconds PROCESSING before a warning")
     housekeeping_interval: int = _setting("TASKPORT_HOUSEKEEPING_INTERVAL", 60, "seconds between passes")
+    unqueued_bound: float = _setting(
+        "TASKPORT_UNQUEUED_BOUND", 300.0, "seconds a PENDING task may have no job anywhere before the reconciler "
+        "queues it again")
     scheduler_interval: float = _setting(
         "TASKPORT_SCHEDULER_INTERVAL", 5.0, "seconds between rq-scheduler polls for due periodic jobs")
     alert_webhook: str = _setting(

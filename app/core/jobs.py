@@ -29,7 +29,7 @@ from rq.job import Job
 from rq.results import Result
 from rq.utils import as_text, current_timestamp, now, utcformat
 
-from app.core import processors
+from app.core import keys, processors
 from app.core.config import Config
 from app.core.lua import Command
 from app.core.states import QUEUES
@@ -184,7 +184,7 @@ class JobQueue:
         queue.enqueue_job(job, pipeline=recorder)
         commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
         recorder.reset()
-        return commands
+        return [*commands, Command("RPUSH", keys.JOB_WAKE, (priority,))]  # wakes an idle worker (app.core.jobclaims)
 
     def enqueue_call(self, queue: str, func: str, *args: Any, **options: Any) -> None:
         """A plain RQ job of ``func(*args)`` on ``queue`` (RQ's ``Queue.enqueue`` options), e.g. an alert."""

@@ -210,6 +210,7 @@ STAT_RETRIED = "retried"
 STAT_RECOVERED = "recovered"
 STAT_RERUN = "rerun"  # tasks run again (POST /tasks/{id}/retry, rq-dashboard's Requeue)
 STAT_INTERRUPTED = "interrupted"  # runs put back on their queue by a graceful stop (no attempt used)
+STAT_RECONCILED = "reconciled"  # PENDING tasks with no job anywhere put back by the reconciler (should stay 0)
 STAT_ENTERED: dict[str, str] = {
     TaskStatus.COMPLETED: "completed",
     TaskStatus.FAILED: "failed",
@@ -286,9 +287,23 @@ def housekeeping_lock(job: str) -> str:
 
 def all_static() -> list[str]:
     return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
-            ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES]
+            ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES, JOB_CLAIMANTS,
+            JOB_WAKE, UNQUEUED]
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
-# (workers.worker.PausableQueue), submits still queue there; it lives until the queue is resumed
+# (app.core.jobclaims skips them), submits still queue there; it lives until the queue is resumed
 PAUSED_QUEUES = f"{PREFIX}paused-queues"
+
+
+# The job claims (app.core.jobclaims): a worker takes a job by moving its id from its queue onto the worker's own
+# claim list, in one script, and clears it in the pipeline that starts the job, so an id is always in a queue, a
+# claim list or RQ's started registry.
+def job_claims(worker: str) -> str:
+    """list: the ids of the jobs worker ``worker`` (its RQ name) took and has not started yet (at most one)."""
+    return f"{PREFIX}job-claims:{worker}"
+
+
+JOB_CLAIMANTS = f"{PREFIX}job-claimants"  # set: the RQ names of the workers that may hold a claim list
+JOB_WAKE = f"{PREFIX}job-wake"  # list of queue names, one per job queued: idle workers block on it (it holds no job)
+UNQUEUED = f"{PREFIX}unqueued-since"  # hash: PENDING task id -> ms the reconciler first found it with no job

@@ -125,7 +125,8 @@ class RedisCollector:
             registries.add_metric([name, registry], next(it))
         workers.add_metric([], next(it))
         running.add_metric([], next(it))
-        for field, value in sorted(Stats.decode(next(it)).items()):
+        # the reconciler's count reads 0 until it ever acts (workers.housekeeping: it should stay 0)
+        for field, value in sorted({keys.STAT_RECONCILED: 0.0, **Stats.decode(next(it))}.items()):
             totals.add_metric([field], value)
         held = {as_text(name) for name in next(it)}
         for name, _ in self.queue_keys:

@@ -1,0 +1,228 @@
+"""A job taken by a worker is never in neither a queue nor a claim list (issue 29, finding 6).
+
+RQ takes a job with one BLPOP over the worker's queues. When Redis runs that pop and the answer never reaches
+the worker (Redis died after writing it to its AOF, a dropped connection), the id is out of its queue and in
+no one's hands: the task stays PENDING with no job until it expires. Redis has no blocking move from several
+lists, so the take is split, as BullMQ's is:
+
+- :data:`CLAIM` takes a job in one script: the worker's queues in priority order, paused ones
+  (``keys.PAUSED_QUEUES``) skipped, the first id found moved (LMOVE) onto the worker's own claim list
+  (``keys.job_claims``), and the job's hash returned with it (where RQ reads it in a second round trip).
+- A worker with nothing to take blocks on ``keys.JOB_WAKE``, a list that holds no job: every job queued by
+  taskport pushes one entry there (app.core.jobs records it with RQ's enqueue), and a claim uses one. A lost
+  answer to that BLPOP costs nothing. A job queued without one (RQ's own enqueue, a queue resumed) is seen
+  at the worker's next look, within ``WAKE_WAIT`` s.
+- The claim is cleared in the pipeline that records the job's execution in RQ's started registry
+  (workers.worker), so the id moves from the claim list to that registry in one MULTI.
+
+A claim left behind goes back to the head of its queue: by the next claim of the same worker (one holds at
+most one claim at a time, so a leftover is a take whose answer was lost), by the worker that starts in its
+slot, and by housekeeping once the worker's registration in RQ is gone (:func:`give_back_lapsed`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from rq.job import Job
+from rq.registry import ScheduledJobRegistry, StartedJobRegistry
+from rq.utils import as_text
+from rq.worker import Worker
+
+from app.core import keys
+from app.core.lua import Command, Script, Tail, replay
+from app.core.states import QUEUES
+from app.core.waitscripts import REPLAY
+
+REGISTER_EVERY = 60  # seconds between a worker's joins of keys.JOB_CLAIMANTS (housekeeping may drop a lapsed one)
+WAKE_WAIT = 1  # seconds an idle worker blocks on keys.JOB_WAKE before it looks at its queues anyway
+
+# Every id left on ``claims`` goes back to the head of its job's queue (first claimed first), with a wake
+# entry each; ids whose job hash is gone are dropped (as RQ skips them). Returns how many went back.
+_GIVE_BACK = """
+local function give_back(claims)
+  local ids = redis.call('LRANGE', claims, 0, -1)
+  local back = 0
+  for i = #ids, 1, -1 do
+    local origin = redis.call('HGET', job_prefix .. ids[i], 'origin')
+    if origin then
+      redis.call('LPUSH', queue_prefix .. origin, ids[i])
+      redis.call('RPUSH', wake, origin)
+      back = back + 1
+    end
+  end
+  redis.call('DEL', claims)
+  return back
+end
+"""
+
+# Take one job for worker ``worker``: any claim it left (a take whose answer was lost) goes back first, then
+# the first id of the first unpaused queue moves onto its claim list. Returns {i, id, job hash as a flat list}
+# (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
+# emptied (what it announced is taken or paused: a busy worker never reads it, so it holds at most one entry
+# per job queued since a worker last found nothing). An id whose job hash is gone is dropped, as RQ does.
+# ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
+CLAIM = Script(
+    "claim",
+    keys={"paused": "set: the paused queue names", "wake": "list: keys.JOB_WAKE",
+          "claims": "list: the worker's claim list", "claimants": "set: keys.JOB_CLAIMANTS"},
+    args={"worker": "the worker's RQ name", "job_prefix": "RQ's job hash key without the id",
+          "queue_prefix": "RQ's queue key without the name", "register": "'1': add the worker to the claimants"},
+    rest_keys=Tail("queues", "the worker's queue keys, in priority order"),
+    rest=Tail("names", "the names of those queues, in the same order"),
+    body=_GIVE_BACK + """
+if redis.call('EXISTS', claims) == 1 then give_back(claims) end
+if register == '1' then redis.call('SADD', claimants, worker) end
+local paused_now = {}
+for _, name in ipairs(redis.call('SMEMBERS', paused)) do paused_now[name] = true end
+for i, queue in ipairs(queues) do
+  if not paused_now[ARGV[first_names + i - 1]] then
+    while true do
+      local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
+      if not id then break end
+      local job = redis.call('HGETALL', job_prefix .. id)
+      if #job > 0 then return {i, id, job} end
+      redis.call('LREM', claims, -1, id)
+    end
+  end
+end
+redis.call('DEL', wake)
+return {0}
+""")
+
+# The claims of worker ``worker`` back to their queues, unless a live worker holds them: ``registration`` (its
+# RQ worker hash) is given when the caller does not know it dead, and its existence means alive. Returns how
+# many ids went back (-1: the worker is registered, nothing done).
+GIVE_BACK = Script(
+    "give_back",
+    keys={"claims": "list: the worker's claim list", "claimants": "set: keys.JOB_CLAIMANTS",
+          "wake": "list: keys.JOB_WAKE", "registration": "hash: the worker's RQ registration, or '' (known dead)"},
+    args={"worker": "the worker's RQ name", "job_prefix": "RQ's job hash key without the id",
+          "queue_prefix": "RQ's queue key without the name"},
+    body=_GIVE_BACK + """
+if registration ~= '' and redis.call('EXISTS', registration) == 1 then return -1 end
+local back = give_back(claims)
+redis.call('SREM', claimants, worker)
+return back
+""")
+
+# The reconciler's look at one task (workers.housekeeping): while it is PENDING, waits for nothing (no run_at
+# in keys.DELAYED, no task it runs after) and its job is nowhere (no queue, claim list, RQ scheduled or started
+# registry), the first look records when (``unqueued``), and a look ``bound_ms`` later puts the job back (its
+# commands replayed) and counts ``stat``. Any other look forgets the record. Returns {0} (it has a job, or is
+# not PENDING), {1} (no job, within the bound) or {2} (put back).
+RECONCILE = Script(
+    "reconcile",
+    keys={"task": "hash: the task's record", "delayed": "sorted set: keys.DELAYED",
+          "unqueued": "hash: keys.UNQUEUED", "claimants": "set: keys.JOB_CLAIMANTS", "stats": "hash: keys.STATS"},
+    args={"task_id": "the task's id", "now_ms": "now", "bound_ms": "how long it may stay without a job",
+          "lists": "space-separated keys of the queues", "zsets": "space-separated keys of RQ's registries",
+          "claims_prefix": "keys.job_claims without the worker", "stat": "the STATS field to count in",
+          "job_argc": "how many ARGV entries the job's commands take"},
+    rest_keys=Tail("command_keys", "one key per job command, in order"),
+    rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
+    body=REPLAY + """
+local cur = redis.call('HMGET', task, @status, @job, @waiting)
+local function found() redis.call('HDEL', unqueued, task_id) return {0} end
+if cur[1] ~= $PENDING or (tonumber(cur[3]) or 0) > 0 or redis.call('ZSCORE', delayed, task_id) then
+  return found()
+end
+local job = cur[2] or task_id
+for key in string.gmatch(lists, '%S+') do
+  if redis.call('LPOS', key, job) then return found() end
+end
+for key in string.gmatch(zsets, '%S+') do
+  if redis.call('ZSCORE', key, job) then return found() end
+end
+for _, name in ipairs(redis.call('SMEMBERS', claimants)) do
+  if redis.call('LPOS', claims_prefix .. name, job) then return found() end
+end
+local since = tonumber(redis.call('HGET', unqueued, task_id))
+if not since then
+  redis.call('HSET', unqueued, task_id, now_ms)
+  return {1}
+end
+if tonumber(now_ms) - since < tonumber(bound_ms) then return {1} end
+redis.call('HDEL', unqueued, task_id)
+replay(first_command, first_command + tonumber(job_argc), 1)
+redis.call('HINCRBY', stats, stat, 1)
+return {2}
+""")
+
+SCRIPTS = {s.name: s for s in (CLAIM, GIVE_BACK, RECONCILE)}
+JOB_PREFIX = Job.redis_job_namespace_prefix
+QUEUE_PREFIX = "rq:queue:"  # RQ's Queue.redis_queue_namespace_prefix
+WORKER_PREFIX = Worker.redis_worker_namespace_prefix
+
+
+class Claims:
+    """The three scripts on one connection (EVALSHA, loaded on NOSCRIPT by redis-py)."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.redis = conn
+        self._registered: dict[str, float] = {}  # worker -> monotonic time it last joined keys.JOB_CLAIMANTS
+        self._scripts = {name: conn.register_script(script.source()) for name, script in SCRIPTS.items()}
+
+    def _run(self, script: Script, call: tuple[list[str], list[Any]], client: Any = None) -> Any:
+        keys_, args = call
+        return self._scripts[script.name](keys=[*keys_, keys.AUDIT], args=args, client=client)
+
+    def take(self, worker: str, queues: Sequence[tuple[str, str]]) -> tuple[int, str, dict[bytes, bytes]] | None:
+        """Claim the first job of ``queues`` ((name, key) pairs in priority order) that are not paused for worker
+        ``worker``: (the queue's index in ``queues``, the job id, the job's hash), or None."""
+        register = time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
+        answer = self._run(CLAIM, CLAIM.call(
+            keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
+                  "claimants": keys.JOB_CLAIMANTS},
+            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
+                  "register": "1" if register else "0"},
+            rest_keys=[key for _, key in queues], rest=[name for name, _ in queues]))
+        if register:
+            self._registered[worker] = time.monotonic()
+        if not answer[0]:
+            return None
+        flat = answer[2]
+        return int(answer[0]) - 1, as_text(answer[1]), dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def wait(self, seconds: float) -> None:
+        """Block until a job is announced on ``keys.JOB_WAKE`` or ``seconds`` pass (the entry is used up)."""
+        self.redis.blpop([keys.JOB_WAKE], timeout=seconds)
+
+    def give_back(self, worker: str, *, known_dead: bool = True) -> int:
+        """Put the claims of ``worker`` back at the heads of their queues: how many. ``known_dead`` False: only
+        once its RQ registration is gone (-1 while it is there)."""
+        registration = "" if known_dead else WORKER_PREFIX + worker
+        return int(self._run(GIVE_BACK, GIVE_BACK.call(
+            keys={"claims": keys.job_claims(worker), "claimants": keys.JOB_CLAIMANTS, "wake": keys.JOB_WAKE,
+                  "registration": registration},
+            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX})))
+
+    def give_back_lapsed(self) -> dict[str, int]:
+        """The claims of every worker whose RQ registration is gone, back on their queues: worker -> ids."""
+        back = {}
+        for raw in self.redis.smembers(keys.JOB_CLAIMANTS):  # type: ignore[union-attr]
+            worker = as_text(raw)
+            n = self.give_back(worker, known_dead=False)
+            if n > 0:
+                back[worker] = n
+        return back
+
+    def reconcile(self, task_id: str, job: Sequence[Command], now_ms: int, bound_ms: int, client: Any = None) -> Any:
+        """Queue :data:`RECONCILE` for ``task_id`` (``job``: the commands that queue its job again) on
+        ``client`` (a pipeline), or run it now."""
+        job_keys, job_args = replay(job)
+        conn = self.redis
+        lists = [QUEUE_PREFIX + name for name in QUEUES]
+        zsets = [r.key for name in QUEUES
+                 for r in (ScheduledJobRegistry(name, connection=conn), StartedJobRegistry(name, connection=conn))]
+        return self._run(RECONCILE, RECONCILE.call(
+            keys={"task": keys.task(task_id), "delayed": keys.DELAYED, "unqueued": keys.UNQUEUED,
+                  "claimants": keys.JOB_CLAIMANTS, "stats": keys.STATS},
+            args={"task_id": task_id, "now_ms": now_ms, "bound_ms": bound_ms, "lists": " ".join(lists),
+                  "zsets": " ".join(zsets), "claims_prefix": keys.job_claims(""), "stat": keys.STAT_RECONCILED,
+                  "job_argc": len(job_args)},
+            rest_keys=job_keys, rest=job_args), client=client)
