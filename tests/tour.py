@@ -87,5 +87,7 @@ def tour(store: TaskStore, jobs: JobQueue, conn: Any) -> None:
     unpaused = schedules.update(made, {"paused": False}, t)
     assert unpaused is not None and unpaused.next_run_at is not None
     assert schedules.advance(made.id, unpaused.next_run_at, unpaused.next_run_at + 86_400_000, t, done.task_id)
+    conn.zadd(keys.RUNNING, {done.task_id: 1})  # an entry the recovery pass finds for a task that ended
+    assert store.forget_run(done.task_id)
     expired = store.expire_batch([done.task_id, waiter.task_id], now_ms())  # housekeeping's pipeline of transitions
     assert {e.task_id for e in expired} == {done.task_id, waiter.task_id}

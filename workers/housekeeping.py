@@ -27,7 +27,7 @@ from app.core.connection import connect
 from app.core.history import Histories
 from app.core.indexes import ExpiryIndex, FailureIndex, Locks, RunningIndex, SlowTasks
 from app.core.jobclaims import Claims
-from app.core.jobs import JobQueue, attempt_job_id, resume_job_id
+from app.core.jobs import JobQueue, resume_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
 from app.core.schedule import QUEUE
@@ -130,7 +130,7 @@ class Housekeeper:
         due = self.running.due(cutoff, BATCH)
         for task_id, task in zip(due, self.store.get_many(due), strict=True):
             if task is None or task.status != TaskStatus.PROCESSING:
-                self.running.forget(task_id)
+                self.store.forget_run(task_id)  # only if it is still not running: a start may have come since
                 continue
             outcome = recover_run(self.store, self.jobs, task, cutoff)
             if outcome:
@@ -213,12 +213,12 @@ class Housekeeper:
 
 def recover_run(store: TaskStore, jobs: JobQueue, task: Task, stale_before_ms: int) -> str | None:
     """Take the run of PROCESSING ``task`` if its last heartbeat is older than ``stale_before_ms``: re-queued
-    from its checkpoint without using an attempt when the checkpoint advanced since its last free resumption,
-    else with an attempt while one is left, else FAILED -3 (TaskStore.recover). Returns the new status, or
+    without using an attempt (from its checkpoint when it advanced) up to the bound of lost runs without
+    progress, else FAILED -3 (TaskStore.recover). Returns the new status, or
     None when the run was not taken (it beat meanwhile, or the task moved on)."""
     # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
     # (result_ttl 0), and must not take the re-queued one with it
-    job = resume_job_id(task.id, task.seq) if task.resumable else attempt_job_id(task.id, task.attempts)
+    job = resume_job_id(task.id, task.seq)
     return store.recover(task, stale_before_ms, jobs.requeue_commands(task, job), job_id=job)
 
 

@@ -567,7 +567,7 @@ def _take_over_run(conn: redis.Redis, config: Config, predecessor: BaseWorker, e
         return
     task, status = recovered
     how = ("from its checkpoint, no attempt used" if task.resumable else
-           "with a new attempt" if status == TaskStatus.PENDING else "no attempt left")
+           "run again, no attempt used" if status == TaskStatus.PENDING else "too many lost runs without progress")
     tlog.warning("worker %s replaced its dead predecessor (pid %s): its run recovered at once, now %s (%s)",
                  predecessor.name, predecessor.pid, status, how)
 

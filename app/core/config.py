@@ -130,6 +130,10 @@ class Config:
         "TASKPORT_HEARTBEAT_INTERVAL", 1.0, "seconds between heartbeats (and cancel checks) of a task")
     retry_backoff: str = _setting("TASKPORT_RETRY_BACKOFF", "1,5,30", "seconds before retry 1, 2, 3...")
     stall_timeout: float = _setting("TASKPORT_STALL_TIMEOUT", 30.0, "seconds without heartbeat = worker lost")
+    lost_runs: int = _setting(
+        "TASKPORT_LOST_RUNS", 2,
+        "lost runs (worker killed or stalled) in a row without checkpoint progress that run again without using "
+        "an attempt; the next one ends the task FAILED -3 (a poison item)")
     stop_grace: float = _setting(
         "TASKPORT_STOP_GRACE", 20.0, "seconds a stopping worker gives its run to reach a checkpoint before it "
         "puts the task back anyway (under Heroku's 30)")

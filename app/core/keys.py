@@ -54,6 +54,7 @@ class TaskField(StrEnum):
     CHECKPOINTS = "checkpoints"  # checkpoint writes so far (see checkpoint())
     CHECKPOINT_RUN = "checkpoint_run"  # the run that wrote the last checkpoint: its result folder holds the files
     RESUME_MARK = "resume_mark"  # CHECKPOINTS when a lost run was last resumed for free (see TaskStore.recover)
+    LOST_RUNS = "lost_runs"  # runs lost since the checkpoint last advanced, each run again free (TaskStore.recover)
     RUN_AT = "run_at"  # ms: the time the submit asked the task to run at (run_at/delay); see DELAYED
     WAITING = "waiting"  # how many of the tasks it runs after (``after``) are not COMPLETED yet; gone at 0
     WAITING_FOR = "waiting_for"  # their ids, comma-separated (the status document's waiting_for); gone at 0

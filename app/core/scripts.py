@@ -414,7 +414,20 @@ audit(task, task_id, status)
 return {1, redis.call('HGETALL', task)}
 """)
 
-SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, BATCH, *WAIT_SCRIPTS)}
+# A task that is not PROCESSING leaves the running index (the recovery pass's cleanup), decided on its status at
+# the moment of the removal: a run that started after the pass read the task keeps its entry, so a stall of
+# that run is still seen. Returns 1 when the entry left.
+FORGET_RUN = Script(
+    "forget_run",
+    once=True,
+    keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat"},
+    args={"task_id": "the task's id"},
+    body="""
+if redis.call('HGET', task, @status) == $PROCESSING then return 0 end
+return redis.call('ZREM', running, task_id)
+""")
+
+SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, BATCH, FORGET_RUN, *WAIT_SCRIPTS)}
 # The scripts as Redis runs them (preamble, markers rendered), without the audit fragment: build() adds it.
 SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 

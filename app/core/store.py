@@ -366,27 +366,38 @@ class TaskStore:
 
     def recover(self, task: Task, stale_before_ms: int, job: Sequence[Command] = (),
                 job_id: str | None = None) -> str | None:
-        """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one MULTI with the
-        commands ``job`` that queue RQ job ``job_id``, recorded as the task's job), else FAILED -3. A run
-        whose checkpoint advanced since the task's last free resumption is resumed without using an attempt
-        (and the mark moves up to it); otherwise the re-queue uses an attempt, while attempts remain. So a
-        poison item that kills its worker every time, with no checkpoint in between, ends FAILED -3. Returns
-        the new status, or None when the task was not stalled after all (a heartbeat came in, or it
-        finished)."""
+        """Take a PROCESSING task whose heartbeat stopped: back to PENDING and re-queued (one script with the
+        commands ``job`` that queue RQ job ``job_id``, recorded as the task's job), else FAILED -3.
+
+        A lost run is the platform's fault, not the task's: it never uses an attempt (the processor's
+        ``retries`` are for its own errors). A run whose checkpoint advanced since the task's last free
+        resumption is resumed (the mark moves up to it, the count of lost runs starts again); one that did not
+        is run again while fewer than ``Config.lost_runs`` runs were lost in a row without progress. The next
+        one ends FAILED -3 with the item it died at: a poison item that kills its worker every time ends after
+        ``lost_runs`` + 1 runs. Returns the new status, or None when the task was not stalled after all (a
+        heartbeat came in, or it finished)."""
         advanced = task.resumable
-        if advanced or task.attempts < task.max_attempts:
+        if advanced or task.lost_runs < self.config.lost_runs:
             fields: list[Any] = [F.MESSAGE, "worker lost; resuming from its checkpoint" if advanced
-                                 else "worker lost; retrying", F.UPDATED_AT, now_ms()]
+                                 else "worker lost; running again", F.UPDATED_AT, now_ms()]
             if advanced:
-                fields += [F.RESUME_MARK, task.checkpoints]
+                fields += [F.RESUME_MARK, task.checkpoints, *([F.LOST_RUNS, 0] if task.lost_runs else [])]
+            else:
+                fields += [F.LOST_RUNS, task.lost_runs + 1]
             done = self.requeue(task.id, fields, job, job_id, stale_before_ms=stale_before_ms, stat=STAT_RECOVERED,
-                                refund=advanced)
+                                refund=True)
             return TaskStatus.PENDING if done else None
         lost = ERROR_MESSAGES[ErrorCode.WORKER_LOST] + _where(task)
         failed: list[Any] = [F.ERROR_CODE, ErrorCode.WORKER_LOST, F.ERROR_MESSAGE, lost, F.MESSAGE, lost]
         done = self._terminal(task.id, (TaskStatus.PROCESSING,), TaskStatus.FAILED, failed,
                               stale_before_ms=stale_before_ms).done
         return TaskStatus.FAILED if done else None
+
+    def forget_run(self, task_id: str) -> bool:
+        """The task out of the running index unless it is PROCESSING now (FORGET_RUN): True when it left."""
+        return bool(self.run_script(scripts.FORGET_RUN.name, *scripts.FORGET_RUN.call(
+            keys={"task": keys.task(task_id), "running": keys.RUNNING}, args={"task_id": task_id},
+            record_ms=self.config.call_record_ms)))
 
     def interrupted(self, task_id: str, run_id: str, message: str, job: Sequence[Command], job_id: str) -> bool:
         """PROCESSING -> PENDING for this run, which stopped for a worker stop: back on its queue as RQ job

@@ -75,6 +75,7 @@ class Task:
     seq: int
     checkpoints: int = 0  # checkpoint writes so far (see TaskStore.recover)
     resume_mark: int = 0
+    lost_runs: int = 0  # runs lost (their worker died or stalled) since the checkpoint last advanced
     checkpoint_run: str | None = None  # the run whose result folder the checkpoint's files are in
     run_at: int | None = None  # the time the submit asked it to run at (run_at/delay), ms
     waiting_for: tuple[str, ...] = ()  # the tasks it runs after (``after``) that are not COMPLETED yet
@@ -120,6 +121,7 @@ class Task:
             seq=int(g(r.SEQ) or 0),
             checkpoints=int(g(r.CHECKPOINTS) or 0),
             resume_mark=int(g(r.RESUME_MARK) or 0),
+            lost_runs=int(g(r.LOST_RUNS) or 0),
             checkpoint_run=_text(g(r.CHECKPOINT_RUN)),
             run_at=_int(g(r.RUN_AT), None),
             waiting_for=tuple(g(r.WAITING_FOR, b"").decode().split(",")) if g(r.WAITING_FOR) else (),

@@ -107,29 +107,35 @@ def test_history_is_trimmed_of_tasks_that_cannot_exist_any_more(hk, conn, config
     assert report.counts["history_trimmed"] == 1 and conn.zscore(keys.history("public"), task_id) is None
 
 
-def test_stalled_task_is_requeued_while_attempts_remain(hk, conn, config):
-    task_id = make(hk, max_attempts=2)
+def test_a_stalled_run_is_requeued_without_using_an_attempt(hk, conn, config):
+    task_id = make(hk, max_attempts=1)
     run_id = run(hk, task_id)
     hk.jobs.remove(task_id)  # a worker took the job; it died with it
     report = pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
     assert report.counts == {"recovered_to_pending": 1}
-    assert hk.store.get(task_id).status == TaskStatus.PENDING
+    task = hk.store.get(task_id)
+    assert (task.status, task.attempts, task.lost_runs) == (TaskStatus.PENDING, 0, 1)  # the platform's fault
     # re-queued under a job id of its own, recorded in the task (cancel and expiry act on that job)
-    assert conn.lrange("rq:queue:default", 0, -1) == [f"{task_id}_1".encode()]
-    assert hk.store.job_id(task_id) == f"{task_id}_1"
+    job = hk.store.job_id(task_id)
+    assert job.startswith(f"{task_id}_r") and conn.lrange("rq:queue:default", 0, -1) == [job.encode()]
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # the lost run's late heartbeat loses
     again = hk.store.start(task_id, "run-2").started
-    assert again is not None and again.task.attempts == 2
+    assert again is not None and again.task.attempts == 1
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # never the new run's PROCESSING
     assert hk.stats.read()["recovered"] == 1
 
 
-def test_stalled_task_without_attempts_left_fails_minus_3(hk, config):
+def test_lost_runs_past_the_bound_without_progress_fail_minus_3(hk, config):
+    """Finding 12: a crash before the first checkpoint is not the task's fault; only a poison item, lost
+    ``lost_runs`` + 1 times in a row without progress, fails it."""
     task_id = make(hk, max_attempts=1)
-    run(hk, task_id)
-    pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
-    task = hk.store.get(task_id)
-    assert task.status == TaskStatus.FAILED and task.error_code == -3
+    for n in range(config.lost_runs + 1):
+        run(hk, task_id)
+        pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
+        task = hk.store.get(task_id)
+        if n < config.lost_runs:
+            assert (task.status, task.attempts, task.lost_runs) == (TaskStatus.PENDING, 0, n + 1)
+    assert config.lost_runs >= 2 and task.status == TaskStatus.FAILED and task.error_code == -3
 
 
 def test_a_live_heartbeat_is_never_recovered(hk, config):
@@ -201,8 +207,9 @@ def test_recover_now_takes_a_run_whose_heartbeat_is_fresh_but_only_of_that_job(h
     assert recover_now(hk.store, hk.jobs, task_id, f"{task_id}_9") is None  # another job's run: left alone
     task, status = recover_now(hk.store, hk.jobs, task_id, task_id)
     assert (task.status, status) == (TaskStatus.PROCESSING, TaskStatus.PENDING)
-    assert hk.store.get(task_id).status == TaskStatus.PENDING and hk.store.job_id(task_id) == f"{task_id}_1"
-    assert recover_now(hk.store, hk.jobs, task_id, f"{task_id}_1") is None  # PENDING: nothing to recover
+    job = hk.store.job_id(task_id)
+    assert hk.store.get(task_id).status == TaskStatus.PENDING and job.startswith(f"{task_id}_r")
+    assert recover_now(hk.store, hk.jobs, task_id, job) is None  # PENDING: nothing to recover
 
 
 def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_from_rq(hk, conn, config, caplog):
@@ -228,7 +235,8 @@ def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_fr
     successor.register_death()
 
 
-def test_without_a_checkpoint_or_an_attempt_left_the_predecessors_run_fails_minus_3(hk, conn, config):
+def test_past_the_bound_of_lost_runs_the_predecessors_run_fails_minus_3(hk, conn, tmp_path):
+    config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, lost_runs=0)
     task_id = make(hk, max_attempts=1)
     run(hk, task_id)
     predecessor_running(hk, conn, task_id)
@@ -249,7 +257,7 @@ def test_a_predecessor_that_stopped_cleanly_or_moved_on_is_left_alone(hk, conn, 
     predecessor_running(hk, conn, other, name="host.0123abcd.worker-2")
     hk.recover(PassReport("recover"), now=now_ms() + int(config.stall_timeout * 1000) + 1000)  # re-queued
     replace_predecessor(conn, config, "host.0123abcd.worker-2")  # its job is no longer the task's
-    assert hk.store.get(other).status == TaskStatus.PENDING and hk.store.job_id(other) == f"{other}_1"
+    assert hk.store.get(other).status == TaskStatus.PENDING and hk.store.job_id(other).startswith(f"{other}_r")
     assert Worker.all(connection=conn) == []  # the dead worker is removed all the same
 
 

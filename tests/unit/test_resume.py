@@ -134,8 +134,12 @@ def test_a_lost_run_whose_checkpoint_advanced_resumes_for_free_then_fails_when_i
     again = status(client, task_id)
     assert again["attempts"] == 0 and "resuming from its checkpoint" in again["message"]
 
-    assert store.start(task_id, "run-2").started is not None  # dies at once, before any checkpoint
-    assert lost(store, task_id) == TaskStatus.FAILED  # not advanced, and its one attempt is used
+    for n in range(1, store.config.lost_runs + 1):  # dies at once, before any checkpoint: run again, for free
+        assert store.start(task_id, f"run-{n + 1}").started is not None
+        assert lost(store, task_id) == TaskStatus.PENDING
+        assert status(client, task_id)["attempts"] == 0
+    assert store.start(task_id, "run-last").started is not None
+    assert lost(store, task_id) == TaskStatus.FAILED  # past the bound of lost runs without progress
     failed = status(client, task_id)
     assert failed["error"]["code"] == ErrorCode.WORKER_LOST
     assert "at item 4 of 10" in failed["error"]["message"]
