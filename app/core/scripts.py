@@ -404,6 +404,7 @@ if batch_of_then and redis.call('EXISTS', batch_of_then) == 1
     and redis.call('HGET', batch_of_then, %then_released) ~= '1' then
   -- a then task whose batch still runs: back to waiting for it, released (once) when the batch ends
   redis.call('HSET', task, @waiting, 1, @waiting_for, cur[7])
+  redis.call('HDEL', task, @job)  -- queued under its own id when released (app.core.jobs.delayed_job_id)
 else
   replay(first_command, first_command + tonumber(job_argc), 1)
 end
