@@ -16,7 +16,8 @@ from typing import Any
 import redis
 
 from app.core.logs import task_logger
-from app.core.states import ACTIVE
+from app.core.results import ResultStore
+from app.core.states import ACTIVE, TaskStatus
 from app.core.store import TaskStore
 from workers.context import TaskContext
 
@@ -46,6 +47,19 @@ class Heartbeat:
         self._abandoning = threading.Lock()
         self._put_back = put_back
         self._interrupting = False
+        self._ending = threading.Lock()
+        self._decider: int | None = None  # the thread that ends the run (see decide)
+
+    def decide(self) -> bool:
+        """Claim the run's ending for the calling thread: the processor's return or exception (complete, fail,
+        retry, put back, stop) in the run's thread, or the end after a grace (put back, abandon) in this
+        module's. True for the first thread to ask, and again for that thread only: the others leave the run
+        alone, so no path acts, nor removes files, after another one has ended the run."""
+        me = threading.get_ident()
+        with self._ending:
+            if self._decider is None:
+                self._decider = me
+            return self._decider == me
 
     def interrupt(self, grace: float) -> None:
         """The worker is stopping: the processor stops at its next cancellation point (the runner puts the
@@ -61,6 +75,8 @@ class Heartbeat:
     def _overdue(self, grace: float) -> None:
         if self._stop.wait(grace) or self._put_back is None:
             return  # the run ended in time
+        if not self.decide():
+            return  # the run is ending on its own (completing, failing): that end stands, and it comes soon
         try:
             self._put_back(f"did not reach a cancellation point within the {grace:g} s stop grace")
         except Exception as exc:  # the exit must happen regardless; recovery takes the task over then
@@ -77,14 +93,14 @@ class Heartbeat:
         _thread.start_new_thread(self._watch, (reason,))
 
     def _watch(self, reason: str) -> None:
-        if self._stop.wait(CANCEL_GRACE):
-            return  # the processor noticed in time
+        if self._stop.wait(CANCEL_GRACE) or not self.decide():
+            return  # the processor noticed in time, or the run is ending on its own
         tlog = task_logger(log, self._task_id)
         tlog.warning("%s, but the processor ignored it for %.1f s: ending process %d (a new worker takes its place)",
                      reason, CANCEL_GRACE, os.getpid())
+        store, task_id, run_id = self._args[:3]
         try:
-            if not resumes_in(self._args[0], self._task_id, self._ctx.results.run_id):
-                self._ctx.results.delete(self._task_id)  # this run's folder, unless a resumed run goes on in it
+            discard(store, task_id, run_id, self._ctx.results)
         except Exception as exc:  # the orphan sweep removes what is left; the exit must happen regardless
             tlog.warning("could not remove the run's files (left to the orphan sweep): %s", exc)
         _end_process(ABANDONED_EXIT)
@@ -118,7 +134,28 @@ def _end_process(code: int) -> None:
     os._exit(code)
 
 
-def resumes_in(store: TaskStore, task_id: str, folder: str | None) -> bool:
-    """Whether a run of the task that is not over yet resumes in result folder ``folder`` (so it must stay)."""
-    task = store.get(task_id)
-    return task is not None and task.status in ACTIVE and folder is not None and task.checkpoint_run == folder
+def needed_folders(store: TaskStore, task_id: str, asking: str | None = None) -> set[str]:
+    """The result folders (run ids) the task names now: while it is unfinished, its checkpoint's (the next run
+    resumes there) and its current run's (unless that is ``asking``, the run on its way out); once COMPLETED,
+    its result's. A folder not named now is never named later (a run works in its own new folder or in the
+    checkpoint's, and run again starts afresh), so a run may remove one it finds unnamed."""
+    found = store.get_with_result(task_id)
+    task = found.task
+    if task is None:
+        return set()
+    if task.status in ACTIVE:
+        return {run for run in (task.checkpoint_run, task.run_id if task.run_id != asking else None) if run}
+    stored = found.result
+    if task.status == TaskStatus.COMPLETED and isinstance(stored, dict) and isinstance(stored.get("run"), str):
+        return {stored["run"]}
+    return set()
+
+
+def discard(store: TaskStore, task_id: str, run_id: str, results: ResultStore, *, ended: bool = False) -> None:
+    """Remove the result folder run ``run_id`` worked in (``results``' view), once its ending is decided, unless
+    the task names it (:func:`needed_folders`). A run that lost the task removes a folder only if it created it
+    (a resumed run works in the folder of the run that saved the checkpoint); one that ``ended`` the task
+    itself (FAILED, or retried) removes the folder it worked in: no other run holds the task then."""
+    folder = results.run_id
+    if folder is not None and (ended or folder == run_id) and folder not in needed_folders(store, task_id, run_id):
+        results.delete(task_id)

@@ -9,8 +9,15 @@ A run owns the task only while its claim (the run id in the task) holds. Houseke
 of a run whose heartbeat went stale (a stopped or starved process) and re-queues the task under a new
 job id; if the old run wakes up, its next heartbeat or progress write is answered "taken" and its
 next cancellation point stops it. Its files live in a result folder of its own (app.core.results), so what it
-writes or removes on its way out never touches the files of the run that took over; its RQ job is
-not the re-queued one, so RQ's cleanup of it does not take the new job along.
+writes on its way out never touches the files of the run that took over; its RQ job is not the re-queued
+one, so RQ's cleanup of it does not take the new job along.
+
+A run is fenced: its progress, checkpoints and item outcomes are compare-and-sets on its run id, and its ending
+(complete, fail, retry, put back, stop, or the end after a grace: workers.heartbeat) is one decision
+(:meth:`Heartbeat.decide`), taken once, by one thread. Files are removed only after that decision's
+compare-and-set, and never a folder the task still names: its checkpoint's, its current run's, its result's
+(:func:`workers.heartbeat.discard`). So a run that wakes up after another took over, even one that resumed in
+its folder and completed, removes nothing of it.
 
 A run resumes from the checkpoint earlier runs saved (workers.checkpoint): its context skips the items
 they did, its processor reads back their cursor, and it works in the result folder of the run that saved
@@ -22,8 +29,10 @@ process ends.
 
 How a delivery ended is what :func:`run_task` returns to RQ: a :class:`RunEnd` when it ended its task COMPLETED or
 FAILED (the worker files the job in RQ's finished or failed registry, with the task's code and message as the
-failure's text: workers.worker.RecordsOutcome), a ``Retry`` for another attempt, None for a delivery that
-changed nothing of the task's end (ignored, put back, stopped, taken over: RQ deletes its job).
+failure's text: workers.worker.RecordsOutcome), None for a delivery that changed nothing of the task's end
+(ignored, retried, put back, stopped, taken over: RQ deletes its job). A retry is taskport's own: the task
+waits out its backoff in keys.DELAYED and the scheduler's promote tick queues it (app.core.deferred), so it
+never depends on which worker holds RQ's scheduler lock.
 """
 
 from __future__ import annotations
@@ -36,18 +45,21 @@ from typing import Any
 
 import orjson
 import redis
-from rq import Retry, get_current_job
+from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from app.core import processors
 from app.core.answers import ResultNotStorable, Started
+from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.connection import connect
 from app.core.ids import new_run_id
-from app.core.jobs import JobQueue, resume_job_id
+from app.core.jobs import JobQueue, resume_job_id, retry_job_id
+from app.core.keys import STAT_RETRIED
+from app.core.keys import TaskField as F
 from app.core.logs import task_logger
 from app.core.process import die_with_parent
-from app.core.results import ResultStore, StoreUnavailable, result_store, spill
+from app.core.results import ResultStore, StoreUnavailable, remove_runs, result_store, spill
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import TaskStore
 from app.core.task import Task
@@ -55,7 +67,7 @@ from workers.batchview import BatchView
 from workers.checkpoint import Resume, Saved
 from workers.context import TaskContext
 from workers.exceptions import TaskCancelled, TaskError, TaskInterrupted
-from workers.heartbeat import Heartbeat, resumes_in
+from workers.heartbeat import Heartbeat, discard, needed_folders
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +102,7 @@ class Runner:
         self.current: Heartbeat | None = None  # the run in progress in this process
         processors.load(config.processor_modules)
 
-    def run(self, task_id: str) -> Retry | RunEnd | None:
+    def run(self, task_id: str) -> RunEnd | None:
         if os.getpid() != self.owner_pid:
             self._adopt_work_horse()
         tlog = task_logger(log, task_id)
@@ -108,11 +120,12 @@ class Runner:
         if task.attempts > 1 or resume is not None:
             self._prune(task_id, ctx, tlog)
         beat = Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval,
-                         put_back=lambda why: self._put_back(task, run_id, ctx, why))
+                         put_back=lambda why: self._put_back(run, why))
+        run = Run(task, run_id, ctx, beat, tlog)
         with beat:
             self.current = beat
             try:
-                return self._execute(started, run_id, ctx, tlog)
+                return self._execute(started, run)
             except redis.ConnectionError as exc:  # past the ride-out, or no replica took the outcome in time
                 tlog.warning("outcome not confirmed (%s): if a failover loses it, housekeeping recovers the run as "
                              "after a crash", exc)
@@ -144,21 +157,23 @@ class Runner:
         if beat is not None:
             beat.interrupt(self.config.stop_grace)
 
-    def _put_back(self, task: Task, run_id: str, ctx: TaskContext, why: str) -> bool:
+    def _put_back(self, run: Run, why: str) -> bool:
         """Save the run's checkpoint and put its task back on its queue, without using an attempt."""
-        tlog = task_logger(log, task.id)
+        if not run.beat.decide():
+            return False  # the run is ending on another path (completing, failing)
+        task, ctx = run.task, run.ctx
         ctx.flush()
         job = resume_job_id(task.id, task.seq)
         commands = self.jobs.requeue_commands(task, job)
         done_items = ctx.item_counts
         where = f" after {done_items['succeeded'] + done_items['failed']} items" if done_items else ""
         message = f"interrupted by a worker stop{where}; resumes from its checkpoint"
-        if not self.store.interrupted(task.id, run_id, message, commands, job):
-            tlog.info("%s, but the task was cancelled, expired or taken over meanwhile", why)
-            self._discard(task.id, ctx)
+        if not self.store.interrupted(task.id, run.run_id, message, commands, job):
+            run.tlog.info("%s, but the task was cancelled, expired or taken over meanwhile", why)
+            self._discard(run)
             return False
-        tlog.info("%s: put back on queue %s%s, resumes from its checkpoint (no attempt used)", why, task.priority,
-                  where)
+        run.tlog.info("%s: put back on queue %s%s, resumes from its checkpoint (no attempt used)", why,
+                      task.priority, where)
         return True
 
     def _adopt_work_horse(self) -> None:
@@ -175,40 +190,38 @@ class Runner:
         # SIGTERM, and a platform may signal the whole process group)
         signal.signal(signal.SIGTERM, lambda signum, frame: self.interrupt())
 
-    def _execute(self, started: Started, run_id: str, ctx: TaskContext,
-                 tlog: logging.LoggerAdapter) -> Retry | RunEnd | None:
+    def _execute(self, started: Started, run: Run) -> RunEnd | None:
         task = started.task
         proc = processors.get(task.type)
         try:
             if proc is None:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
-            output = proc.func(started.payload, ctx)
+            output = proc.func(started.payload, run.ctx)
         except TaskInterrupted:
-            self._put_back(task, run_id, ctx, "stopped at a cancellation point")
+            self._put_back(run, "stopped at a cancellation point")
             return None
         except TaskCancelled:
-            self._stopped(task.id, ctx, tlog)
+            self._stopped(run)
             return None
         except TaskError as exc:
-            return self._fail(task.id, run_id, exc.code, exc.message, ctx, tlog)
+            return self._fail(run, exc.code, exc.message)
         except JobTimeoutException:
-            return self._fail(task.id, run_id, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT], ctx, tlog)
+            return self._fail(run, ErrorCode.TIMEOUT, ERROR_MESSAGES[ErrorCode.TIMEOUT])
         except StoreUnavailable as exc:  # the processor's own writes to the result store
-            return self._store_down(task, run_id, exc, ctx, tlog)
+            return self._store_down(run, exc)
         except Exception:
-            if self._claim_lost(task.id, run_id, ctx):  # e.g. a later run removed what this one was writing
-                self._stopped(task.id, ctx, tlog)
+            if self._claim_lost(run):  # e.g. a later run removed what this one was writing
+                self._stopped(run)
                 return None
-            tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
-            return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog)
-        return self._complete(task, run_id, output, ctx, tlog)
+            run.tlog.exception("processor raised (attempt %d of %d)", task.attempts, task.max_attempts)
+            return self._retry_or_fail(run)
+        return self._complete(run, output)
 
-    def _store_down(self, task: Task, run_id: str, exc: StoreUnavailable, ctx: TaskContext,
-                    tlog: logging.LoggerAdapter) -> Retry | RunEnd | None:
+    def _store_down(self, run: Run, exc: StoreUnavailable) -> RunEnd | None:
         """The result store is unreachable: known and transient, so no traceback; -5 once no attempt is left."""
-        tlog.warning("result store unavailable (attempt %d of %d): %s", task.attempts, task.max_attempts, exc)
-        return self._retry_or_fail(task.id, run_id, task.attempts, task.max_attempts, ctx, tlog,
-                                   ErrorCode.RESULT_STORE)
+        run.tlog.warning("result store unavailable (attempt %d of %d): %s", run.task.attempts, run.task.max_attempts,
+                         exc)
+        return self._retry_or_fail(run, ErrorCode.RESULT_STORE)
 
     @staticmethod
     def _prune(task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
@@ -219,73 +232,97 @@ class Runner:
         except StoreUnavailable as exc:
             tlog.warning("could not remove earlier runs' files (left to the orphan sweep): %s", exc)
 
-    def _unstorable(self, task_id: str, run_id: str, exc: Exception, ctx: TaskContext,
-                    tlog: logging.LoggerAdapter) -> RunEnd | None:
-        tlog.error("output of %s cannot be stored: %s", task_id, exc)  # a known condition: no traceback
-        return self._fail(task_id, run_id, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL], ctx, tlog)
+    def _unstorable(self, run: Run, exc: Exception) -> RunEnd | None:
+        run.tlog.error("output of %s cannot be stored: %s", run.task.id, exc)  # a known condition: no traceback
+        return self._fail(run, ErrorCode.INTERNAL, ERROR_MESSAGES[ErrorCode.INTERNAL])
 
-    def _stopped(self, task_id: str, ctx: TaskContext, tlog: logging.LoggerAdapter) -> None:
-        tlog.info("stopped: the task was cancelled, expired or taken over by another run")
-        self._discard(task_id, ctx)
+    def _stopped(self, run: Run) -> None:
+        if run.beat.decide():
+            run.tlog.info("stopped: the task was cancelled, expired or taken over by another run")
+            self._discard(run)
 
-    def _discard(self, task_id: str, ctx: TaskContext) -> None:
-        """Remove this run's files, unless the next run of the task resumes in the same folder (a resumed run
-        works in the folder of the run that saved the checkpoint: see _context)."""
-        if not resumes_in(self.store, task_id, ctx.results.run_id):
-            ctx.results.delete(task_id)
+    def _discard(self, run: Run, *, ended: bool = False) -> None:
+        """Remove the run's result folder unless the task names it (workers.heartbeat.discard): called once the
+        run's ending is decided, never before its compare-and-set."""
+        discard(self.store, run.task.id, run.run_id, run.ctx.results, ended=ended)
 
-    def _claim_lost(self, task_id: str, run_id: str, ctx: TaskContext) -> bool:
+    def _claim_lost(self, run: Run) -> bool:
         """Whether the task is no longer this run's (asked of Redis unless the context knows already)."""
-        if ctx.cancelled:
+        if run.ctx.cancelled:
             return True
         try:
-            return self.store.report(task_id, run_id, None) != TaskStatus.PROCESSING
+            return self.store.report(run.task.id, run.run_id, None) != TaskStatus.PROCESSING
         except redis.RedisError:
             return False  # the usual path then records the failure as well as it can
 
-    def _complete(self, task: Task, run_id: str, output: Any, ctx: TaskContext,
-                  tlog: logging.LoggerAdapter) -> Retry | RunEnd | None:
+    def _complete(self, run: Run, output: Any) -> RunEnd | None:
+        task, ctx = run.task, run.ctx
         try:
             output = spill(ctx.results, task.id, output, self.config.inline_result_max)  # large JSON: a reference
             files_run = ctx.results.run_id if ctx.results.has_files(task.id) else None  # a resumed run's: the folder
         except StoreUnavailable as exc:
-            return self._store_down(task, run_id, exc, ctx, tlog)
+            return self._store_down(run, exc)
         except orjson.JSONEncodeError as exc:  # not JSON
-            return self._unstorable(task.id, run_id, exc, ctx, tlog)
+            return self._unstorable(run, exc)
+        if not run.beat.decide():
+            return None  # put back after the stop grace meanwhile: the next run does it again
         try:
-            done = self.store.complete(task.id, run_id, output, items=ctx.item_counts, failures=ctx.failures,
+            done = self.store.complete(task.id, run.run_id, output, items=ctx.item_counts, failures=ctx.failures,
                                        error_code=ctx.error_code, files_run=files_run)
         except ResultNotStorable as exc:  # too large
-            return self._unstorable(task.id, run_id, exc, ctx, tlog)
+            return self._unstorable(run, exc)
         if done:
-            tlog.info("completed")
+            run.tlog.info("completed")
             return COMPLETED
-        tlog.info("finished, but the task was cancelled, expired or taken over meanwhile: output dropped")
-        ctx.results.delete(task.id)
+        run.tlog.info("finished, but the task was cancelled, expired or taken over meanwhile: output dropped")
+        self._discard(run)
         return None
 
-    def _fail(self, task_id: str, run_id: str, code: int, message: str, ctx: TaskContext,
-              tlog: logging.LoggerAdapter) -> RunEnd | None:
+    def _fail(self, run: Run, code: int, message: str) -> RunEnd | None:
         """FAILED with ``code``: the end to record in RQ, or None when the run no longer held the task."""
-        ctx.results.delete(task_id)
-        if not self.store.fail(task_id, run_id, code, message, items=ctx.item_counts):
+        if not run.beat.decide():
             return None
-        tlog.info("failed with code %d: %s", code, message)
+        done = self.store.fail(run.task.id, run.run_id, code, message, items=run.ctx.item_counts)
+        self._discard(run, ended=done)
+        if not done:
+            return None
+        run.tlog.info("failed with code %d: %s", code, message)
         return RunEnd(TaskStatus.FAILED, code, message)
 
-    def _retry_or_fail(self, task_id: str, run_id: str, attempts: int, max_attempts: int, ctx: TaskContext,
-                       tlog: logging.LoggerAdapter, code: int = ErrorCode.INTERNAL) -> Retry | RunEnd | None:
-        if attempts >= max_attempts:
-            return self._fail(task_id, run_id, code, ERROR_MESSAGES[code], ctx, tlog)
-        backoff = self.config.backoff
-        delay = backoff[min(attempts - 1, len(backoff) - 1)]
-        ctx.results.delete(task_id)
-        if not self.store.retry(task_id, run_id, f"attempt {attempts} failed; retrying in {delay}s"):
+    def _retry_or_fail(self, run: Run, code: int = ErrorCode.INTERNAL) -> RunEnd | None:
+        """Another attempt when one is left: the task waits out its backoff in taskport's delayed set, queued
+        by the scheduler's promote tick (app.core.deferred) when due, or is queued at once with no backoff."""
+        task = run.task
+        if task.attempts >= task.max_attempts:
+            return self._fail(run, code, ERROR_MESSAGES[code])
+        if not run.beat.decide():
             return None
-        tlog.info("retrying in %ds", delay)
-        # RQ files a scheduled job under its time truncated to the whole second, so asking for exactly
-        # ``delay`` may run it up to a second early; one more second makes the backoff a minimum
-        return Retry(max=max_attempts, interval=delay + 1 if delay else 0)
+        backoff = self.config.backoff
+        delay = backoff[min(task.attempts - 1, len(backoff) - 1)]
+        message = f"attempt {task.attempts} failed; retrying in {delay}s"
+        job = retry_job_id(task.id, task.attempts)
+        if delay:
+            done = self.store.retry(task.id, run.run_id, message, run_at=now_ms() + delay * 1000, job_id=job)
+        else:
+            done = self.store.requeue(task.id, [F.MESSAGE, message, F.UPDATED_AT, now_ms()],
+                                      self.jobs.requeue_commands(task, job), job, run_id=run.run_id,
+                                      stat=STAT_RETRIED, refund=False)
+        self._discard(run, ended=done)
+        if not done:
+            return None
+        run.tlog.info("retrying in %ds", delay)
+        return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One delivery in progress: its task as started, its run id, context, heartbeat and logger."""
+
+    task: Task
+    run_id: str
+    ctx: TaskContext
+    beat: Heartbeat
+    tlog: logging.LoggerAdapter
 
 
 _runner: Runner | None = None  # the process's Runner: see use()
@@ -327,15 +364,24 @@ def interrupt_current() -> None:
 
 def on_stopped(job: Any, connection: Any) -> None:
     """RQ calls this in the worker once it killed a cancelled task's work horse (fork and spawn
-    workers): the horse had no chance to clean up, so its partial files go here."""
+    workers): the horse had no chance to clean up, so its partial files go here. Which run the horse ran is
+    not known here, so every run folder the task does not name goes: listed before the task is read, so the
+    folder of a run that starts meanwhile (the task run again) is not among them."""
     runner = _runner or prepare(Config.from_env())
     task_id = job.args[0]  # the job id is the task id only for the first delivery chain (see app.core.jobs)
-    runner.results.delete(task_id)  # the task was cancelled or expired: none of its files are kept
-    task_logger(log, task_id).info("work horse stopped; its partial files were removed")
+    tlog = task_logger(log, task_id)
+    try:
+        runs = runner.results.runs(task_id)
+    except StoreUnavailable as exc:
+        tlog.warning("work horse stopped; its partial files are left to the orphan sweep: %s", exc)
+        return
+    needed = needed_folders(runner.store, task_id)
+    remove_runs(runner.results, task_id, [run for run in runs if run not in needed])
+    tlog.info("work horse stopped; its partial files were removed")
 
 
-def run_task(task_id: str) -> Retry | RunEnd | None:
-    """RQ's entry point: run one delivery of the task; a returned Retry makes RQ deliver it again later, a
-    RunEnd says how it ended the task (see the module docstring)."""
+def run_task(task_id: str) -> RunEnd | None:
+    """RQ's entry point: run one delivery of the task; a returned RunEnd says how it ended the task (see the
+    module docstring)."""
     runner = _runner or prepare(Config.from_env())
     return runner.run(task_id)

@@ -2,7 +2,7 @@
 after (``after``: ``keys.dependents`` and ``keys.SETTLED``). What the scheduler's ticks do with them
 (workers.deferred), each step one compare-and-set script of app.core.waitscripts or the store's transition.
 
-A due task's RQ job is built here, from the task (its type's timeout, its priority, job id = task id), and
+A due task's RQ job is built here, from the task (its type's timeout, its priority, its delayed_job_id), and
 replayed by the script that takes the task out of the set, so a task is queued once however many schedulers
 run. The news that a task ended reaches the tasks that run after it through ``keys.SETTLED``: the transition
 script pushes the task's id there when it has dependents; :func:`settle` releases each dependent (COMPLETED)
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core import keys, lua
-from app.core.jobs import JobQueue
+from app.core.jobs import JobQueue, delayed_job_id
 from app.core.states import ACTIVE, TaskStatus
 from app.core.store import TaskStore
 from app.core.waitscripts import PROMOTE, RELEASE, SETTLE_DONE
@@ -32,7 +32,7 @@ def promote_due(store: TaskStore, jobs: JobQueue, now: int, limit: int = BATCH) 
         return 0, 0
     pipe = store.redis.pipeline(transaction=False)
     for task_id, task in zip(due, store.get_many(due), strict=True):
-        commands = jobs.requeue_commands(task, task_id) if task is not None else []
+        commands = jobs.requeue_commands(task, delayed_job_id(task)) if task is not None else []
         job_keys, job_args = lua.replay(commands)
         store.run_script(PROMOTE.name, *PROMOTE.call(
             keys={"task": keys.task(task_id), "delayed": keys.DELAYED},

@@ -79,6 +79,19 @@ def rerun_job_id(task_id: str, seq: int) -> str:
     return f"{task_id}_a{seq}"
 
 
+def retry_job_id(task_id: str, attempts: int) -> str:
+    """The RQ job id under which a task runs again after its attempt ``attempts`` failed (a retry): unique per
+    retry, since a task's attempts before a retry only grow (a refund gives back the same run's start)."""
+    return f"{task_id}_t{attempts}"
+
+
+def delayed_job_id(task: Task) -> str:
+    """The RQ job id under which a task of keys.DELAYED is queued when due (app.core.deferred): the task id for
+    its first run (a submit's run_at, a then task released), else its retry's (:func:`retry_job_id`), so a
+    retry is never queued under the id of the failed delivery that RQ may still be deleting."""
+    return retry_job_id(task.id, task.attempts) if task.attempts else task.id
+
+
 TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
 
 

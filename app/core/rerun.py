@@ -7,6 +7,9 @@ an id of its own (:func:`app.core.jobs.rerun_job_id`): the old delivery's job ma
 or ending after a cancel), and RQ must not take one for the other. Dedup is not consulted: it is the same
 task. Its payload is there because a FAILED or CANCELLED task keeps it until it expires
 (``TaskStore._terminal``).
+
+A batch's ``then`` task whose batch still runs is not queued: it goes back to waiting for the batch, which
+releases it once when it ends (app.core.batchscripts), queued then under its own id.
 """
 
 from __future__ import annotations

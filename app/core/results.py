@@ -34,13 +34,14 @@ names it in a token, and the writer a later run opens with that token takes the 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +55,7 @@ from app.core.resultbase import FileInfo, ResumableFile, check_name, check_run_i
 from app.core.resultbase import StoreUnavailable as StoreUnavailable  # re-exported: importers name it from here
 
 _TEMP_SUFFIX = ".part"
+_RUN_PREFIX = "run-"  # a run's folder: run-<run id>
 _PARTIAL_SUFFIX = ".partial"  # a resumable writer's file: .<name>.<writer id>.partial
 _WRITER_ID = re.compile(r"[0-9a-f]{32}")
 SPILLED_NAME = "result.json"  # a JSON result too long for Redis, under the task's folder
@@ -106,6 +108,10 @@ class ResultStore(Protocol):
     def prune(self, task_id: str) -> None:
         """Of a run view: remove what the task's other runs left. Runs hold a task one after another, so
         those are earlier runs, lost or taken over; a run never removes anything of a later one."""
+        ...
+
+    def runs(self, task_id: str) -> list[str]:
+        """The ids of the runs of the task that have a folder (:meth:`for_run`), in order."""
         ...
 
 
@@ -182,12 +188,24 @@ class LocalResultStore:
         for folder in others:
             shutil.rmtree(folder, ignore_errors=True)
 
+    def runs(self, task_id: str) -> list[str]:
+        """See :meth:`ResultStore.runs`."""
+        try:
+            names = os.listdir(self.root / check_task_id(task_id))
+        except FileNotFoundError:
+            return []
+        return sorted(n.removeprefix(_RUN_PREFIX) for n in names if n.startswith(_RUN_PREFIX))
+
     def delete(self, task_id: str) -> None:
-        """See :meth:`ResultStore.delete`."""
+        """See :meth:`ResultStore.delete`. A run's folder that was the last in its task's folder takes that
+        folder with it (an empty folder per finished task would pile up)."""
         try:
             shutil.rmtree(self._folder(task_id))
         except FileNotFoundError:
             pass
+        if self.run_id is not None:
+            with contextlib.suppress(OSError):  # not empty (another run's folder, a file), or gone already
+                os.rmdir(self.root / task_id)
 
     def task_ids(self, after: str, limit: int) -> list[str]:
         """See :meth:`ResultStore.task_ids`."""
@@ -317,6 +335,12 @@ class _Partial(io.BufferedIOBase):
             raise
         if exc is not None and not isinstance(exc, self._keep_on):
             path.unlink(missing_ok=True)
+
+
+def remove_runs(store: ResultStore, task_id: str, runs: Iterable[str]) -> None:
+    """Remove the folders of the task's runs ``runs`` (each as :meth:`ResultStore.delete` of its run view)."""
+    for run in runs:
+        store.for_run(run).delete(task_id)
 
 
 def result_store(config: Config) -> ResultStore:

@@ -122,6 +122,12 @@ class S3ResultStore:
             if folder != own:
                 translated(functools.partial(self._delete, folder))
 
+    def runs(self, task_id: str) -> list[str]:
+        """See :meth:`app.core.results.ResultStore.runs` (objects or unfinished uploads under ``run-<id>/``)."""
+        task = self._task_folder(task_id)
+        found = translated(lambda: self._folders(task, "", MAX_RUNS, lambda name: name.startswith("run-")))
+        return [name.removeprefix("run-") for name in found]
+
     def _key(self, task_id: str, name: str) -> str:
         return self._folder(task_id) + check_name(name)
 

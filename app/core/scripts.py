@@ -278,6 +278,7 @@ TRANSITION = Script(
         "waiting_on": "'' = no check; else a task the task must still wait for (``after``: its -6 is decided once)",
         "job_argc": "how many ARGV entries the commands that queue its job take (0 = none: only a move back to "
                     "PENDING queues one, and only when the compare-and-set won)",
+        "run_at_ms": "'' = none; else the task (moving to PENDING) waits in delayed until then: a retry's backoff",
     },
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all), then the task "
@@ -325,6 +326,7 @@ if unfinished[status] and not unfinished[new_status] then
   if cur[4] then redis.call('LPUSH', settled, task_id) end  -- the tasks that run after it learn of its end
 end
 if status == $PENDING then redis.call('ZREM', delayed, task_id) end
+if run_at_ms ~= '' then redis.call('ZADD', delayed, run_at_ms, task_id) end
 replay(first_command, first_field, 1)
 account(task, cur[10], cur[9], held_bytes(task, {payload, result, checkpoint, cursor}))
 local seq = redis.call('HINCRBY', task, @seq, 1)
@@ -341,7 +343,8 @@ return {1, status}
 # Run a FAILED or CANCELLED task again (POST /tasks/{id}/retry): the same task back to PENDING and its RQ job
 # queued as job_id (its commands replayed as in SUBMIT), in one step, so the task is never PENDING without a
 # job nor queued twice (a second retry finds PENDING). The failed run's outcome goes (error, result, items,
-# progress, checkpoint, cursor, times, any run_at/waiting of its submit: it runs now); attempts keeps counting,
+# progress, checkpoint, cursor, times, any run_at/waiting of its submit: it runs now, except a batch's then task
+# whose batch still runs, which waits for it again as at its create); attempts keeps counting,
 # and max_attempts becomes attempts + budget, so the new run has a fresh budget of automatic retries. Its
 # lifetime starts again as a new task's (expiry_ms, key_ttl_s; the payload's too), and it counts again in
 # active, within the member's cap as a submit does. Refused past expires_at (EXPIRED to every reader) and
@@ -381,7 +384,7 @@ RERUN = Script(
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
     body=REPLAY + SYNC + QUOTA + """
-local cur = redis.call('HMGET', task, @status, @expires_at, @member, @attempts, @batch, @stored)
+local cur = redis.call('HMGET', task, @status, @expires_at, @member, @attempts, @batch, @stored, @then_of)
 local status, member = cur[1], cur[3]
 if not status then return {0, ''} end
 local ok = false
@@ -406,7 +409,15 @@ redis.call('ZREM', delayed, task_id)
 redis.call('HINCRBY', stats, stat, 1)
 redis.call('HINCRBY', active, member, 1)
 account(task, member, cur[6], held_bytes(task, {payload, result, checkpoint, cursor}))
-replay(first_command, first_command + tonumber(job_argc), 1)
+local batch_of_then = cur[7] and (batch_head .. cur[7])
+if batch_of_then and redis.call('EXISTS', batch_of_then) == 1
+    and redis.call('HGET', batch_of_then, %then_released) ~= '1' then
+  -- a then task whose batch still runs: back to waiting for it, released (once) when the batch ends
+  redis.call('HSET', task, @waiting, 1, @waiting_for, cur[7])
+  redis.call('HDEL', task, @job)  -- queued under its own id when released (app.core.jobs.delayed_job_id)
+else
+  replay(first_command, first_command + tonumber(job_argc), 1)
+end
 local seq = redis.call('HINCRBY', task, @seq, 1)
 redis.call('PUBLISH', events, seq)
 batch_sync(task, task_id, before, now_ms, nil)

@@ -235,9 +235,11 @@ class TaskStore:
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
         refund: bool = False, acknowledged: bool = False, waiting_on: str = "", job: Sequence[Command] = (),
+        run_at: int | str = "",
     ) -> Transition:
         """The TRANSITION script (see app.core.scripts); ``job``: the commands that queue the task's RQ job,
-        replayed in the same step only when the compare-and-set won."""
+        replayed in the same step only when the compare-and-set won; ``run_at``: the task, back to PENDING,
+        waits in keys.DELAYED until then (a retry's backoff)."""
         job_keys, job_args = lua.replay(job)
         answer = self.run_script(scripts.TRANSITION.name, *scripts.TRANSITION.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
@@ -250,7 +252,8 @@ class TaskStore:
                   "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
                   "stat": STAT_ENTERED.get(new_status, "") if stat is None else stat, "task_id": task_id,
-                  "refund": "1" if refund else "", "waiting_on": waiting_on, "job_argc": len(job_args)},
+                  "refund": "1" if refund else "", "waiting_on": waiting_on, "job_argc": len(job_args),
+                  "run_at_ms": run_at},
             rest_keys=job_keys, rest=[*job_args, *fields], record_ms=self.config.call_record_ms,
         ), client=client, acknowledged=acknowledged)  # fmt: skip
         if client is not None:
@@ -313,11 +316,15 @@ class TaskStore:
         fields = [F.ERROR_CODE, code, F.ERROR_MESSAGE, message, F.MESSAGE, message, *_items_fields(items)]
         return self._terminal(task_id, (TaskStatus.PROCESSING,), TaskStatus.FAILED, fields, run_id=run_id).done
 
-    def retry(self, task_id: str, run_id: str, message: str) -> bool:
-        """PROCESSING -> PENDING: this run gave up; the job will be delivered again."""
-        fields = [F.MESSAGE, message, F.UPDATED_AT, now_ms()]
+    def retry(self, task_id: str, run_id: str, message: str, *, run_at: int | None = None,
+              job_id: str | None = None) -> bool:
+        """PROCESSING -> PENDING: this run gave up. With ``run_at`` (ms) the task waits in keys.DELAYED until
+        then, when the scheduler's promote tick queues it as RQ job ``job_id`` (app.core.deferred)."""
+        fields: list[Any] = [F.MESSAGE, message, F.UPDATED_AT, now_ms()]
+        if run_at is not None:
+            fields += [F.RUN_AT, run_at, *([F.JOB, job_id] if job_id else [])]
         return self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
-                                stat=STAT_RETRIED).done
+                                stat=STAT_RETRIED, run_at="" if run_at is None else run_at).done
 
     def fail_waiting(self, task_id: str, dep_id: str) -> bool:
         """PENDING -> FAILED -6 for a task that runs after ``dep_id``, which ended otherwise than COMPLETED (or is

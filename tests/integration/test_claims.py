@@ -80,8 +80,8 @@ def run_folders(config: Config, task_id: str) -> list[Path]:
     return sorted((config.results_dir / task_id).glob("run-*"))
 
 
-def stalled_run(api: Api, gate: Path) -> tuple[str, str, int]:
-    task_id = api.create("test.gated", {"gate": str(gate)})
+def stalled_run(api: Api, gate: Path, task_type: str = "test.gated") -> tuple[str, str, int]:
+    task_id = api.create(task_type, {"gate": str(gate)})
     old_who = announced(api, task_id)
     pid = int(old_who.split("-")[0])
     os.kill(pid, signal.SIGSTOP)
@@ -144,6 +144,31 @@ def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, gate: Path,
     assert len(run_folders(claims.config, task_id)) == 1
 
 
+
+def test_old_run_wakes_up_after_the_new_run_resumed_in_its_folder_and_completed(claims: Stack, gate: Path,
+                                                                               conn: redis.Redis) -> None:
+    # the old run saved a checkpoint, so the new run resumes in the old run's folder and completes there.
+    # Before the fence, the old run, told the task was no longer its own, removed that folder (it was the one
+    # it had created, and the COMPLETED task no longer "resumed" in it): the result file was gone.
+    [first] = claims.start_worker(name="first")
+    with Api(claims.base_url) as api:
+        task_id, old_who, pid = stalled_run(api, gate, "test.gated_resumable")
+        try:
+            recover(claims.config, conn)
+            claims.start_worker(name="second")
+            new_who = announced(api, task_id, not_who=old_who)
+            (gate / new_who).touch()
+            done = api.wait_for(task_id, "COMPLETED", "FAILED", timeout=20)
+            assert done["status"] == "COMPLETED" and done["resumed"] == 1, done
+            [folder] = run_folders(claims.config, task_id)  # one folder: the old run's, the new run's result in it
+            assert file_of(api, task_id) == new_who.encode()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: horse_gone(pid), timeout=20, message=lambda: f"the old run to stop\n{first.describe()}")
+        wait_until(lambda: "taken over by another run" in first.log(), timeout=10, message="the old run's log line")
+        assert api.status(task_id)["status"] == "COMPLETED"
+        assert file_of(api, task_id) == new_who.encode()  # the new run's file survived the old run's exit
+    assert run_folders(claims.config, task_id) == [folder]
 
 
 def test_an_output_that_cannot_be_stored_fails_minus_1_at_once(claims: Stack) -> None:

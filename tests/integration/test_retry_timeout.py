@@ -1,7 +1,8 @@
 """Retries and timeouts with a real RQ worker: an unexpected exception is retried with backoff while
 attempts remain, then fails with -1 (traceback in the worker's log only); a job past its timeout fails
 with -2. Uses the test processors of tests/userprocs (``test.flaky`` retries twice, ``test.slow`` has
-a one-second timeout)."""
+a one-second timeout). A retry's backoff waits in taskport's delayed set, queued by a scheduler's promote
+tick: on time whichever worker holds RQ's scheduler lock (issue 29, finding 7)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rq import Queue
+from rq.scheduler import RQScheduler
 
-from tests.integration.harness import TASKS, Api, Stack
+from app.core.states import QUEUES
+from tests.integration.harness import TASKS, Api, Stack, wait_until
 
 USER_PROCESSORS = "tests.userprocs.tasks"
 
@@ -26,7 +30,8 @@ def calls(marker: Path) -> int:
 
 
 def test_a_failure_is_retried_after_its_backoff_then_succeeds(stack: Stack, api: Api, tmp_path: Path) -> None:
-    stack.configure(retry_backoff="1")  # a real delay: the retry goes through RQ's scheduled-job registry
+    stack.configure(retry_backoff="1")  # a real delay: the retry waits in the delayed set for the promote tick
+    stack.start_scheduler()
     stack.start_worker()
     marker = tmp_path / "flaky-once"
     submitted = time.monotonic()
@@ -38,6 +43,32 @@ def test_a_failure_is_retried_after_its_backoff_then_succeeds(stack: Stack, api:
     assert took >= 1, f"retried after {took:.2f} s, before its one-second backoff"
     result = api.get(f"{TASKS}/{task_id}/result").json()
     assert result["result"] == {"calls": 2}
+
+
+def test_a_retry_runs_on_time_while_rq_s_scheduler_lock_is_held_by_a_dead_worker(stack: Stack, api: Api,
+                                                                                 tmp_path: Path) -> None:
+    # a retry used to wait in RQ's scheduled-job registry, which only the worker holding rq:scheduler-lock:<queue>
+    # moves: with the holder killed -9 (its lock's TTL still running), the others looked again only at their
+    # maintenance, 600 s later (810.6 s measured). Here every queue's lock is held by such a dead worker
+    stack.configure(retry_backoff="1")
+    conn = stack.redis()
+    for queue in QUEUES:
+        conn.set(RQScheduler.get_locking_key(queue), "a worker killed -9", ex=600)
+    stack.start_scheduler()
+    stack.start_worker()
+    marker = tmp_path / "flaky-once"
+    task_id = api.create("test.flaky", {"marker": str(marker), "fail_times": 1})
+    waiting = wait_until(lambda: (doc := api.status(task_id))["status"] == "PENDING" and doc["attempts"] == 1 and doc,
+                         timeout=10, interval=0.01, message="the task to wait for its retry")
+    failed_at = time.monotonic()
+    assert waiting["message"] == "attempt 1 failed; retrying in 1s" and waiting["run_at"] is not None, waiting
+    assert Queue("default", connection=conn).scheduled_job_registry.count == 0  # nothing of it waits in RQ
+    done = api.wait_for(task_id, "COMPLETED", timeout=10)
+    took = time.monotonic() - failed_at
+    assert done["attempts"] == 2 and calls(marker) == 2
+    assert took < 5, f"retried {took:.2f} s after the failure, for a one-second backoff"
+    assert all(Queue(q, connection=conn).scheduled_job_registry.count == 0 for q in QUEUES)  # rq-dashboard: none
+    conn.close()
 
 
 def test_retries_exhausted_fail_with_minus_one_and_the_traceback_stays_in_the_log(

@@ -7,11 +7,12 @@ import uuid
 
 import pytest
 
-from app.core import keys
+from app.core import deferred, keys
 from app.core.answers import ActiveCapReached, NewTask, StoredBytesReached
 from app.core.batches import DONE, RUNNING, BatchStore, BatchTask
+from app.core.clock import now_ms
 from app.core.config import Config
-from app.core.jobs import JobQueue
+from app.core.jobs import JobQueue, rerun_job_id
 from app.core.rerun import rerun
 from app.core.states import TaskStatus
 from app.core.store import TaskStore
@@ -214,3 +215,41 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
     assert by_batch == by_submits
     assert by_batch["queues"]["rq:queue:high"] == [ids[0], ids[3], ids[6]]
     assert by_batch["counters"][0] == b"7" and len(by_batch["audit"]) == 7
+
+
+def test_a_cancelled_then_task_run_again_waits_for_its_running_batch_and_is_queued_once(conn, store, batches,
+                                                                                       config) -> None:
+    # issue 29, finding 9: the run again queued it at once (it ran before its batch ended), and the batch's end
+    # released it into the delayed set again (a second job)
+    jobs = JobQueue(conn, config)
+    created = make(batches, 2, jobs=jobs)
+    first, second = (e.task_id for e in created.entries)
+    then_id, queue = created.batch.then_task_id, "rq:queue:default"
+    conn.delete(queue)  # the batch's own jobs, taken by workers
+    assert store.cancel(then_id).done
+    then = store.get(then_id)
+    job_id = rerun_job_id(then_id, then.seq)
+    again = rerun(store, then_id, job_id, jobs.requeue_commands(then, job_id), budget=1).task
+    assert again is not None and again.status == TaskStatus.PENDING and again.waiting_for == (created.batch.id,)
+    assert conn.llen(queue) == 0 and conn.zscore(keys.DELAYED, then_id) is None  # not before its batch ends
+    run(store, first)
+    assert deferred.promote_due(store, jobs, now_ms()) == (0, 0) and conn.llen(queue) == 0
+    run(store, second)  # the batch ends: its then task is released, once
+    assert deferred.promote_due(store, jobs, now_ms() + 1) == (1, 1)
+    assert conn.lrange(queue, 0, -1) == [then_id.encode()] and store.job_id(then_id) == then_id
+    assert deferred.promote_due(store, jobs, now_ms() + 1) == (0, 0) and conn.llen(queue) == 1
+
+
+def test_a_then_task_run_again_after_its_batch_ended_is_queued_at_once(conn, store, batches, config) -> None:
+    jobs = JobQueue(conn, config)
+    created = make(batches, 1, jobs=jobs)
+    then_id, queue = created.batch.then_task_id, "rq:queue:default"
+    conn.delete(queue)
+    run(store, created.entries[0].task_id)  # the batch ends: its then task released...
+    conn.zrem(keys.DELAYED, then_id)  # ...and queued by the promote tick (as it does)
+    run(store, then_id, ok=False)
+    then = store.get(then_id)
+    job_id = rerun_job_id(then_id, then.seq)
+    again = rerun(store, then_id, job_id, jobs.requeue_commands(then, job_id), budget=1).task
+    assert again is not None and again.waiting_for == ()
+    assert conn.lrange(queue, 0, -1) == [job_id.encode()]

@@ -21,6 +21,7 @@ from app.core.results import (
     FileInfo,
     LocalResultStore,
     ResultStore,
+    remove_runs,
     spill,
     streamed_body,
     unspill,
@@ -114,6 +115,21 @@ def test_delete_removes_every_file_of_the_task_only_and_is_idempotent(results: R
         with pytest.raises(FileNotFoundError):
             results.open(task_id, name)
     assert results.info(other, "a.csv", "").size == 1
+
+
+def test_runs_lists_the_run_folders_of_the_task_and_remove_runs_removes_those_named(results: ResultStore,
+                                                                                    task_id: str) -> None:
+    first, second, third = sorted(uuid.uuid4().hex for _ in range(3))
+    assert results.runs(task_id) == []
+    for run in (first, second, third):
+        with results.for_run(run).writer(task_id, "a.csv") as fh:
+            fh.write(b"1")
+    with results.writer(task_id, "legacy.csv") as fh:  # a file of the task's own folder is no run's
+        fh.write(b"1")
+    assert results.runs(task_id) == [first, second, third]
+    remove_runs(results, task_id, [first, third])
+    assert results.runs(task_id) == [second] and results.for_run(second).info(task_id, "a.csv", "").size == 1
+    assert results.info(task_id, "legacy.csv", "").size == 1
 
 
 def test_task_ids_are_listed_in_order_a_page_at_a_time(results: ResultStore) -> None:

@@ -4,7 +4,8 @@ one delivery runs with ``Runner.run`` (or RQ's entry point ``run_task`` on the R
 
 What one delivery does: start the task (a second delivery does nothing), report progress, complete
 with the output, fail with the processor's code or the service's (-1, -2), record failed items,
-stop without writing once the task was cancelled, and ask RQ to deliver again while attempts remain. What it
+stop without writing once the task was cancelled, and wait out a retry's backoff in keys.DELAYED while attempts
+remain. What it
 returns to RQ says how the delivery ended the task (a RunEnd the worker files in RQ's registries), or that it
 changed no end (None).
 """
@@ -17,11 +18,12 @@ from typing import Any
 
 import pytest
 from marshmallow import INCLUDE, Schema
-from rq import Retry
 from rq.timeouts import JobTimeoutException
 
-from app.core import processors
+from app.core import deferred, keys, processors
+from app.core.clock import iso, now_ms
 from app.core.config import Config
+from app.core.jobs import retry_job_id
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.web import create_app
 from workers import runner as runner_module
@@ -164,13 +166,20 @@ def test_a_job_timeout_fails_the_task_with_minus_2(client, runner):
                                                 "message": ERROR_MESSAGES[ErrorCode.TIMEOUT]}
 
 
-def test_an_unexpected_exception_is_retried_after_the_backoff_then_fails_with_minus_1(client, runner):
+def test_an_unexpected_exception_is_retried_after_the_backoff_then_fails_with_minus_1(client, runner, conn):
     task_id = submit(client, "rt.flaky")  # retries=1: two attempts
-    retry = runner.run(task_id)
-    assert isinstance(retry, Retry) and retry.max == 2
-    assert retry.intervals == [4 + 1]  # the first backoff step, plus RQ's rounding second
+    conn.lpop("rq:queue:default")  # RQ took the first job
+    failed_at = now_ms()
+    assert runner.run(task_id) is None  # RQ deletes the failed delivery's job: nothing of RQ's waits for the retry
     doc = status(client, task_id)
     assert doc["status"] == TaskStatus.PENDING and doc["attempts"] == 1 and doc["error"] is None
+    assert doc["message"] == "attempt 1 failed; retrying in 4s"
+    due = conn.zscore(keys.DELAYED, task_id)  # the backoff waits in taskport's delayed set, the first step's 4 s
+    assert due is not None and failed_at + 4000 <= due <= now_ms() + 4000
+    assert doc["run_at"] == iso(int(due))
+    assert deferred.promote_due(runner.store, runner.jobs, int(due) - 1) == (0, 0)  # not before its time
+    assert deferred.promote_due(runner.store, runner.jobs, int(due)) == (1, 1)
+    assert conn.lrange("rq:queue:default", 0, -1) == [retry_job_id(task_id, 1).encode()]  # not the failed job's id
     assert runner.run(task_id) == RunEnd(TaskStatus.FAILED, ErrorCode.INTERNAL,  # the last attempt: no traceback
                                          ERROR_MESSAGES[ErrorCode.INTERNAL])
     doc = status(client, task_id)

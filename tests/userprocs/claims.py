@@ -7,7 +7,8 @@ serialize, ``{"kind": "big", "size": n}`` a string of ``n`` characters.
 its result file ``out.txt``, then waits (checking for cancellation) for the file ``<gate>/<who>``; with
 ``explode`` it then raises. After the wait it reports progress once more (a checkpoint that asks
 Redis) and returns ``{"who": ..., "file": {...}}``. So a test can stall one run, let another run take
-over, and decide which of them goes on first.
+over, and decide which of them goes on first. ``test.gated_resumable`` is the same with a checkpoint first,
+so the run that takes over works in the stalled run's folder.
 """
 
 from __future__ import annotations
@@ -46,6 +47,27 @@ def gated(payload: dict, ctx: TaskContext) -> dict:
         ctx.progress(90, message="released")
         ctx.flush()
         ctx.check_cancelled()
+    info = ctx.results.info(ctx.task_id, "out.txt", "text/plain")
+    return {"who": me, "file": {"name": info.name, "size": info.size, "content_type": info.content_type,
+                                "url": f"/api/v1/tasks/{ctx.task_id}/result/file"}}
+
+
+@processor("test.gated_resumable", schema=GatedSchema, timeout=120, retries=1)
+def gated_resumable(payload: dict, ctx: TaskContext) -> dict:
+    """``test.gated`` with a checkpoint: the first run saves a cursor once ``out.txt`` is written, so a run that
+    takes over resumes in the first run's result folder and writes its own ``out.txt`` there."""
+    me = who()
+    with ctx.results.writer(ctx.task_id, "out.txt") as fh:
+        fh.write(me.encode())
+    if ctx.cursor is None:
+        ctx.save_cursor({"first": me})
+    ctx.progress(1, message=f"who {me}")
+    ctx.flush()
+    while not os.path.exists(os.path.join(payload["gate"], me)):
+        ctx.sleep(0.02)
+    ctx.progress(90, message="released")
+    ctx.flush()
+    ctx.check_cancelled()
     info = ctx.results.info(ctx.task_id, "out.txt", "text/plain")
     return {"who": me, "file": {"name": info.name, "size": info.size, "content_type": info.content_type,
                                 "url": f"/api/v1/tasks/{ctx.task_id}/result/file"}}
