@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from app.core.creation import CREATE, SIBLING
 from app.core.keys import EVENTS_TAIL, TASKS_TAIL
-from app.core.lua import Script, Tail
+from app.core.lua import FIRST, Script, Tail
 from app.core.states import CallbackState
 from app.core.waitscripts import REPLAY
 
@@ -121,7 +121,7 @@ end
 # the member's quota of stored bytes.
 BATCH = Script(
     "batch_create",
-    once=True,
+    once=FIRST,
     keys={
         "history": "sorted set: the member's task ids by creation time",
         "expiry": "sorted set: the expiry index",

@@ -34,7 +34,7 @@ from standardwebhooks import Webhook
 from app.core import keys
 from app.core.config import Config
 from app.core.keys import BatchField, DeliveryField, TaskField
-from app.core.lua import Script
+from app.core.lua import FIRST, LATE, Script
 from app.core.states import TERMINAL, TaskStatus
 from app.core.states import CallbackState as CallbackState  # re-exported: a delivery's states
 
@@ -140,7 +140,7 @@ def _fields(body: str) -> str:
 # no other sees as due until that lease runs out. Returns their ids.
 CLAIM = Script(
     "callbacks_claim",
-    once=True,
+    once=LATE,
     keys={"due": "sorted set: delivery id -> ms it is due"},
     args={"now_ms": "now", "until_ms": "the claim's lease: when it is due again if no job takes it",
           "limit": "how many to claim at most"},
@@ -154,7 +154,7 @@ return found
 # settled), moving it to ``until_ms`` (the attempt's lease). Returns 1 when taken, 0 otherwise.
 TAKE = Script(
     "callbacks_take",
-    once=True,
+    once=LATE,
     keys={"due": "sorted set: delivery id -> ms it is due"},
     args={"delivery_id": "the delivery", "claim_ms": "the score the claim set", "until_ms": "the attempt's lease"},
     body="""
@@ -169,7 +169,7 @@ return 1
 # the attempts), or with next_ms '' the end of the delivery (record dropped, out of the due set).
 SETTLE = Script(
     "callbacks_settle",
-    once=True,
+    once=FIRST,
     keys={"target": "hash: the task's or batch's record", "channel": "channel: its events",
           "record": "hash: the delivery's record", "due": "sorted set: delivery id -> ms it is due"},
     args={"delivery_id": "the delivery", "state": "the target's callback state now",
@@ -200,7 +200,7 @@ class Deliveries:
 
     def __init__(self, conn: redis.Redis, record_ms: int | None = None) -> None:
         self.redis: Any = conn  # replies are bytes (no decoding)
-        self.record_ms = Config().call_record_ms if record_ms is None else record_ms  # lua.ONCE
+        self.record_ms = Config().call_record_ms if record_ms is None else record_ms  # lua.ONCE_KEY
         self._scripts = {s.name: conn.register_script(s.source()) for s in SCRIPTS}
 
     def _run(self, script: Script, keys_: dict[str, str], args: dict[str, Any]) -> Any:

@@ -304,7 +304,7 @@ class Config:
 
     @property
     def call_record_ms(self) -> int:
-        """How long a script's answer to one call is kept for a repeat of that call (app.core.lua.ONCE): longer
+        """How long a script's answer to one call is kept for a repeat of that call (app.core.lua.ONCE_KEY): longer
         than any client of ours keeps sending a call again, twice the ride-out plus a try's timeout each way."""
         return int((self.redis_ride_out + self.redis_timeout) * 2000)
 

@@ -171,7 +171,7 @@ class BatchField(StrEnum):
 
 def call(call_id: str) -> str:
     """String (PX): the answer a script gave to one call, kept so that a repeat of the call (its reply lost)
-    is answered from it instead of running again (app.core.lua.ONCE). Lives Config.call_record_ms."""
+    is answered from it instead of running again (app.core.lua.ONCE_KEY). Lives Config.call_record_ms."""
     return f"{PREFIX}call:{call_id}"
 
 

@@ -95,18 +95,35 @@ _NAME = re.compile(r"[a-z_][a-z_0-9]*")
 # a refusal {2, ...}, an empty list, the status a compare-and-set found) leaves nothing: its repeat is a first
 # call, answered from the state it finds then, which is the only answer its caller sees. Answers are kept as
 # JSON (cjson: every script answers arrays of strings, integers and false), so a repeat gets the first reply.
+#
+# Where the record is read: FIRST, before the body runs, for a script whose repeat would write again (a
+# progress write appends its checkpoint line while the run holds the task; a batch create finds its own dedup
+# keys held and would count them again). LATE, only once the body wrote nothing, for a compare-and-set that a
+# repeat always fails because the first call moved what it compares (a transition's expected statuses never
+# include the one it moves to; a submit finds its own dedup key held): the usual call, which writes, then
+# costs no read.
 ONCE_KEY = "call"
 ONCE_ARG = "call_ttl_ms"
-ONCE = """
+FIRST = "first"
+LATE = "late"
+_ONCE_HEAD = {FIRST: """
 local once_recorded = call_ttl_ms ~= '' and redis.call('GET', call)
 if once_recorded then return cjson.decode(once_recorded) end
+""", LATE: ""}
+_ONCE_TAIL = """
 local once_answer = once_body()
 local once_wrote = once_answer == 1 or once_answer == $PROCESSING
 if type(once_answer) == 'table' then
   local first = once_answer[1]
   once_wrote = first ~= nil and (type(first) ~= 'number' or first == 1)
 end
-if call_ttl_ms ~= '' and once_wrote then redis.call('SET', call, cjson.encode(once_answer), 'PX', call_ttl_ms) end
+if call_ttl_ms == '' then return once_answer end
+if once_wrote then
+  redis.call('SET', call, cjson.encode(once_answer), 'PX', call_ttl_ms)
+elseif __LATE__ then
+  local once_recorded = redis.call('GET', call)
+  if once_recorded then return cjson.decode(once_recorded) end
+end
 return once_answer
 """
 
@@ -131,7 +148,7 @@ class Script:
     body: str
     rest_keys: Tail | None = None
     rest: Tail | None = None
-    once: bool = False  # not safe twice by construction: a call records its answer (ONCE)
+    once: str = ""  # not safe twice by construction: a call records its answer, read FIRST or LATE (see ONCE_KEY)
     _key_names: frozenset[str] = field(init=False, repr=False)
     _arg_names: frozenset[str] = field(init=False, repr=False)
     _take_keys: Callable[[Mapping[str, Any]], tuple[Any, ...]] = field(init=False, repr=False)
@@ -181,7 +198,9 @@ class Script:
         markers rendered."""
         if not self.once:
             return self.preamble() + fragment + render(self.body)
-        body = "local function once_body()\n" + render(self.body) + "\nend\n" + render(ONCE)
+        late = "true" if self.once == LATE else "false"
+        body = (_ONCE_HEAD[self.once] + "local function once_body()\n" + render(self.body) + "\nend\n"
+                + render(_ONCE_TAIL).replace("__LATE__", late))
         return self.preamble() + fragment + body
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
@@ -192,7 +211,7 @@ class Script:
         the only check is a comparison of name sets.
 
         A ``once`` script's call gets a fresh call id and keeps its answer ``record_ms`` ('' = not kept): see
-        ONCE. Its ONCE_KEY and ONCE_ARG are filled in here, never by the caller."""
+        ONCE_KEY. Its ONCE_KEY and ONCE_ARG are filled in here, never by the caller."""
         if keys.keys() != self._key_names or args.keys() != self._arg_names or (rest_keys and not self.rest_keys) \
                 or (rest and not self.rest):
             raise self._refusal(keys, args, bool(rest_keys), bool(rest))

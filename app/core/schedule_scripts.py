@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from app.core.keys import ScheduleField
-from app.core.lua import Script, Tail
+from app.core.lua import LATE, Script, Tail
 
 _FIELD = re.compile(r"%([a-z_]+)")
 
@@ -24,7 +24,7 @@ def _fields(body: str) -> str:
 # concurrent creates never take a member past the cap. Returns {1} when created, {0, count} at the cap.
 CREATE = Script(
     "schedule_create",
-    once=True,
+    once=LATE,
     keys={"schedule": "hash: the new schedule's record", "index": "sorted set: the member's schedules",
           "due": "sorted set: unpaused schedules by next fire time"},
     args={"schedule_id": "the new schedule's id", "cap": "schedules one member may hold (0 = no cap)",
@@ -66,7 +66,7 @@ return 1
 # the firing created, recorded as its last run. Returns 1 when advanced, 0 otherwise.
 ADVANCE = Script(
     "schedule_advance",
-    once=True,
+    once=LATE,
     keys={"schedule": "hash: the schedule's record", "due": "sorted set: unpaused schedules by next fire time"},
     args={"schedule_id": "the schedule's id", "fire_ms": "the fire time served (its next_run_at now)",
           "next_ms": "the fire time after it ('' = none: it leaves the due index)", "now_ms": "now",

@@ -89,7 +89,7 @@ class ScheduleStore:
     def __init__(self, conn: redis.Redis, cap: int, record_ms: int | None = None) -> None:
         self.redis: Any = conn
         self.cap = cap  # schedules per member, 0 = no cap (Config.schedule_cap)
-        self.record_ms = Config().call_record_ms if record_ms is None else record_ms  # lua.ONCE
+        self.record_ms = Config().call_record_ms if record_ms is None else record_ms  # lua.ONCE_KEY
         self._scripts = {name: conn.register_script(s.source()) for name, s in SCRIPTS.items()}
 
     def _run(self, script: Script, keys_: dict[str, str], args: dict[str, Any], rest: Sequence[Any] = ()) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from app.core.batchscripts import BATCH, SYNC
 from app.core.config import Config
 from app.core.creation import CREATE, QUOTA, SIBLING
-from app.core.lua import Script, Tail, render
+from app.core.lua import FIRST, LATE, Script, Tail, render
 from app.core.states import CallbackState
 from app.core.waitscripts import REPLAY
 from app.core.waitscripts import SCRIPTS as WAIT_SCRIPTS
@@ -75,7 +75,7 @@ end
 # bytes (keys.STORED_BYTES, kept by every script that changes what a task holds: app.core.creation.QUOTA).
 SUBMIT = Script(
     "submit",
-    once=True,
+    once=LATE,
     keys={
         "dedup": "string: the id of the task holding the member's dedup key (set here, for the dedup window)",
         "task": "hash: the new task's record",
@@ -139,7 +139,7 @@ START = Script(
           "batch_head": _BATCH_HEAD},
     args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id"},
     body=SYNC + """
-local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch)
+local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch, @attempts, @seq, @resumed)
 local status = cur[1]
 if status == $PROCESSING and cur[3] == run_id then
   -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
@@ -151,12 +151,15 @@ if (tonumber(cur[2]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED}
 local payload_json = redis.call('GET', payload)
 if not payload_json then return {0, $MISSING_PAYLOAD} end
 local before = cur[4] and batch_state(task)
-redis.call('HSET', task, @status, $PROCESSING, @run_id, run_id, @started_at, now_ms,
-           @updated_at, now_ms, @message, '')
-redis.call('HINCRBY', task, @attempts, 1)
 local log, saved = redis.call('GET', checkpoint), redis.call('GET', cursor)
-if log or saved then redis.call('HINCRBY', task, @resumed, 1) end
-local seq = redis.call('HINCRBY', task, @seq, 1)
+local seq = (tonumber(cur[6]) or 0) + 1  -- the counters in the one HSET: a delivery's commands (bench/README.md)
+local fields = {@status, $PROCESSING, @run_id, run_id, @started_at, now_ms, @updated_at, now_ms, @message, '',
+                @attempts, (tonumber(cur[5]) or 0) + 1, @seq, seq}
+if log or saved then  -- written only once it is not 0 (a task's bytes: bench/README.md)
+  fields[#fields + 1] = @resumed
+  fields[#fields + 1] = (tonumber(cur[7]) or 0) + 1
+end
+redis.call('HSET', task, unpack(fields))
 redis.call('ZADD', running, now_ms, task_id)
 redis.call('PUBLISH', events, seq)
 batch_sync(task, task_id, before, now_ms, nil)
@@ -174,7 +177,7 @@ return {1, payload_json, redis.call('HGETALL', task), log, saved}
 # Returns the status found ('PROCESSING' when written, 'TAKEN' when another run holds the task).
 PROGRESS = Script(
     "progress",
-    once=True,
+    once=FIRST,
     keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat (moved)",
           "events": "channel: the task's events", "checkpoint": "string: the task's checkpoint log (appended)",
           "cursor": "string: the cursor the processor saved last", "batch_head": _BATCH_HEAD,
@@ -240,7 +243,7 @@ return $PROCESSING
 # Returns {1, previous_status} when written, {0, current_status} otherwise.
 TRANSITION = Script(
     "transition",
-    once=True,
+    once=LATE,
     keys={
         "task": "hash: the task's record",
         "payload": "string: the task's payload JSON (dropped with drop)",
@@ -353,7 +356,7 @@ return {1, status}
 # {2, unfinished_count} at the cap.
 RERUN = Script(
     "rerun",
-    once=True,
+    once=LATE,
     keys={
         "task": "hash: the task's record",
         "payload": "string: the task's payload JSON (kept since it failed or was cancelled)",
@@ -430,7 +433,7 @@ return {1, redis.call('HGETALL', task)}
 # that run is still seen. Returns 1 when the entry left.
 FORGET_RUN = Script(
     "forget_run",
-    once=True,
+    once=LATE,
     keys={"task": "hash: the task's record", "running": "sorted set: PROCESSING task id -> last heartbeat"},
     args={"task_id": "the task's id"},
     body="""

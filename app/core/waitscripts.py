@@ -10,7 +10,7 @@ A task waiting for its time has no RQ job: its job is built when it is due, from
 
 from __future__ import annotations
 
-from app.core.lua import Script, Tail
+from app.core.lua import FIRST, LATE, Script, Tail
 
 # A Lua function replaying the job commands of a script's tail (lua.replay): ARGV (or the table ``from``) from
 # index i up to (not including) stop, the n-th command on command_keys[k + n - 1]. While ``fold`` is a table
@@ -66,7 +66,7 @@ _JOB = Tail("command", "the job's commands (name, argc, args... each; job_argc e
 # queues nothing. Returns {1} when queued, {0, the status found ('' when gone)} otherwise.
 PROMOTE = Script(
     "promote",
-    once=True,
+    once=LATE,
     keys={"task": "hash: the task's record", "delayed": "sorted set: PENDING task id -> run_at (the task leaves it)"},
     args={"task_id": "the task's id", "now_ms": "now", "job_argc": "how many ARGV entries the job's commands take"},
     rest_keys=_COMMANDS, rest=_JOB,
@@ -89,7 +89,7 @@ return {1}
 # {0, the status found} otherwise.
 RELEASE = Script(
     "release",
-    once=True,
+    once=LATE,
     keys={"task": "hash: the waiting task's record", "dependents": "set: the tasks that run after dep_id",
           "delayed": "sorted set: PENDING task id -> run_at", "events": "channel: the waiting task's events"},
     args={"task_id": "the waiting task's id", "dep_id": "the task it ran after, which completed", "now_ms": "now",
@@ -121,7 +121,7 @@ return {1, left}
 # when an entry left.
 SETTLE_DONE = Script(
     "settle_done",
-    once=True,
+    once=FIRST,
     keys={"settled": "list: ended tasks whose dependents are to be released or failed",
           "dependents": "set: the tasks that run after dep_id", "dep": "hash: dep_id's record"},
     args={"dep_id": "the ended task"},

@@ -287,9 +287,12 @@ class TestTaskStoreContract:
         assert read(store, new.task_id).status == TaskStatus.PENDING
         assert jobs.queues["default"].job_ids == [job] and store.job_id(new.task_id) == job != new.task_id
         again = store.start(new.task_id, "run-2").started
-        assert again is not None and again.task.attempts == 2
-        conn.zadd(keys.RUNNING, {new.task_id: 1})
-        assert store.recover(again.task, now_ms(), requeue) == TaskStatus.FAILED  # no attempt left: -3
+        assert again is not None and again.task.attempts == 1  # the lost run gave its attempt back
+        for n in range(config.lost_runs):  # lost again and again without progress: free up to the bound, then -3
+            conn.zadd(keys.RUNNING, {new.task_id: 1})
+            found = store.recover(again.task, now_ms(), requeue)
+            assert found == (TaskStatus.PENDING if n + 1 < config.lost_runs else TaskStatus.FAILED)
+            again = store.start(new.task_id, f"run-{n + 3}").started or again
         assert read(store, new.task_id).error_code == -3
 
     def test_expiry_tombstones_finished_tasks_and_fails_unfinished_ones(self, store: TaskStore, conn: redis.Redis,
