@@ -122,35 +122,50 @@ def worker_round_trips(stack: Stack, n: int = 200) -> dict[str, Any]:
     return out
 
 
+# The transient keys a task leaves behind for a while, not for its result's lifetime: its dedup key (the
+# member's window) and the call records of the scripts that wrote it (Config.call_record_ms). The memory row
+# gives both a short life (_short_lived) and waits for them to lapse (_settled) before it reads used_memory.
+TRANSIENT = (keys.dedup("*", "*"), keys.call("*"))
+
+
+def _short_lived(config: Config) -> Config:
+    """``config`` with the dedup window 1 s and the call records ~6 s (a 1 s ride-out: (1 + 2) × 2,000 ms)."""
+    return replace(config, dedup_window=1, redis_ride_out=1.0)
+
+
 def _settled(conn: redis.Redis, timeout: float = 60.0) -> None:
-    """Until Redis's active expiry has reclaimed the tasks' dedup keys (their window, 1 s here, is over);
-    RQ deletes a job without a result record at once (RESULT_TTL 0)."""
+    """Until Redis's active expiry has reclaimed the TRANSIENT keys (dedup keys after their 1 s window, call
+    records after their few seconds); RQ deletes a job without a result record at once (RESULT_TTL 0)."""
     deadline = time.monotonic() + timeout
-    while next(conn.scan_iter(match=keys.dedup("*", "*"), count=5000), None) is not None:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"dedup keys still held {timeout} s after their 1 s window")
-        time.sleep(0.2)
+    for pattern in TRANSIENT:
+        while next(conn.scan_iter(match=pattern, count=5000), None) is not None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{pattern} keys still held {timeout} s after their short life")
+            time.sleep(0.2)
 
 
 def memory_per_task(stack: Stack, n: int = 10_000, worker_class: str = "simple", processes: int = 2
                     ) -> dict[str, Any]:
     """Redis memory a finished task holds for its result's lifetime: INFO used_memory over two rounds of
     ``n`` tasks each, submitted through ``TaskService.submit`` (in-process, the API's own path minus HTTP)
-    and run to COMPLETED by real workers, each round measured once it has settled (the dedup keys, held
-    1 s here instead of the window's 300, reclaimed; RQ's registries trimmed as housekeeping does). The
-    figure is the second round's growth per task: what the first round also paid once (RQ's bounded
-    window of finished jobs for rq-dashboard, the audit stream's first node, Redis's tables' first
-    sizes) cancels out; the first round's figure is kept for the record. The dedup key's own cost, for
-    its window only, is measured before it lapses; with a per-key-kind breakdown at the end."""
+    and run to COMPLETED by real workers, each round measured once it has settled (the TRANSIENT keys
+    reclaimed: dedup keys held 1 s here instead of the window's 300, call records ~6 s instead of 124; RQ's
+    registries trimmed as housekeeping does). The figure is the second round's growth per task: what the
+    first round also paid once (RQ's bounded window of finished jobs for rq-dashboard, the audit stream's
+    first node, Redis's tables' first sizes) cancels out; the first round's figure is kept for the record.
+    The dedup key's own cost, for its window only, is measured before it lapses; with a per-key-kind
+    breakdown at the end."""
     plain = stack.client()
     plain.flushall()
     processors.load()
-    config = replace(stack.config, dedup_window=1)
-    workers = stack.start_workers(worker_class, processes)
+    config = _short_lived(stack.config)
+    workers = stack.start_workers(worker_class, processes, config=config)
     try:
         time.sleep(0.5)
         service = TaskService(plain, config)
         used = [int(plain.info("memory")["used_memory"])]
+        stats = [_memory_stats(plain)]
+        peak_keys = []
         dedup_bytes = 0.0
         started = time.perf_counter()
         for round_ in (1, 2):
@@ -160,10 +175,12 @@ def memory_per_task(stack: Stack, n: int = 10_000, worker_class: str = "simple",
                 held = list(itertools.islice(plain.scan_iter(match=keys.dedup("*", "*"), count=1000), 100))
                 dedup_bytes = statistics.mean(int(plain.memory_usage(k, samples=0) or 0) for k in held) if held else 0
             _wait_completed(plain, round_ * n, timeout=240)
+            peak_keys.append(int(plain.dbsize()))
             time.sleep(RESULT_TTL + 0.5)
             JobQueue(plain, config).trim_finished()
             _settled(plain)
             used.append(int(plain.info("memory")["used_memory"]))
+            stats.append(_memory_stats(plain))
         elapsed = time.perf_counter() - started
     finally:
         stack.stop(*workers)
@@ -172,7 +189,23 @@ def memory_per_task(stack: Stack, n: int = 10_000, worker_class: str = "simple",
     return {"tasks": n, "bytes_per_task": round((used[2] - used[1]) / n, 1),
             "first_round_bytes_per_task": round((used[1] - used[0]) / n, 1), "used_memory": used,
             "dedup_key_bytes": round(dedup_bytes, 1), "seconds": round(elapsed, 1), "worker_class": worker_class,
-            "processes": processes, "breakdown_bytes_per_task": breakdown}
+            "processes": processes, "breakdown_bytes_per_task": breakdown,
+            "keys_at_completion": peak_keys, "memory_stats": stats,
+            "overhead_growth_bytes_per_task": {k: round((stats[2][k] - stats[1][k]) / n, 1) for k in stats[2]}}
+
+
+def _memory_stats(conn: redis.Redis) -> dict[str, int]:
+    """MEMORY STATS' parts that are not the keys' own bytes: the keyspace's and the expiry index's hash tables
+    (sized in powers of two: a round's transient keys can leave them a step larger after they lapse), the
+    clients' buffers, the AOF buffer, the script caches; and the keys' count, dataset bytes and the wake list's
+    length (keys.JOB_WAKE: one entry per job queued since a worker last found nothing)."""
+    raw = conn.execute_command("MEMORY STATS")
+    db = raw.get("db.0", {})
+    return {"hashtable.main": int(db.get("overhead.hashtable.main", 0)),
+            "hashtable.expires": int(db.get("overhead.hashtable.expires", 0)),
+            **{k: int(raw.get(k, 0)) for k in ("clients.normal", "aof.buffer", "lua.caches", "keys.count",
+                                                "dataset.bytes", "overhead.total")},
+            "job-wake entries": int(conn.llen(keys.JOB_WAKE))}
 
 
 def _wait_completed(conn: redis.Redis, n: int, timeout: float) -> None:
@@ -189,6 +222,8 @@ def _kind(key: str) -> str:
         return "task " + (parts[1] if len(parts) > 1 else "hash")
     if key.startswith(keys.PREFIX + "dedup:"):
         return "dedup key"
+    if key.startswith(keys.PREFIX + "call:"):
+        return "call record"
     if key.startswith("rq:"):
         return "rq " + key.split(":")[1]
     return key

@@ -174,10 +174,12 @@ class Stack:
         return child
 
     # -- workers --------------------------------------------------------------------------------
-    def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0) -> list[Proc]:
+    def start_workers(self, worker_class: str, count: int, *, bare: bool = False, timeout: float = 60.0,
+                      config: Config | None = None) -> list[Proc]:
         """``count`` taskport workers (``python -m app.launch.cli worker``) or, with ``bare``, plain ``rq worker``s
-        of the same class on the same queues; returns once all of them are registered in Redis."""
-        config = replace(self.config, worker_class=worker_class)
+        of the same class on the same queues, with ``config`` (the stack's by default); returns once all of them
+        are registered in Redis."""
+        config = replace(config or self.config, worker_class=worker_class)
         conn = self.client()
         before = {w.name for w in Worker.all(connection=conn)}
         started = []
