@@ -90,7 +90,11 @@ class ReplyProxy:
     def _connect(self) -> socket.socket:
         if self.upstream.startswith("/"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(self.upstream)
+            try:
+                sock.connect(self.upstream)
+            except OSError:  # Redis is down (killed or restarting): no socket left open behind
+                sock.close()
+                raise
             return sock
         host, port = self.upstream.rsplit(":", 1)
         return socket.create_connection((host, int(port)))
