@@ -103,22 +103,32 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q '$(UV_VERSION)'
 
-$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
-	$(UV_INSTALL) -e .
+# Both installs are of the lock files, never of pyproject.toml's ranges: what `make up` runs is what `make test`
+# and CI tested (and what a deploy installs), and an upstream release changes nothing until `make lock`. The
+# project itself goes in editable, its dependencies being the lock's.
+$(RUNTIME_STAMP): pyproject.toml requirements.txt | $(BIN)/python
+	$(UV_INSTALL) -r requirements.txt
+	$(UV_INSTALL) --no-deps -e .
 	touch $@
 
-# The dev install includes the runtime one, so it refreshes both stamps.
-$(DEV_STAMP): pyproject.toml | $(BIN)/python
-	$(UV_INSTALL) -e '.[dev]'
+# The dev lock holds the runtime one's pins too, so the dev install refreshes both stamps.
+$(DEV_STAMP): pyproject.toml requirements-dev.txt | $(BIN)/python
+	$(UV_INSTALL) -r requirements-dev.txt
+	$(UV_INSTALL) --no-deps -e .
 	touch $@ $(RUNTIME_STAMP)
 
-# requirements.txt is what a Heroku-style Python buildpack installs: exact pins compiled from pyproject.toml's
-# dependencies by uv (tests/unit/test_lock.py fails when the two disagree). Run after changing the dependencies.
+# The lock files, exact pins compiled by uv from pyproject.toml (tests/unit/test_lock.py fails when they
+# disagree with it or with each other): requirements-dev.txt, the runtime and dev dependencies resolved
+# together, then requirements.txt (what a Heroku-style Python buildpack installs) within its pins. Run after
+# changing the dependencies: uv keeps every pin that still fits; delete both files first to take the newest
+# releases.
 LOCK_PYTHON := $(shell cat .python-version)
+LOCK := $(BIN)/uv pip compile pyproject.toml --quiet --python-version $(LOCK_PYTHON) --python-platform linux \
+	--custom-compile-command 'make lock'
 .PHONY: lock
-lock: $(DEV_STAMP)
-	$(BIN)/uv pip compile pyproject.toml --quiet --python-version $(LOCK_PYTHON) --python-platform linux \
-		--custom-compile-command 'make lock' --output-file requirements.txt
+lock: | $(BIN)/python
+	$(LOCK) --extra dev --output-file requirements-dev.txt
+	$(LOCK) --constraint requirements-dev.txt --output-file requirements.txt
 
 # The Procfile as a Heroku-style platform runs it, here: honcho with the venv's bin first on PATH, so the
 # Procfile's `python` is the venv's (honcho runs each line through /bin/sh with the caller's PATH).

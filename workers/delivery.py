@@ -44,6 +44,7 @@ from app.core.states import CALLBACK_QUEUE
 from app.core.task import Task
 from app.core.urls import status_document
 from workers import timers
+from workers.stopping import PromptUnsubscribe
 from workers.worker import Leased, lease_seconds
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def deliver(delivery_id: str, claim: int) -> None:
     (_deliverer or prepare(Config.from_env())).deliver(delivery_id, claim)
 
 
-class DeliveryWorker(Leased, SimpleWorker):
+class DeliveryWorker(Leased, PromptUnsubscribe, SimpleWorker):
     """The deliverer's RQ worker: attempts run in-process (RQ's job timeout bounds each one); its registration
     leased like every worker's (workers.worker.Leased), so a killed deliverer leaves `rq info` soon."""
 

@@ -36,6 +36,7 @@ from app.core.schedule import PASSES, job_id
 from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
 from app.core.states import DEFAULT_QUEUE
 from workers import deferred, delivery, firing, timers  # noqa: F401 - run_at/after, callbacks, schedules: ticks
+from workers.stopping import PromptUnsubscribe
 from workers.worker import Leased, lease_seconds
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
             description=f"housekeeping: {name}")
 
 
-class HousekeepingWorker(Leased, SimpleWorker):
+class HousekeepingWorker(Leased, PromptUnsubscribe, SimpleWorker):
     """The housekeeper's RQ worker: RQ's SimpleWorker with a leased registration (workers.worker.Leased)."""
 
 

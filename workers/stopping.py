@@ -21,6 +21,8 @@ from typing import Any
 
 from rq.utils import now
 
+UNSUBSCRIBE_WAIT = 1.0  # seconds a stop waits for RQ's pubsub thread to end (RQ's own join timeout)
+
 
 class GracefulStop:
     """Mixin for an RQ worker class (before it in the bases): the graceful stop of the module docstring."""
@@ -50,3 +52,28 @@ class GracefulStop:
         from workers import runner  # the in-process run of a simple worker
 
         runner.interrupt_current()
+
+
+class PromptUnsubscribe:
+    """Mixin for an RQ worker class (before it in the bases): its stop ends RQ's pubsub thread at once.
+
+    RQ 3.0 runs that thread (which hears ``rq`` commands such as stop-job) with ``sleep_time=60``, and its
+    ``unsubscribe`` (the last step of a worker's teardown) sends UNSUBSCRIBE, then calls the thread's
+    ``stop()``. When the thread reads UNSUBSCRIBE's reply before ``stop()`` lowers its running flag (often,
+    on a busy machine), it loops into ``get_message(timeout=60)``, which, now unsubscribed, waits 60 s for a
+    subscription. redis-py 8.1's ``stop()`` only lowered the flag and RQ waited 1 s for the thread; 8.2's
+    ``stop()`` joins it without a timeout, so the worker sat out the 60 s and was SIGKILLed (issue 29,
+    finding 11). Here the flag goes down before UNSUBSCRIBE is sent, so the reply that wakes the thread ends
+    its loop; the wait for it is bounded whatever redis-py's version (``stop()``'s join is never called).
+    """
+
+    def unsubscribe(self) -> None:
+        worker: Any = self
+        thread = worker.pubsub_thread
+        if thread is None:
+            return
+        worker.log.info("Worker %s: unsubscribing from channel %s", worker.name, worker.pubsub_channel_name)
+        thread._running.clear()  # redis-py's PubSubWorkerThread loops while this is set (8.1 and 8.2 alike)
+        worker.pubsub.unsubscribe()
+        thread.join(timeout=UNSUBSCRIBE_WAIT)
+        worker.pubsub.close()

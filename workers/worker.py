@@ -50,7 +50,7 @@ from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES, TaskStatus
 from app.core.store import TaskStore
 from workers.housekeeping import recover_now
-from workers.stopping import GracefulStop
+from workers.stopping import GracefulStop, PromptUnsubscribe
 
 log = logging.getLogger(__name__)
 LEASE_STALLS = 3  # a dead worker's registration expires this many stall timeouts after its last renewal
@@ -304,7 +304,7 @@ def cancel_aware(worker_class: type[Any]) -> type[Any]:
     """``worker_class`` with :class:`CancelAware`, the outcome records, the pauses, the graceful stop and the lease
     mixed in (same name, so RQ's listings read as before)."""
     return type(worker_class.__name__,
-                (Leased, GracefulStop, HonoursPauses, RecordsOutcome, CancelAware, worker_class), {})
+                (Leased, PromptUnsubscribe, GracefulStop, HonoursPauses, RecordsOutcome, CancelAware, worker_class), {})
 
 
 # Module attributes of their own names: RQ's SpawnWorker pickles its class for the spawned work horse, and
@@ -313,7 +313,7 @@ Worker = cancel_aware(RQWorker)
 SpawnWorker = cancel_aware(RQSpawnWorker)
 
 
-class StoppableSimpleWorker(Leased, GracefulStop, HonoursPauses, RecordsOutcome, SimpleWorker):
+class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPauses, RecordsOutcome, SimpleWorker):
     """RQ's SimpleWorker (jobs run in the worker process), which ignores RQ's stop-job command; here the
     command stops the run in progress: at its next cancellation point, or by ending this process after
     ``workers.heartbeat.CANCEL_GRACE`` if it never reaches a cancellation point (the supervisor starts a new worker).

@@ -1,31 +1,38 @@
-"""requirements.txt (what a Heroku-style buildpack installs) is compiled from pyproject.toml: `make lock`.
+"""The lock files, compiled from pyproject.toml by `make lock`: requirements.txt (the runtime dependencies:
+what `make up` and a Heroku-style buildpack install) and requirements-dev.txt (those and the dev extra: what
+`make test` and CI install).
 
 Fails when a dependency was added, removed or re-pinned in pyproject.toml without running `make lock`
-again: the lock's direct dependencies ("via taskport (pyproject.toml)") must be exactly pyproject's,
-each pinned to a version its range allows.
+again: each lock's direct dependencies ("via taskport (pyproject.toml)") must be exactly pyproject's, each
+pinned to a version its range allows, with what its extras bring; and the two locks must pin every package
+they share alike, so that what runs is what was tested.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+RUNTIME_LOCK = "requirements.txt"
+DEV_LOCK = "requirements-dev.txt"
 
 PIN = re.compile(r"^([A-Za-z0-9._-]+)==(\S+)")
 
 
-def lock() -> tuple[dict[str, str], set[str]]:
-    """(name -> pinned version, names the lock says come straight from pyproject.toml)."""
+def lock(name: str) -> tuple[dict[str, str], set[str]]:
+    """(package -> pinned version, packages the lock says come straight from pyproject.toml)."""
     pins: dict[str, str] = {}
     direct: set[str] = set()
     current = ""
-    for line in (REPO_ROOT / "requirements.txt").read_text().splitlines():
+    for line in (REPO_ROOT / name).read_text().splitlines():
         if match := PIN.match(line):
             current = canonicalize_name(match.group(1))
             pins[current] = match.group(2)
@@ -34,16 +41,43 @@ def lock() -> tuple[dict[str, str], set[str]]:
     return pins, direct
 
 
-def test_the_lock_pins_exactly_pyprojects_dependencies_within_their_ranges() -> None:
+def wanted(name: str) -> list[Requirement]:
+    """The requirements of pyproject.toml a lock compiles: the runtime ones, and the dev extra's for the dev lock."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {canonicalize_name(r.name): r for r in map(Requirement, project["dependencies"])}
-    pins, direct = lock()
-    assert direct == set(wanted), "requirements.txt is stale: run `make lock`"
-    for name, requirement in wanted.items():
-        assert requirement.specifier.contains(pins[name], prereleases=True), (
-            f"{name}=={pins[name]} is outside {requirement.specifier}: run `make lock`")
-        for extra in requirement.extras:  # redis[hiredis] pulls hiredis in
-            assert extra in pins, f"{name}[{extra}] is not in the lock: run `make lock`"
+    extra = project["optional-dependencies"]["dev"] if name == DEV_LOCK else []
+    return [Requirement(line) for line in [*project["dependencies"], *extra]]
+
+
+def brought_by_extras(requirement: Requirement) -> set[str]:
+    """The packages ``requirement``'s extras add (redis[hiredis]: hiredis), as its installed metadata says."""
+    found: set[str] = set()
+    for extra in requirement.extras:
+        for line in importlib.metadata.requires(requirement.name) or []:
+            needed = Requirement(line)
+            environment = {"extra": extra, "sys_platform": "linux", "platform_system": "Linux"}
+            if needed.marker is not None and "extra" in str(needed.marker) and needed.marker.evaluate(environment):
+                found.add(canonicalize_name(needed.name))
+    return found
+
+
+@pytest.mark.parametrize("name", [RUNTIME_LOCK, DEV_LOCK])
+def test_the_lock_pins_exactly_pyprojects_dependencies_within_their_ranges(name: str) -> None:
+    requirements = {canonicalize_name(r.name): r for r in wanted(name)}
+    pins, direct = lock(name)
+    assert direct == set(requirements), f"{name} is stale: run `make lock`"
+    for package, requirement in requirements.items():
+        assert requirement.specifier.contains(pins[package], prereleases=True), (
+            f"{name}: {package}=={pins[package]} is outside {requirement.specifier}: run `make lock`")
+        missing = brought_by_extras(requirement) - set(pins)
+        assert not missing, f"{name}: {requirement} needs {sorted(missing)}, not in the lock: run `make lock`"
+
+
+def test_the_two_locks_pin_what_they_share_alike() -> None:
+    runtime, _ = lock(RUNTIME_LOCK)
+    dev, _ = lock(DEV_LOCK)
+    assert runtime.keys() <= dev.keys(), f"only in {RUNTIME_LOCK}: {sorted(runtime.keys() - dev.keys())}"
+    differ = {package: (version, dev[package]) for package, version in runtime.items() if dev[package] != version}
+    assert not differ, f"pinned apart ({RUNTIME_LOCK}, {DEV_LOCK}): {differ}: run `make lock`"
 
 
 def test_the_python_version_is_one_pyproject_allows() -> None:
