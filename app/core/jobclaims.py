@@ -63,8 +63,8 @@ end
 # Take one job for worker ``worker``: any claim it left (a take whose answer was lost) goes back first, then
 # the first id of the first unpaused queue moves onto its claim list. Returns {i, id, job hash as a flat list}
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
-# emptied (what it announced is taken or paused: a busy worker never reads it, so it holds at most one entry
-# per job queued since a worker last found nothing). An id whose job hash is gone is dropped, as RQ does.
+# emptied (what it announced is taken or paused). A take uses one entry of it, so the list never holds more
+# entries than jobs wait (a busy worker never blocks on it). An id whose job hash is gone is dropped, as RQ does.
 # ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
 CLAIM = Script(
     "claim",
@@ -85,7 +85,10 @@ for i, queue in ipairs(queues) do
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
       if not id then break end
       local job = redis.call('HGETALL', job_prefix .. id)
-      if #job > 0 then return {i, id, job} end
+      if #job > 0 then
+        redis.call('LPOP', wake)  -- the announcement it used: under a load that never leaves a worker idle the
+        return {i, id, job}       -- list would grow by one a job (bench/README.md, the memory row)
+      end
       redis.call('LREM', claims, -1, id)
     end
   end
