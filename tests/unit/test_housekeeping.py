@@ -278,3 +278,37 @@ def test_a_predecessor_asked_to_stop_gets_its_grace_to_register_its_death(hk, co
     conn.hset(late.key, "shutdown_requested_date", utcformat(rq_now() - timedelta(seconds=60)))
     replace_predecessor(conn, config, "host.0123abcd.worker-3")
     assert hk.store.get(again).status == TaskStatus.PENDING
+
+
+def test_a_run_that_starts_after_the_recovery_pass_read_its_task_keeps_its_running_entry(hk, conn, config,
+                                                                                       monkeypatch):
+    """Finding 5: the pass read the task before its run started (not PROCESSING then), and took it out of the
+    running index with that stale read: the run was never stall-recovered, and the task ended EXPIRED -4."""
+    task_id = make(hk)
+    conn.zadd(keys.RUNNING, {task_id: 1})  # an entry older than the stall timeout, the task still PENDING
+    stale = hk.store.get_many([task_id])
+    read = hk.store.get_many
+
+    def read_then_start(ids):
+        assert hk.store.start(task_id, "run-1").started is not None  # the run starts between read and removal
+        conn.zadd(keys.RUNNING, {task_id: 1})  # and goes silent at once
+        return stale if ids == [task_id] else read(ids)
+
+    monkeypatch.setattr(hk.store, "get_many", read_then_start)
+    pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
+    monkeypatch.setattr(hk.store, "get_many", read)
+    assert conn.zscore(keys.RUNNING, task_id) is not None  # kept: the next pass sees the stall
+    assert pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000).counts == {
+        "recovered_to_pending": 1}
+
+
+def test_a_put_back_whose_compare_and_set_lost_queues_no_job(hk, conn):
+    """Finding 3: the put-back's job commands ran even when its compare-and-set lost (an orphan job, or the same
+    job id twice in its queue)."""
+    task_id = make(hk)
+    hk.jobs.remove(task_id)
+    run(hk, task_id)
+    assert hk.store.cancel(task_id).done
+    task = hk.store.get(task_id)
+    assert not hk.store.interrupted(task_id, "run-1", "stopping", hk.jobs.requeue_commands(task, task_id), task_id)
+    assert conn.llen("rq:queue:default") == 0 and not conn.exists(f"rq:job:{task_id}")
