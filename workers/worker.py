@@ -1,8 +1,9 @@
 """``taskport worker``: one RQ worker process listening on the queues high, default, low (in that order),
 and the RQ worker classes it runs (``WORKER_CLASSES``, one per value of ``TASKPORT_WORKER_CLASS``).
 
-It runs RQ's own scheduler alongside (``with_scheduler=True``): a retry with backoff is a scheduled
-job, and without a scheduler it would never come back. SIGTERM or SIGINT is a graceful stop
+It runs RQ's own scheduler alongside (``with_scheduler=True``) for jobs scheduled through RQ itself; a task's
+retry with backoff does not use it: it waits in ``keys.DELAYED`` and the scheduler process's promote tick
+queues it on time (app.core.deferred). SIGTERM or SIGINT is a graceful stop
 (workers.stopping): the running task is put back on its queue from its checkpoint, and the worker exits;
 a second signal changes nothing.
 
