@@ -9,13 +9,35 @@ launched and a test left behind."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 
 from tests.integration.harness import Stack, reap_all
 from tests.s3server import S3Server, running_s3
+
+
+def _fakeredis_reads_a_scripts_shebang() -> None:
+    """fakeredis 2.41 compiles a script as it is, so the ``#!lua`` line that Redis 7+ and Valkey read as a
+    script's declaration (app.core.lua.SHEBANG) is a Lua syntax error there: it runs the script without that
+    line (the rest of the script, and its digest, unchanged)."""
+    from fakeredis.commands_mixins.scripting_mixin import ScriptingCommandsMixin
+
+    original = ScriptingCommandsMixin.eval
+
+    @functools.wraps(original)
+    def eval(self: Any, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:
+        if script.startswith(b"#!"):
+            script = script[script.index(b"\n"):]
+        return original(self, script, numkeys, *keys_and_args)
+
+    ScriptingCommandsMixin.eval = eval  # type: ignore[method-assign]
+
+
+_fakeredis_reads_a_scripts_shebang()
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,10 @@ from typing import Any
 import redis
 
 from app.core import keys
+from app.core.config import ConfigError
 
 VERSION = 2
+MIN_SERVER = (7, 0)  # the oldest Redis that reads a script's declaration (app.core.lua.SHEBANG)
 VERSION_KEY = keys.LAYOUT
 OLD_PREFIX = "tp:"
 OLD_TASK = f"{OLD_PREFIX}task:{{"
@@ -36,7 +38,15 @@ def new_name(old: str) -> str:
 
 def upgrade(conn: Any) -> int:
     """Bring a Redis of an earlier layout to this one; returns how many keys were renamed (0 when it already
-    is in this layout, or holds nothing of taskport's)."""
+    is in this layout, or holds nothing of taskport's). Raises ConfigError on a server older than
+    MIN_SERVER, before anything runs a script on it."""
+    try:
+        found = str(conn.info("server").get("redis_version", "0"))
+    except redis.ResponseError:  # a server without INFO (fakeredis, in the unit tests): nothing to go by
+        found = ".".join(map(str, MIN_SERVER))
+    if tuple(int(part) for part in found.split(".")[:2] if part.isdigit()) < MIN_SERVER:
+        raise ConfigError(f"Redis {found} is too old: taskport needs Redis 7.0 or later, or Valkey (its scripts "
+                          "declare themselves, app.core.lua.SHEBANG)")
     if conn.get(VERSION_KEY) is not None:
         return 0
     renamed = 0

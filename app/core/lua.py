@@ -102,6 +102,13 @@ _NAME = re.compile(r"[a-z_][a-z_0-9]*")
 # repeat always fails because the first call moved what it compares (a transition's expected statuses never
 # include the one it moves to; a submit finds its own dedup key held): the usual call, which writes, then
 # costs no read.
+# Every script's first line: a script that declares itself (Redis 7+, Valkey) is checked before it runs, and one
+# that may write is refused whole (NOREPLICAS, OOM, READONLY) by a server that cannot take writes now. Without
+# it the check comes at the first write, and a path that only reads answers from wherever it ran: after a
+# partition heals, an old primary that has not yet learnt it was replaced answered a worker's start "gone",
+# read from its stale data, and the job was dropped (tests/scale/test_soak_bed.py). Refused, the call is a
+# ConnectionError (app.core.connection.NoReplicaError): the client reconnects to the primary the Sentinels name.
+SHEBANG = "#!lua\n"
 ONCE_KEY = "call"
 ONCE_ARG = "call_ttl_ms"
 FIRST = "first"
@@ -194,14 +201,14 @@ class Script:
         return "\n".join(lines) + "\n"
 
     def source(self, fragment: str = "") -> str:
-        """The script as Redis runs it: the preamble, then ``fragment`` (the audit function), then the body,
-        markers rendered."""
+        """The script as Redis runs it: the SHEBANG, the preamble, then ``fragment`` (the audit function), then
+        the body, markers rendered."""
         if not self.once:
-            return self.preamble() + fragment + render(self.body)
+            return SHEBANG + self.preamble() + fragment + render(self.body)
         late = "true" if self.once == LATE else "false"
         body = (_ONCE_HEAD[self.once] + "local function once_body()\n" + render(self.body) + "\nend\n"
                 + render(_ONCE_TAIL).replace("__LATE__", late))
-        return self.preamble() + fragment + body
+        return SHEBANG + self.preamble() + fragment + body
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
              rest: Sequence[Any] = (), *, record_ms: int | str = "") -> tuple[list[str], list[Any]]:

