@@ -17,7 +17,7 @@ and partitions the Redis primary and kills or freezes workers and webs.
   a ``taskport up``) are tests/soak's.
 
 ``TASKPORT_SCALE_SOAK_SECONDS`` (default 90) is how long the faults go on, ``TASKPORT_SCALE_SOAK_DRAIN``
-(default 45) the most the cluster gets to finish afterwards; ``TASKPORT_SOAK_SEED`` replays a run's faults
+(default 30) the most the cluster gets to finish afterwards; ``TASKPORT_SOAK_SEED`` replays a run's faults
 and load (the seed is printed first); ``TASKPORT_SCALE_SOAK_INTERVAL`` is the mean gap between two ops of
 the load (default 1 s). The module's budget in ``make test-scale`` is ~150 s.
 """
@@ -45,7 +45,7 @@ from tests.soak.test_soak import SCHEDULE, call, drain, schedule_first_fire
 from tests.unit.test_callbacks import SECRET, Receiver
 
 SECONDS = float(os.environ.get("TASKPORT_SCALE_SOAK_SECONDS", "90"))
-DRAIN = float(os.environ.get("TASKPORT_SCALE_SOAK_DRAIN", "45"))
+DRAIN = float(os.environ.get("TASKPORT_SCALE_SOAK_DRAIN", "30"))
 INTERVAL = float(os.environ.get("TASKPORT_SCALE_SOAK_INTERVAL", "1"))
 STALL_TIMEOUT = 4.0  # cluster.SETTINGS' TASKPORT_STALL_TIMEOUT
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -136,6 +136,10 @@ def judge(bed: Bed, cluster: Cluster, receiver: Receiver, seed: int) -> None:
         "answers within the contract": checker.answers(),
     }
     report(seed, faults_took, drained, nemesis, load, checker, len(fire_times), fired, created)
+    ignored = list(dict.fromkeys(cluster.logs("delivery ignored")))  # the workers of a host share one log
+    print(f"soak: {len(ignored)} deliveries ignored by the workers (their task not PENDING on the server read)")
+    for line in ignored[:10]:
+        print(f"soak:   {line}")
     broken = {name: listing for name, listing in results.items() if listing}
     for name, listing in results.items():
         print(f"soak: {'FAIL' if listing else 'ok  '} {name}" + (f": {len(listing)}" if listing else ""))
