@@ -10,13 +10,17 @@ a live bed of another process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # The bed's hosts: the host part of every namespace name a bed makes, so they live with the naming rule.
 HOSTS: dict[str, int] = {  # host name -> last octet of its IP
@@ -31,6 +35,8 @@ TAG_PATTERN = re.compile(r"[a-z][a-z0-9]{1,10}")  # <= 11 chars: "<tag>h51" fits
 LOCK_DIR = Path("/run/taskport-bed")
 IP = "/usr/sbin/ip"
 KILL_TIMEOUT = 10.0
+NETNS_DIR = Path("/run/netns")  # where `ip netns add` names a namespace
+CLONE_NEWNET = 0x40000000
 MADE: list[str] = []  # the tag of every bed this process built, for a final check that none is left
 
 
@@ -120,3 +126,32 @@ def clean(tag_prefix: str = TAG_PREFIX) -> list[str]:
                 _unlock(tag, fd)
             removed.append(tag)
     return removed
+
+
+def run_inside(ns: str, target: Callable[[], Any]) -> Any:
+    """``target()`` in a thread of this process moved into namespace ``ns``: its sockets, and those of every
+    thread it starts, are the host's (setns(2) moves one thread, and a thread inherits its creator's). The
+    calling thread stays where it is, so a teardown's ``kill_all`` of ``ns`` never finds this process."""
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(NETNS_DIR / ns, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                outcome["error"] = OSError(ctypes.get_errno(), f"setns into {ns}")
+                return
+        finally:
+            os.close(fd)
+        try:
+            outcome["value"] = target()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"in-{ns}", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")

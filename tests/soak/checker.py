@@ -223,11 +223,11 @@ class Checker:
 
 
 def schedule_tasks(conn: redis.Redis, audit: dict[str, list[tuple[str, dict[str, str]]]], schedule_id: str,
-                   fire_times: list[int]) -> tuple[dict[int, str | None], set[str]]:
+                   fire_times: list[int], member: str = MEMBER) -> tuple[dict[int, str | None], set[str]]:
     """(fire time -> the task its dedup key names, or None; every task created with the schedule's payload)."""
     fired: dict[int, str | None] = {}
     for fire_ms in fire_times:
-        held: Any = conn.get(keys.dedup(MEMBER, fire_digest(schedule_id, fire_ms)))
+        held: Any = conn.get(keys.dedup(member, fire_digest(schedule_id, fire_ms)))
         fired[fire_ms] = held.decode() if held else None
     digests = set()
     for task_id in filter(None, fired.values()):

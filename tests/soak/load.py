@@ -18,6 +18,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,10 +57,13 @@ class Ledger:
 
 
 class Load:
-    """One thread sending an op every ``interval`` s (jittered) to ``base_url`` until ``stop()``."""
+    """One thread sending an op every ``interval`` s (jittered) to ``base_url`` until ``stop()``; given several
+    (the multi-host bed's web hosts), a request that gets no answer is sent again to the next one, as a load
+    balancer would."""
 
-    def __init__(self, base_url: str, callback_url: str, seed: int, interval: float) -> None:
-        self.base_url = base_url
+    def __init__(self, base_url: str | Sequence[str], callback_url: str, seed: int, interval: float) -> None:
+        self.urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.base_url = self.urls[0]
         self.callback_url = callback_url
         self.interval = interval
         self.rng = random.Random(seed)
@@ -149,6 +153,7 @@ class Load:
             except requests.RequestException as exc:
                 self.ledger.note(type(exc).__name__)
                 maybe_sent = maybe_sent or "refused" not in str(exc)
+                self.base_url = self.urls[(self.urls.index(self.base_url) + 1) % len(self.urls)]
                 time.sleep(0.5)
                 continue
             status = response.status_code

@@ -311,12 +311,13 @@ def test_the_tick_enqueues_one_job_per_due_delivery_on_the_callbacks_queue(serve
 
 
 class Receiver:
-    """An HTTP(S) server on 127.0.0.1 answering each POST with the next of ``statuses`` (the last one repeats);
-    it keeps every request (its headers, body and path, and when it came: ``times``, monotonic) and counts the
-    connections it accepted."""
+    """An HTTP(S) server on 127.0.0.1 (or ``host``) answering each POST with the next of ``statuses`` (the last
+    one repeats); it keeps every request (its headers, body and path, and when it came: ``times``, monotonic)
+    and counts the connections it accepted."""
 
     def __init__(self, statuses: tuple[int, ...] = (200,), tls: ssl.SSLContext | None = None,
-                 answer: Callable[[http.server.BaseHTTPRequestHandler], None] | None = None) -> None:
+                 answer: Callable[[http.server.BaseHTTPRequestHandler], None] | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.statuses = list(statuses)
         self.got: list[tuple[dict[str, str], bytes, str]] = []
         self.times: list[float] = []
@@ -349,7 +350,7 @@ class Receiver:
                 receiver.connections += 1
                 return True
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server((host, 0), Handler)
         if tls is not None:
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
