@@ -177,14 +177,18 @@ class BatchStore:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 3:
             raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
-        entries = []
+        entries, failed = [], False
         for i in range(len(tasks)):
             made, task_id, outcome = answer[1 + 3 * i:4 + 3 * i]
             task_id, outcome = task_id.decode(), outcome.decode()
             if made and outcome:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
-                self.store.fail_waiting(task_id, outcome)
+                failed = self.store.fail_waiting(task_id, outcome) or failed
             entries.append(Entry(task_id, outcome if not made else TaskStatus.PENDING, not made))
-        found = self.get(batch_id)
+        # the batch as the script wrote it, in the same state as its tasks' entries (a worker may have started one
+        # since), unless a task was failed -6 just now
+        flat = answer[-1]
+        written = Batch.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), batch_id)
+        found = self.get(batch_id) if failed else written
         assert found is not None  # just written, in the same script as its tasks
         return BatchCreated(found, entries)
 

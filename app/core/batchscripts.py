@@ -117,8 +117,8 @@ end
 # values, from 1; the block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash,
 # dependents set), n_jobs job command keys.
 # Returns {1, per block: 1 (created) or 0 (held), the task id, '' or the id of a task it runs after that ended
-# otherwise (created) or the holder's status (held)}, or {2, unfinished_count} at the cap, or {3, bytes_held} past
-# the member's quota of stored bytes.
+# otherwise (created) or the holder's status (held); then the batch's hash as this step wrote it (HGETALL)}, or
+# {2, unfinished_count} at the cap, or {3, bytes_held} past the member's quota of stored bytes.
 BATCH = Script(
     "batch_create",
     once=FIRST,
@@ -250,5 +250,6 @@ if counts[$PENDING] + counts[$PROCESSING] == 0 then
                          %callback_url, %callback_fired)
   batch_done(batch, batch_id, cur, blocks[1].task, blocks[1].id, created_ms, {delayed = delayed, due = callbacks_due})
 end
+answer[#answer + 1] = redis.call('HGETALL', batch)  -- as written here: a worker may start a task right after
 return answer
 """))
