@@ -132,11 +132,12 @@ def test_a_cancelled_export_leaves_no_object_and_no_unfinished_upload(
 def test_a_worker_killed_mid_upload_leaves_no_unfinished_upload_once_the_orphan_sweep_ran(
         stack: Stack, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """kill -9 of the worker while its export is a multipart upload, before it saved a checkpoint (its cursor
-    saves wait for the progress interval, an hour here): stall recovery fails the task with -3 and
+    saves wait for the progress interval, an hour here): with no lost run to run again for free
+    (TASKPORT_LOST_RUNS=0), stall recovery fails the task with -3 and
     housekeeping's orphan sweep aborts the upload; an upload in progress for a running task stays. (With a
     checkpoint saved, the task resumes instead: tests/integration/test_export_resume.py.)"""
     bucket = start_s3_stack(stack, s3_server, monkeypatch, tmp_path, stall_timeout=2.0, heartbeat_interval=0.2,
-                            housekeeping_interval=1, scheduler_interval=0.1, progress_interval=3600)
+                            housekeeping_interval=1, scheduler_interval=0.1, progress_interval=3600, lost_runs=0)
     [victim] = [p for p in stack.procs if p.role == "worker"]
     stack.start_scheduler()
     with Api(stack.base_url) as api:

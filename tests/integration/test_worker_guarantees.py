@@ -95,7 +95,7 @@ def test_a_processor_that_kills_its_process_loses_no_other_task(up_factory: Call
         for task_id in others:
             assert api.wait_for(task_id, "COMPLETED", timeout=30)["status"] == "COMPLETED"
         done = api.wait_for(crash, "COMPLETED", timeout=30)  # stall recovery: stalled after 2 s, re-queued
-        assert done["attempts"] == 2, done
+        assert done["attempts"] == 1, done  # the crashed run gave its attempt back (a crash is not the task's fault)
         assert api.get(f"{TASKS}/{crash}/result").json()["result"] == {"calls": 2}
 
 
