@@ -70,12 +70,14 @@ end
 # replay()), each on one key: the n-th acts on command_keys[n]. A duplicate's holder hash is the one key
 # not passed in (its id is known only once the dedup key is read): the new task's name with the holder's
 # id in place of the new one, so a duplicate costs the same one round trip as a new task.
-# Returns {1} when created, {0, holder_id, the holder's HGETALL (empty once it is gone)} for a duplicate,
-# {2, unfinished_count} at the cap, {3, bytes_held} when its payload would take the member past its quota of stored
-# bytes (keys.STORED_BYTES, kept by every script that changes what a task holds: app.core.creation.QUOTA).
+# Safe twice by construction: the same call again finds its own task (holding the dedup key, or existing once the
+# key lapsed) and answers as it did, without a call record (a key less per submit).
+# Returns {1, ended dep or '', waiting ids} when created, {0, holder_id, the holder's HGETALL (empty once it is
+# gone)} for a duplicate, {2, unfinished_count} at the cap, {3, bytes_held} when its payload would take the member
+# past its quota of stored bytes (keys.STORED_BYTES, kept by every script that changes what a task holds:
+# app.core.creation.QUOTA).
 SUBMIT = Script(
     "submit",
-    once=LATE,
     keys={
         "dedup": "string: the id of the task holding the member's dedup key (set here, for the dedup window)",
         "task": "hash: the new task's record",
@@ -109,6 +111,15 @@ SUBMIT = Script(
                          "hash's field, value pairs"),
     body=REPLAY + SIBLING + CREATE + """
 local holder_id = redis.call('GET', dedup)
+if holder_id == task_id or (not holder_id and redis.call('EXISTS', task) == 1) then
+  -- this call again (its answer lost; its dedup key may have lapsed since): answered as the first time was,
+  -- from what it wrote (the tasks it still waits for; the first of them that ended otherwise)
+  local waiting, ended, open = redis.call('HGET', task, @waiting_for) or '', '', $ACTIVE
+  for dep in string.gmatch(waiting, '[^,]+') do
+    if ended == '' and not open[redis.call('HGET', sibling(task, task_id, dep), @status)] then ended = dep end
+  end
+  return {1, ended, waiting}
+end
 if holder_id then
   local holder = sibling(task, task_id, holder_id)
   return {0, holder_id, redis.call('HGETALL', holder)}
