@@ -12,23 +12,19 @@ good: the resumed run handed back fewer results than its counts said.
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import pytest
 import redis
 from flask.testing import FlaskClient
 from marshmallow import Schema
 
-import workers.items
 from app.core.config import Config
 from app.core.states import QUEUES
-from app.web import create_app
 from tests.integration.harness import RedisServer
-from workers import runner
+from tests.integration.in_process import in_process_client  # noqa: F401 - fixtures
+from tests.unit.test_checkpoint_interleaving import flushing_at_every_line
 from workers.checkpoint import COMPACT_EVERY
 from workers.context import TaskContext
 from workers.processors import processor
@@ -55,41 +51,15 @@ def config(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -
     return Config.from_env({}, redis_url=redis_server.url, data_dir=tmp_path, api_keys="", progress_interval=0)
 
 
-@pytest.fixture
-def client(config: Config, redis_conn: redis.Redis) -> Iterator[FlaskClient]:
-    runner.use(runner.Runner(config, redis_conn))
-    yield create_app(config, conn=redis_conn).test_client()
-    runner.use(None)
-
-
-def flushing_at_every_line() -> Any:
-    """A trace function: at each line of workers/items.py, another thread flushes that item run's context."""
-
-    def flush(ctx: TaskContext) -> None:
-        if ctx._lock.acquire(blocking=False):  # held: the heartbeat would flush at its release, a later line
-            try:
-                ctx.flush()
-            finally:
-                ctx._lock.release()
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        owner = frame.f_locals.get("self")
-        ctx = getattr(owner, "ctx", None)
-        if event == "line" and isinstance(ctx, TaskContext):
-            heartbeat = threading.Thread(target=flush, args=(ctx,))
-            heartbeat.start()
-            heartbeat.join()
-        return local
-
-    def calls(frame: FrameType, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename == workers.items.__file__ else None
-
-    return calls
+def items_context(frame: FrameType) -> TaskContext | None:
+    """The context of the item run whose method ``frame`` is, if it is one."""
+    ctx = getattr(frame.f_locals.get("self"), "ctx", None)
+    return ctx if isinstance(ctx, TaskContext) else None
 
 
 def burst(conn: redis.Redis) -> None:
     worker = StoppableSimpleWorker(list(QUEUES), connection=conn)
-    sys.settrace(flushing_at_every_line())
+    sys.settrace(flushing_at_every_line(items_context))
     try:
         worker.work(burst=True, logging_level="WARNING")
     finally:

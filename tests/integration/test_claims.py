@@ -18,13 +18,14 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from app.core import processors
 from app.core.config import Config
-from tests.integration.harness import TASKS, Api, Stack, wait_until
+from tests.integration.harness import TASKS, Api, Proc, Stack, wait_until
 from workers.housekeeping import Housekeeper, PassReport
 
 MODULE = "tests.userprocs.claims"
@@ -88,6 +89,26 @@ def stalled_run(api: Api, gate: Path, task_type: str = "test.gated") -> tuple[st
     return task_id, old_who, pid
 
 
+def taken_over(claims: Stack, conn: redis.Redis, api: Api, gate: Path, task_id: str,
+               old_who: str) -> tuple[str, dict[str, Any]]:
+    """The stalled run's claim recovered and a second worker ("second") started, which takes the task and runs
+    it to its end: (the new run's name, the task then)."""
+    recover(claims.config, conn)
+    claims.start_worker(name="second")
+    new_who = announced(api, task_id, not_who=old_who)
+    (gate / new_who).touch()
+    return new_who, api.wait_for(task_id, "COMPLETED", "FAILED", timeout=20)
+
+
+def old_run_stopped(api: Api, first: Proc, pid: int, task_id: str, new_who: str) -> None:
+    """The old run (``pid``, of worker ``first``), woken after the new run completed, is told at its next
+    heartbeat that its claim was taken and stops at its next checkpoint, leaving the task as it was."""
+    wait_until(lambda: horse_gone(pid), timeout=20, message=lambda: f"the old run to stop\n{first.describe()}")
+    wait_until(lambda: "taken over by another run" in first.log(), timeout=10, message="the old run's log line")
+    assert api.status(task_id)["status"] == "COMPLETED"
+    assert file_of(api, task_id) == new_who.encode()  # the new run's file survived the old run's exit
+
+
 @pytest.fixture
 def gate(tmp_path: Path) -> Path:
     folder = tmp_path / "gate"
@@ -127,20 +148,12 @@ def test_old_run_wakes_up_after_the_new_run_completed(claims: Stack, gate: Path,
     with Api(claims.base_url) as api:
         task_id, old_who, pid = stalled_run(api, gate)
         try:
-            recover(claims.config, conn)
-            claims.start_worker(name="second")
-            new_who = announced(api, task_id, not_who=old_who)
-            (gate / new_who).touch()
-            done = api.wait_for(task_id, "COMPLETED", "FAILED", timeout=20)
+            new_who, done = taken_over(claims, conn, api, gate, task_id, old_who)
             assert done["status"] == "COMPLETED" and done["attempts"] == 1, done
             assert file_of(api, task_id) == new_who.encode()
         finally:
             os.kill(pid, signal.SIGCONT)
-        # the old run is told at its next heartbeat that its claim was taken, and stops at its next checkpoint
-        wait_until(lambda: horse_gone(pid), timeout=20, message=lambda: f"the old run to stop\n{first.describe()}")
-        wait_until(lambda: "taken over by another run" in first.log(), timeout=10, message="the old run's log line")
-        assert api.status(task_id)["status"] == "COMPLETED"
-        assert file_of(api, task_id) == new_who.encode()  # the new run's file survived the old run's exit
+        old_run_stopped(api, first, pid, task_id, new_who)
     assert len(run_folders(claims.config, task_id)) == 1
 
 
@@ -154,20 +167,13 @@ def test_old_run_wakes_up_after_the_new_run_resumed_in_its_folder_and_completed(
     with Api(claims.base_url) as api:
         task_id, old_who, pid = stalled_run(api, gate, "test.gated_resumable")
         try:
-            recover(claims.config, conn)
-            claims.start_worker(name="second")
-            new_who = announced(api, task_id, not_who=old_who)
-            (gate / new_who).touch()
-            done = api.wait_for(task_id, "COMPLETED", "FAILED", timeout=20)
+            new_who, done = taken_over(claims, conn, api, gate, task_id, old_who)
             assert done["status"] == "COMPLETED" and done["resumed"] == 1, done
             [folder] = run_folders(claims.config, task_id)  # one folder: the old run's, the new run's result in it
             assert file_of(api, task_id) == new_who.encode()
         finally:
             os.kill(pid, signal.SIGCONT)
-        wait_until(lambda: horse_gone(pid), timeout=20, message=lambda: f"the old run to stop\n{first.describe()}")
-        wait_until(lambda: "taken over by another run" in first.log(), timeout=10, message="the old run's log line")
-        assert api.status(task_id)["status"] == "COMPLETED"
-        assert file_of(api, task_id) == new_who.encode()  # the new run's file survived the old run's exit
+        old_run_stopped(api, first, pid, task_id, new_who)
     assert run_folders(claims.config, task_id) == [folder]
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import redis
 import requests
-from flask.testing import FlaskClient
 from rq import Worker
 
 from app.core import keys
@@ -26,9 +25,8 @@ from app.core.config import Config
 from app.core.connection import connect
 from app.core.process import free_port
 from app.core.states import QUEUES
-from app.web import create_app
 from tests.integration.harness import RedisServer, Stack, wait_until
-from workers import runner
+from tests.integration.in_process import in_process_client, in_process_config  # noqa: F401 - fixtures
 from workers.worker import StoppableSimpleWorker
 
 CHUNK = 65536
@@ -75,18 +73,6 @@ class AnswerLosingProxy:
 
     def close(self) -> None:
         self._server.close()
-
-
-@pytest.fixture
-def config(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Config:
-    return Config.from_env({}, redis_url=redis_server.url, data_dir=tmp_path, api_keys="")
-
-
-@pytest.fixture
-def client(config: Config, redis_conn: redis.Redis) -> Iterator[FlaskClient]:
-    runner.use(runner.Runner(config, redis_conn))
-    yield create_app(config, conn=redis_conn).test_client()
-    runner.use(None)
 
 
 @pytest.fixture

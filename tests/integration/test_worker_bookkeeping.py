@@ -6,35 +6,16 @@ one that ended nothing leaves nothing of RQ's behind; any other job takes RQ's o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 import redis
 from flask.testing import FlaskClient
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.suspension import resume, suspend
 
-from app.core.config import Config
 from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK
 from app.core.states import QUEUES
-from app.web import create_app
-from tests.integration.harness import RedisServer
-from workers import runner
+from tests.integration.in_process import in_process_client, in_process_config  # noqa: F401 - fixtures
 from workers.worker import StoppableSimpleWorker
-
-
-@pytest.fixture
-def config(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Config:
-    return Config.from_env({}, redis_url=redis_server.url, data_dir=tmp_path, api_keys="")
-
-
-@pytest.fixture
-def client(config: Config, redis_conn: redis.Redis) -> Iterator[FlaskClient]:
-    runner.use(runner.Runner(config, redis_conn))
-    yield create_app(config, conn=redis_conn).test_client()
-    runner.use(None)
 
 
 def submit(client: FlaskClient, n: int) -> list[str]:

@@ -20,10 +20,7 @@ when, so a failing run's faults can be read next to the product's logs.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +30,7 @@ from tests.integration.harness import wait_until
 from tests.scale.bed import Bed, Proc
 from tests.scale.cluster import Cluster
 from tests.scale.test_failover import PROMOTION_TIMEOUT, primary_now, restore
-from tests.soak.nemesis import Event, descendants
+from tests.soak.nemesis import Event, descendants, freeze, kill9, pick, thaw, ticks, timed
 
 PRIMARY_FAULTS = ("kill -9 primary", "partition primary")
 REDIS_FAULT_ROOM = 25.0  # seconds a Redis fault may still need (failover, rejoin): none starts later in the soak
@@ -58,34 +55,23 @@ class BedNemesis:
         began = time.monotonic()
         due = sorted(began + seconds * self.rng.uniform(*span) for span in ((0.05, 0.3), (0.4, 0.6)))
         required = self.rng.sample(PRIMARY_FAULTS, len(PRIMARY_FAULTS))
-        faults = list(FAULTS)
-        weights = [FAULTS[name][0] for name in faults]
-        while not self._stop.wait(self.rng.uniform(*self.gap)):
-            now = time.monotonic()
-            if now - began >= seconds:
-                break
+        for now in ticks(self.rng, self._stop, self.gap, began, seconds):
             if due and now >= due[0]:
                 due.pop(0)
                 kind = required.pop(0)
             else:
-                kind = self.rng.choices(faults, weights)[0]
+                kind = pick(self.rng, FAULTS)
                 if kind in PRIMARY_FAULTS and (began + seconds - now < REDIS_FAULT_ROOM or due):
                     kind = "kill -9 worker"
             detail, action = FAULTS[kind][1](self)
-            started = time.monotonic()
-            print(f"soak: {started - began:7.1f} s  {kind} {detail}", flush=True)
-            action()
-            self.events.append(Event(started - began, kind, detail, time.monotonic() - started))
+            timed(self.events, began, kind, detail, action)
 
     def stop(self) -> None:
         self._stop.set()
 
     def heal(self) -> None:
         """Undo whatever fault is still on: SIGCONT, the link up, every process running, both replicas in sync."""
-        for pid in list(self._stopped_pids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        self._stopped_pids.clear()
+        thaw(self._stopped_pids)
         if self._cut:
             self.bed.heal(self._cut)
             self._cut = None
@@ -107,9 +93,7 @@ class BedNemesis:
         seconds = self.rng.uniform(*pause)
 
         def act() -> None:
-            for pid in descendants(proc.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill9(descendants(proc.pid))
             proc.popen.wait()
             self._down.append((proc.host, role))
             self._stop.wait(seconds)
@@ -118,24 +102,19 @@ class BedNemesis:
         return f"{proc.host} pid {proc.pid}, started again after {seconds:.1f} s", act
 
     def _freeze(self, proc: Proc, seconds: float) -> None:
-        pids = descendants(proc.pid)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-                self._stopped_pids.add(pid)
-        self._stop.wait(seconds)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-            self._stopped_pids.discard(pid)
+        freeze(descendants(proc.pid), seconds, self._stop, self._stopped_pids)
 
-    def _promoted(self, old: str) -> str:
+    def _promoted(self, old: str, began: float) -> None:
+        """Wait for a replica in place of ``old``, the outage since ``began`` logged."""
         def other() -> str | None:
             now = primary_now(self.bed)
             return now if now != old else None
 
-        return wait_until(other, timeout=PROMOTION_TIMEOUT, interval=0.05,
-                          message=f"a replica promoted in place of {old}")
+        new = wait_until(other, timeout=PROMOTION_TIMEOUT, interval=0.05,
+                         message=f"a replica promoted in place of {old}")
+        promoted = time.monotonic()
+        self.outages.append((began, promoted))
+        print(f"soak:            {new} promoted after {promoted - began:.1f} s", flush=True)
 
 
 def _kill_primary(n: BedNemesis) -> tuple[str, Callable[[], None]]:
@@ -145,10 +124,7 @@ def _kill_primary(n: BedNemesis) -> tuple[str, Callable[[], None]]:
     def act() -> None:
         began = time.monotonic()
         n.bed.kill_host(old)
-        new = n._promoted(old)
-        promoted = time.monotonic()
-        n.outages.append((began, promoted))
-        print(f"soak:            {new} promoted after {promoted - began:.1f} s", flush=True)
+        n._promoted(old, began)
         n._stop.wait(max(0.0, began + pause - time.monotonic()))
         n.bed.restart_redis(old)
         restore(n.bed)
@@ -164,10 +140,7 @@ def _partition_primary(n: BedNemesis) -> tuple[str, Callable[[], None]]:
         began = time.monotonic()
         n.bed.cut(old)
         n._cut = old
-        new = n._promoted(old)
-        promoted = time.monotonic()
-        n.outages.append((began, promoted))
-        print(f"soak:            {new} promoted after {promoted - began:.1f} s", flush=True)
+        n._promoted(old, began)
         n._stop.wait(max(0.0, began + seconds - time.monotonic()))
         n.bed.heal(old)
         n._cut = None

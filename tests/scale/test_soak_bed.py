@@ -28,7 +28,6 @@ import os
 import random
 import time
 from collections import Counter
-from typing import Any
 
 import redis
 from redis.sentinel import Sentinel
@@ -39,9 +38,9 @@ from tests.scale.cluster import API_KEY, MEMBER, WORKER_HOSTS, Cluster
 from tests.scale.nemesis import BedNemesis
 from tests.scale.netns import run_inside
 from tests.scale.test_failover import restore
-from tests.soak.checker import Checker, judge_schedule, schedule_tasks
-from tests.soak.load import Acked, Load
-from tests.soak.test_soak import SCHEDULE, call, drain, schedule_first_fire
+from tests.soak.checker import Checker
+from tests.soak.load import Load
+from tests.soak.test_soak import SCHEDULE, call, check, figures, schedule_first_fire, under_faults, verdict
 from tests.unit.test_callbacks import SECRET, Receiver
 
 SECONDS = float(os.environ.get("TASKPORT_SCALE_SOAK_SECONDS", "90"))
@@ -98,14 +97,7 @@ def judge(bed: Bed, cluster: Cluster, receiver: Receiver, seed: int) -> None:
     load = Load(cluster.urls, receiver.url("/hooks", host=bed.hosts["client"].ip), seed, INTERVAL)
     load.session.headers.update(AUTH)
     nemesis = BedNemesis(random.Random(seed), bed, cluster, STALL_TIMEOUT)
-    load.start()
-    try:
-        nemesis.run(SECONDS)
-    finally:
-        nemesis.stop()
-        nemesis.heal()
-    load.stop()
-    paused_at = time.monotonic()
+    paused_at = under_faults(load, nemesis, SECONDS)
     call("PATCH", f"{cluster.urls[0]}/api/v1/schedules/{schedule['schedule_id']}", json={"paused": True},
          headers=AUTH)
     faults_took = paused_at - began
@@ -117,49 +109,20 @@ def judge(bed: Bed, cluster: Cluster, receiver: Receiver, seed: int) -> None:
     first_ms = schedule_first_fire(schedule)
     fire_times = list(range(first_ms, int((paused_at + to_wall) * 1000) + 1, 60_000))
     outages = [*nemesis.outages, (paused_at - 3, paused_at)]
-    drained = drain(conn, checker, DRAIN)
-    checker.read()
-    fired, created = schedule_tasks(conn, checker.audit, schedule["schedule_id"], fire_times, MEMBER)
-    checker.schedule_tasks = {t: Acked(t, "orders.export", SCHEDULE["task"]["payload"], how="schedule")
-                              for t in created | {t for t in fired.values() if t}}
-    drain(conn, checker, 10)  # the schedule's last tasks
-    checker.read()
-
-    results = {
-        "ended COMPLETED": checker.ended(),
-        "items counted once": checker.items(),
-        "one terminal transition in the audit trail": checker.audit_trail(),
-        "then tasks ran once, after their batch": checker.then_tasks(),
-        "callbacks delivered under one id": checker.callbacks(),
-        "result files byte-identical": checker.files(),
-        "schedule fired once per fire time": judge_schedule(fired, created, outages, to_wall),
-        "answers within the contract": checker.answers(),
-    }
+    drained, fired, created, results = check(conn, checker, schedule["schedule_id"], fire_times, outages, to_wall,
+                                             DRAIN, MEMBER)
     report(seed, faults_took, drained, nemesis, load, checker, len(fire_times), fired, created)
     ignored = list(dict.fromkeys(cluster.logs("delivery ignored")))  # the workers of a host share one log
     print(f"soak: {len(ignored)} deliveries ignored by the workers (their task not PENDING on the server read)")
     for line in ignored[:10]:
         print(f"soak:   {line}")
-    broken = {name: listing for name, listing in results.items() if listing}
-    for name, listing in results.items():
-        print(f"soak: {'FAIL' if listing else 'ok  '} {name}" + (f": {len(listing)}" if listing else ""))
-    text = "\n".join(f"{name} ({len(listing)}):\n" + "\n".join(f"  {line}" for line in listing[:25])
-                     + (f"\n  ... and {len(listing) - 25} more" if len(listing) > 25 else "")
-                     for name, listing in broken.items())
-    assert not broken, f"soak on the bed, seed {seed} (TASKPORT_SOAK_SEED={seed} replays it):\n{text}"
+    verdict(results, f"soak on the bed, seed {seed} (TASKPORT_SOAK_SEED={seed} replays it)")
 
 
 def report(seed: int, faults_took: float, drained: float, nemesis: BedNemesis, load: Load, checker: Checker,
            fire_times: int, fired: dict[int, str | None], created: set[str]) -> None:
-    ledger = load.ledger
     faults: Counter[str] = Counter(event.kind for event in nemesis.events)
     outages = [round(end - start, 1) for start, end in nemesis.outages]
     print(f"\nsoak: seed {seed}: {faults_took:.0f} s of faults, drained in {drained:.0f} s, "
           f"{len(nemesis.events)} faults {dict(faults)}; no primary for {outages} s")
-    print(f"soak: {load.ops} ops, {len(ledger.tasks)} tasks acknowledged ({len(ledger.batches)} batches), "
-          f"{ledger.given_up} ops given up; answers {dict(sorted(ledger.answers.items()))}")
-    print(f"soak: schedule: {fire_times} fire times, {sum(1 for t in fired.values() if t)} with a task, "
-          f"{len(created)} tasks created; {len(checker.schedule_tasks)} schedule tasks checked")
-    figures: dict[str, Any] = checker.figures
-    print(f"soak: outcomes {dict(figures.get('ended', {}))}; {figures.get('files')} files compared; "
-          f"callbacks {figures.get('callbacks')}")
+    figures(load, checker, fire_times, fired, created)

@@ -21,8 +21,9 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tests.integration.harness import RedisServer, Up, children
 from tests.soak.redisproxy import ReplyProxy
@@ -56,17 +57,12 @@ class Nemesis:
         """Faults until ``seconds`` have passed (or ``stop()``); the Ctrl-C once, in the middle third."""
         began = time.monotonic()
         restart_at = began + seconds * self.rng.uniform(1 / 3, 2 / 3)
-        faults = list(FAULTS)
-        weights = [FAULTS[name][0] for name in faults]
-        while not self._stop.wait(self.rng.uniform(*self.gap)):
-            now = time.monotonic()
-            if now - began >= seconds:
-                break
+        for now in ticks(self.rng, self._stop, self.gap, began, seconds):
             if restart_at and now >= restart_at:
                 restart_at = 0.0
                 self._timed(began, "Ctrl-C and up again", "", self._restart)
                 continue
-            kind = self.rng.choices(faults, weights)[0]
+            kind = pick(self.rng, FAULTS)
             detail, action = FAULTS[kind][1](self)
             self._timed(began, kind, detail, action)
 
@@ -75,19 +71,13 @@ class Nemesis:
 
     def heal(self) -> None:
         """Undo whatever fault is still on: SIGCONT every stopped process, the proxy normal, Redis running."""
-        for pid in list(self._stopped_pids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        self._stopped_pids.clear()
+        thaw(self._stopped_pids)
         self.proxy.heal()
         if not self.redis.running:
             self.redis.start()
 
     def _timed(self, began: float, kind: str, detail: str, action: Callable[[], None]) -> None:
-        started = time.monotonic()
-        print(f"soak: {started - began:7.1f} s  {kind} {detail}", flush=True)
-        action()
-        self.events.append(Event(started - began, kind, detail, time.monotonic() - started))
+        timed(self.events, began, kind, detail, action)
 
     def _restart(self) -> None:
         started = time.monotonic()
@@ -108,6 +98,59 @@ class Nemesis:
             self.scheduler_down.append((now, now + seconds))
 
 
+def ticks(rng: random.Random, stop: threading.Event, gap: tuple[float, float], began: float,
+          seconds: float) -> Iterator[float]:
+    """When the next fault goes in (monotonic), after a gap picked from ``rng`` each time, until ``seconds`` since
+    ``began`` have passed or ``stop`` is set."""
+    while not stop.wait(rng.uniform(*gap)):
+        now = time.monotonic()
+        if now - began >= seconds:
+            return
+        yield now
+
+
+def pick(rng: random.Random, faults: dict[str, tuple[int, Any]]) -> str:
+    """A fault's name, by the weights of ``faults`` (name -> (weight, build))."""
+    names = list(faults)
+    return rng.choices(names, [faults[name][0] for name in names])[0]
+
+
+def timed(events: list[Event], began: float, kind: str, detail: str, action: Callable[[], None]) -> None:
+    """One fault: its line printed (seconds since ``began``), ``action`` run, its ``Event`` logged."""
+    started = time.monotonic()
+    print(f"soak: {started - began:7.1f} s  {kind} {detail}", flush=True)
+    action()
+    events.append(Event(started - began, kind, detail, time.monotonic() - started))
+
+
+def kill9(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def freeze(pids: list[int], seconds: float, stop: threading.Event, stopped: set[int]) -> None:
+    """SIGSTOP to ``pids``, SIGCONT after ``seconds`` (or at ``stop``); ``stopped`` holds them meanwhile, for
+    ``thaw``."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+            stopped.add(pid)
+    stop.wait(seconds)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        stopped.discard(pid)
+
+
+def thaw(stopped: set[int]) -> None:
+    """SIGCONT to every process a fault left stopped."""
+    for pid in list(stopped):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    stopped.clear()
+
+
 def descendants(pid: int) -> list[int]:
     """``pid`` and every process under it (gunicorn's workers, a fork worker's work horse)."""
     found, todo = [], [pid]
@@ -122,9 +165,7 @@ def _kill9(n: Nemesis) -> tuple[str, Callable[[], None]]:
 
     def act() -> None:
         n._down(name, 2.0)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill9(pids)
 
     return name, act
 
@@ -135,15 +176,7 @@ def _stop(n: Nemesis) -> tuple[str, Callable[[], None]]:
 
     def act() -> None:
         n._down(name, seconds)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-                n._stopped_pids.add(pid)
-        n._stop.wait(seconds)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-            n._stopped_pids.discard(pid)
+        freeze(pids, seconds, n._stop, n._stopped_pids)
 
     return f"{name} for {seconds:.1f} s", act
 

@@ -12,20 +12,18 @@ unix socket path, or ``host:port``). Requests always go through; what comes back
 
 ``cut()`` resets every open connection now (a network blip), ``heal()`` ends any drop or delay period. The
 decisions come from ``random.Random(seed)``, so a run's choices follow its seed as far as thread timing lets
-them. tests/integration/proxy.py is the HTTP side's proxy, which cuts connections but never reads them.
+them. The core (accept, forward, ``cut()``) is tests/integration/proxy.py's ``TcpProxy``, as for the HTTP side's
+proxy, which cuts connections but never reads them.
 """
 
 from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 from dataclasses import dataclass
 
-from app.core.process import free_port
-
-CHUNK = 65536
+from tests.integration.proxy import CHUNK, TcpProxy, shut
 
 
 @dataclass
@@ -38,20 +36,17 @@ class _Period:
         return time.monotonic() < self.until and rng.random() < self.probability
 
 
-class ReplyProxy:
+class ReplyProxy(TcpProxy):
+    thread_name = "reply-proxy"
+
     def __init__(self, upstream: str, seed: int = 0) -> None:
         self.upstream = upstream
-        self.port = free_port()
         self.dropped = 0  # replies thrown away (each cut its connection)
         self.delayed = 0  # replies held
         self._rng = random.Random(seed)
         self._drop = _Period()
         self._delay = _Period()
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", self.port))
-        self._closed = False
-        threading.Thread(target=self._accept, name="reply-proxy", daemon=True).start()
+        super().__init__()
 
     @property
     def url(self) -> str:
@@ -72,20 +67,6 @@ class ReplyProxy:
         with self._lock:
             self._drop, self._delay = _Period(), _Period()
 
-    def cut(self) -> int:
-        """Reset every open connection; returns how many there were."""
-        with self._lock:
-            pairs, self._pairs = self._pairs, []
-        for pair in pairs:
-            for sock in pair:
-                _close(sock)
-        return len(pairs)
-
-    def close(self) -> None:
-        self._closed = True
-        self._server.close()
-        self.cut()
-
     # -- forwarding --------------------------------------------------------------------------------
     def _connect(self) -> socket.socket:
         if self.upstream.startswith("/"):
@@ -98,22 +79,6 @@ class ReplyProxy:
             return sock
         host, port = self.upstream.rsplit(":", 1)
         return socket.create_connection((host, int(port)))
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            try:
-                upstream = self._connect()
-            except OSError:  # Redis is down: the client sees its connection closed, as with no listener
-                _close(client)
-                continue
-            with self._lock:
-                self._pairs.append((client, upstream))
-            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._replies, args=(upstream, client), daemon=True).start()
 
     def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
         try:
@@ -145,13 +110,5 @@ class ReplyProxy:
         with self._lock:
             if (client, upstream) in self._pairs:
                 self._pairs.remove((client, upstream))
-        _close(client)
-        _close(upstream)
-
-
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
+        shut(client)
+        shut(upstream)

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import redis
@@ -36,7 +36,7 @@ import requests
 from app.core import keys
 from app.core.process import free_port
 from tests.integration.harness import REPO_ROOT, RedisServer, Up, task_workers, wait_until
-from tests.soak.checker import Checker, judge_schedule, schedule_tasks
+from tests.soak.checker import MEMBER, Checker, judge_schedule, schedule_tasks
 from tests.soak.load import Acked, Load
 from tests.soak.nemesis import Nemesis
 from tests.soak.redisproxy import ReplyProxy
@@ -155,14 +155,7 @@ def test_soak(soak_env: tuple[Stack, ReplyProxy, RedisServer, Receiver, int]) ->
     load = Load(stack.base_url, receiver.url("/hooks"), seed, INTERVAL)
     nemesis = Nemesis(random.Random(seed), server, proxy, lambda: stack.up, stack.ctrl_c_and_up_again,
                       STALL_TIMEOUT)
-    load.start()
-    try:
-        nemesis.run(SECONDS)
-    finally:
-        nemesis.stop()
-        nemesis.heal()
-    load.stop()
-    paused_at = time.monotonic()
+    paused_at = under_faults(load, nemesis, SECONDS)
     call("PATCH", f"{stack.base_url}/api/v1/schedules/{schedule['schedule_id']}", json={"paused": True})
     faults_took = paused_at - began
 
@@ -171,14 +164,51 @@ def test_soak(soak_env: tuple[Stack, ReplyProxy, RedisServer, Receiver, int]) ->
     first_ms = schedule_first_fire(schedule)
     fire_times = list(range(first_ms, int((paused_at + to_wall) * 1000) + 1, 60_000))
     outages = [*nemesis.scheduler_down, (paused_at - 3, paused_at)]
-    drained = drain(conn, checker, DRAIN)
+    drained, fired, created, results = check(conn, checker, schedule["schedule_id"], fire_times, outages, to_wall,
+                                             DRAIN)
+    faults = Counter(event.kind for event in nemesis.events)
+    print(f"\nsoak: seed {seed}: {faults_took:.0f} s of faults, drained in {drained:.0f} s, "
+          f"{len(nemesis.events)} faults {dict(faults)}")
+    print(f"soak: proxy dropped {proxy.dropped} and held {proxy.delayed} replies; Ctrl-C + up again took "
+          f"{[round(t, 1) for t in stack.restart_took]} s")
+    figures(load, checker, len(fire_times), fired, created)
+    verdict(results, f"soak seed {seed} (TASKPORT_SOAK_SEED={seed} replays it)")
+
+
+class Faults(Protocol):
+    """A nemesis: tests/soak/nemesis.py's, or the bed's (tests/scale/nemesis.py)."""
+
+    def run(self, seconds: float) -> None: ...
+    def stop(self) -> None: ...
+    def heal(self) -> None: ...
+
+
+def under_faults(load: Load, nemesis: Faults, seconds: float) -> float:
+    """The load on while the nemesis breaks things for ``seconds``, then every fault undone and the load
+    stopped; returns when (monotonic)."""
+    load.start()
+    try:
+        nemesis.run(seconds)
+    finally:
+        nemesis.stop()
+        nemesis.heal()
+    load.stop()
+    return time.monotonic()
+
+
+def check(conn: redis.Redis, checker: Checker, schedule_id: str, fire_times: list[int],
+          outages: list[tuple[float, float]], to_wall: float, seconds: float, member: str = MEMBER,
+          ) -> tuple[float, dict[int, str | None], set[str], dict[str, list[str]]]:
+    """Once the faults are over: drain (at most ``seconds``), read everything back, the schedule's tasks with
+    it, and run every check; returns (how long the drain took, fire time -> its task, the schedule's tasks,
+    check -> what broke it)."""
+    drained = drain(conn, checker, seconds)
     checker.read()
-    fired, created = schedule_tasks(conn, checker.audit, schedule["schedule_id"], fire_times)
+    fired, created = schedule_tasks(conn, checker.audit, schedule_id, fire_times, member)
     checker.schedule_tasks = {t: Acked(t, "orders.export", SCHEDULE["task"]["payload"], how="schedule")
                               for t in created | {t for t in fired.values() if t}}
     drain(conn, checker, 10)  # the schedule's last tasks
     checker.read()
-
     results = {
         "ended COMPLETED": checker.ended(),
         "items counted once": checker.items(),
@@ -189,25 +219,29 @@ def test_soak(soak_env: tuple[Stack, ReplyProxy, RedisServer, Receiver, int]) ->
         "schedule fired once per fire time": judge_schedule(fired, created, outages, to_wall),
         "answers within the contract": checker.answers(),
     }
+    return drained, fired, created, results
+
+
+def figures(load: Load, checker: Checker, fire_times: int, fired: dict[int, str | None], created: set[str]) -> None:
+    """The load's and the checker's figures, after the faults' line."""
     ledger = load.ledger
-    faults = Counter(event.kind for event in nemesis.events)
-    print(f"\nsoak: seed {seed}: {faults_took:.0f} s of faults, drained in {drained:.0f} s, "
-          f"{len(nemesis.events)} faults {dict(faults)}")
-    print(f"soak: proxy dropped {proxy.dropped} and held {proxy.delayed} replies; Ctrl-C + up again took "
-          f"{[round(t, 1) for t in stack.restart_took]} s")
     print(f"soak: {load.ops} ops, {len(ledger.tasks)} tasks acknowledged ({len(ledger.batches)} batches), "
           f"{ledger.given_up} ops given up; answers {dict(sorted(ledger.answers.items()))}")
-    print(f"soak: schedule: {len(fire_times)} fire times, {sum(1 for t in fired.values() if t)} with a task, "
+    print(f"soak: schedule: {fire_times} fire times, {sum(1 for t in fired.values() if t)} with a task, "
           f"{len(created)} tasks created; {len(checker.schedule_tasks)} schedule tasks checked")
     print(f"soak: outcomes {dict(checker.figures.get('ended', {}))}; {checker.figures.get('files')} files compared; "
           f"callbacks {checker.figures.get('callbacks')}")
+
+
+def verdict(results: dict[str, list[str]], title: str) -> None:
+    """A line for each check, then the test fails with each broken check's listing (the first 25 lines)."""
     broken = {name: listing for name, listing in results.items() if listing}
     for name, listing in results.items():
         print(f"soak: {'FAIL' if listing else 'ok  '} {name}" + (f": {len(listing)}" if listing else ""))
     report = "\n".join(f"{name} ({len(listing)}):\n" + "\n".join(f"  {line}" for line in listing[:25])
                        + (f"\n  ... and {len(listing) - 25} more" if len(listing) > 25 else "")
                        for name, listing in broken.items())
-    assert not broken, f"soak seed {seed} (TASKPORT_SOAK_SEED={seed} replays it):\n{report}"
+    assert not broken, f"{title}:\n{report}"
 
 
 def schedule_first_fire(schedule: dict[str, Any]) -> int:

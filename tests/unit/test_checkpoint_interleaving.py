@@ -65,10 +65,13 @@ class Checked:
         return resume
 
 
-def flushing_at_every_line(ctx: TaskContext) -> Callable[[FrameType, str, Any], Any]:
-    """A trace function: at each line of workers/items.py, a second thread flushes ``ctx`` (and is waited for)."""
+def flushing_at_every_line(context_of: Callable[[FrameType], TaskContext | None],
+                           ) -> Callable[[FrameType, str, Any], Any]:
+    """A trace function: at each line of workers/items.py, a second thread flushes the context
+    ``context_of(frame)`` names, if any (and is waited for); tests/integration/test_checkpoint_compaction.py's
+    too."""
 
-    def flush() -> None:
+    def flush(ctx: TaskContext) -> None:
         if ctx._lock.acquire(blocking=False):  # held: the real heartbeat would flush at its release, a later line
             try:
                 ctx.flush()
@@ -76,8 +79,9 @@ def flushing_at_every_line(ctx: TaskContext) -> Callable[[FrameType, str, Any], 
                 ctx._lock.release()
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line":
-            heartbeat = threading.Thread(target=flush)
+        ctx = context_of(frame) if event == "line" else None
+        if ctx is not None:
+            heartbeat = threading.Thread(target=flush, args=(ctx,))
             heartbeat.start()
             heartbeat.join()
         return local
@@ -89,7 +93,7 @@ def flushing_at_every_line(ctx: TaskContext) -> Callable[[FrameType, str, Any], 
 
 
 def traced(ctx: TaskContext, body: Callable[[], Any]) -> Any:
-    sys.settrace(flushing_at_every_line(ctx))
+    sys.settrace(flushing_at_every_line(lambda frame: ctx))
     try:
         return body()
     finally:

@@ -8,15 +8,13 @@ resumed in its folder completed) is tests/integration/test_claims.py's."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from marshmallow import INCLUDE, Schema
 
-from app.core import processors
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.ids import new_run_id
@@ -26,19 +24,12 @@ from app.web import create_app
 from app.web.errors import Conflict
 from app.web.rerun import run_again
 from app.web.service import TaskService
+from tests.unit.test_runner import API, hooks, registering
 from workers import heartbeat
 from workers import runner as runner_module
 from workers.context import TaskContext
 from workers.exceptions import TaskError
 from workers.runner import COMPLETED, Runner
-
-API = "/api/v1/tasks"
-hooks: dict[str, Callable[[str], None]] = {}
-
-
-class AnyPayload(Schema):
-    class Meta:
-        unknown = INCLUDE
 
 
 def writes_a_file(payload: dict, ctx: TaskContext) -> dict:
@@ -58,13 +49,8 @@ def checkpoints_then_refuses(payload: dict, ctx: TaskContext) -> dict:
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    processors.load()
-    monkeypatch.setattr(processors, "_REGISTRY", dict(processors._REGISTRY))
-    for task_type, func in (("fence.file", writes_a_file), ("fence.refuse", checkpoints_then_refuses)):
-        processors.processor(task_type, schema=AnyPayload, timeout=30)(func)
-    yield
-    hooks.clear()
-    runner_module.use(None)
+    yield from registering(monkeypatch, {"fence.file": (writes_a_file, 0),
+                                         "fence.refuse": (checkpoints_then_refuses, 0)})
 
 
 @pytest.fixture

@@ -83,16 +83,23 @@ PROCESSORS: dict[str, tuple[Callable[[dict, TaskContext], dict], int]] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The processors above, in a private copy of the registry; no hook and no installed Runner after."""
+def registering(monkeypatch: pytest.MonkeyPatch, table: dict[str, tuple[Callable[[dict, TaskContext], dict], int]],
+                ) -> Iterator[None]:
+    """The processors of ``table`` (type -> (function, retries)), in a private copy of the registry; no hook and
+    no installed Runner after (tests/unit/test_fence.py's too)."""
     processors.load()
     monkeypatch.setattr(processors, "_REGISTRY", dict(processors._REGISTRY))
-    for task_type, (func, retries) in PROCESSORS.items():
+    for task_type, (func, retries) in table.items():
         processors.processor(task_type, schema=AnyPayload, timeout=30, retries=retries)(func)
     yield
     hooks.clear()
     runner_module.use(None)
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The processors above."""
+    yield from registering(monkeypatch, PROCESSORS)
 
 
 @pytest.fixture
