@@ -42,10 +42,10 @@ from tests.soak.nemesis import Nemesis
 from tests.soak.redisproxy import ReplyProxy
 from tests.unit.test_callbacks import SECRET, Receiver
 
-pytestmark = pytest.mark.soak
-
 SECONDS = float(os.environ.get("TASKPORT_SOAK_SECONDS", "600"))
 DRAIN = float(os.environ.get("TASKPORT_SOAK_DRAIN", "60"))  # seconds the stack gets to finish after the faults
+# the faults' time, the drain, and the stack's starts and the checks (~4 min at most)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(SECONDS + DRAIN + 240)]
 INTERVAL = float(os.environ.get("TASKPORT_SOAK_INTERVAL", "2"))
 STALL_TIMEOUT = 3.0
 SCHEDULE: dict[str, Any] = {"cron": "* * * * *", "name": "soak",
