@@ -123,7 +123,8 @@ RECONCILE = Script(
     keys={"task": "hash: the task's record", "delayed": "sorted set: keys.DELAYED",
           "unqueued": "hash: keys.UNQUEUED", "claimants": "set: keys.JOB_CLAIMANTS", "stats": "hash: keys.STATS"},
     args={"task_id": "the task's id", "now_ms": "now", "bound_ms": "how long it may stay without a job",
-          "lists": "space-separated keys of the queues", "zsets": "space-separated keys of RQ's registries",
+          "job_prefix": "RQ's job hash key without the id", "queue_prefix": "RQ's queue key without the name",
+          "zsets": "space-separated keys of RQ's registries",
           "claims_prefix": "keys.job_claims without the worker", "stat": "the STATS field to count in",
           "job_argc": "how many ARGV entries the job's commands take"},
     rest_keys=Tail("command_keys", "one key per job command, in order"),
@@ -135,9 +136,10 @@ if cur[1] ~= $PENDING or (tonumber(cur[3]) or 0) > 0 or redis.call('ZSCORE', del
   return found()
 end
 local job = cur[2] or task_id
-for key in string.gmatch(lists, '%S+') do
-  if redis.call('LPOS', key, job) then return found() end
-end
+-- only the queue its job was put on (its hash's origin): the scan stops at the job, which sits near the head
+-- for an old task, where scanning every queue would cross whole backlogs of the other ones
+local origin = redis.call('HGET', job_prefix .. job, 'origin')
+if origin and redis.call('LPOS', queue_prefix .. origin, job) then return found() end
 for key in string.gmatch(zsets, '%S+') do
   if redis.call('ZSCORE', key, job) then return found() end
 end
@@ -219,13 +221,12 @@ class Claims:
         ``client`` (a pipeline), or run it now."""
         job_keys, job_args = replay(job)
         conn = self.redis
-        lists = [QUEUE_PREFIX + name for name in QUEUES]
         zsets = [r.key for name in QUEUES
                  for r in (ScheduledJobRegistry(name, connection=conn), StartedJobRegistry(name, connection=conn))]
         return self._run(RECONCILE, RECONCILE.call(
             keys={"task": keys.task(task_id), "delayed": keys.DELAYED, "unqueued": keys.UNQUEUED,
                   "claimants": keys.JOB_CLAIMANTS, "stats": keys.STATS},
-            args={"task_id": task_id, "now_ms": now_ms, "bound_ms": bound_ms, "lists": " ".join(lists),
-                  "zsets": " ".join(zsets), "claims_prefix": keys.job_claims(""), "stat": keys.STAT_RECONCILED,
-                  "job_argc": len(job_args)},
+            args={"task_id": task_id, "now_ms": now_ms, "bound_ms": bound_ms, "job_prefix": JOB_PREFIX,
+                  "queue_prefix": QUEUE_PREFIX, "zsets": " ".join(zsets), "claims_prefix": keys.job_claims(""),
+                  "stat": keys.STAT_RECONCILED, "job_argc": len(job_args)},
             rest_keys=job_keys, rest=job_args), client=client)
