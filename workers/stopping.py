@@ -19,6 +19,7 @@ import signal
 from types import FrameType
 from typing import Any
 
+import redis
 from rq.utils import now
 
 UNSUBSCRIBE_WAIT = 1.0  # seconds a stop waits for RQ's pubsub thread to end (RQ's own join timeout)
@@ -74,6 +75,9 @@ class PromptUnsubscribe:
             return
         worker.log.info("Worker %s: unsubscribing from channel %s", worker.name, worker.pubsub_channel_name)
         thread._running.clear()  # redis-py's PubSubWorkerThread loops while this is set (8.1 and 8.2 alike)
-        worker.pubsub.unsubscribe()
+        # the thread may wake meanwhile (a message, its subscription's own reply), see the flag down and close
+        # the connection on its way out: unsubscribed already, so a send that meets it closed is no error
+        with contextlib.suppress(redis.exceptions.ConnectionError, OSError):
+            worker.pubsub.unsubscribe()
         thread.join(timeout=UNSUBSCRIBE_WAIT)
         worker.pubsub.close()
