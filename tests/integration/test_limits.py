@@ -113,7 +113,9 @@ def burst_while_bob_polls(stack: Stack, send: Callable[[Api, int], requests.Resp
     assert retry_after and all(value.isdigit() and int(value) >= 1 for value in retry_after), retry_after
     assert all(kind.startswith("application/problem+json") for kind in problem_types), problem_types
     assert set(polled) == {200} and len(latencies) >= 20, (polled, len(latencies))
-    p99 = statistics.quantiles(latencies, n=100)[98]
+    # inclusive: the default (exclusive) method extrapolates past the largest of a few dozen reads, and read
+    # p99 113 ms beside a max of 98 ms in one run of make test
+    p99 = statistics.quantiles(latencies, n=100, method="inclusive")[98]
     print(f"\nbob's polls during alice's burst: {len(latencies)}, p50 {statistics.median(latencies) * 1000:.0f} ms, "
           f"p99 {p99 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
     assert p99 < 0.1, f"bob's poll p99 {p99 * 1000:.0f} ms during alice's burst"
