@@ -56,7 +56,7 @@ class Dispatch:
     """The tick: claim what is due, enqueue a job for each (one round trip for the claim, one for the jobs)."""
 
     def __init__(self, conn: redis.Redis, config: Config) -> None:
-        self.deliveries = Deliveries(conn)
+        self.deliveries = Deliveries(conn, config.call_record_ms)
         self.queue = Queue(CALLBACK_QUEUE, connection=conn)
         self.timeout = job_timeout(config.callback_timeout)
 
@@ -78,7 +78,7 @@ class Deliverer:
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.conn = conn if conn is not None else connect(config)
-        self.deliveries = Deliveries(self.conn)
+        self.deliveries = Deliveries(self.conn, config.call_record_ms)
         self.ssl_context = ssl_context  # None: the system's trust store (a test passes its own CA's)
         self.lease_ms = job_timeout(config.callback_timeout) * 1000 + ATTEMPT_GRACE_MS
 
