@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 LEASE_STALLS = 3  # a dead worker's registration expires this many stall timeouts after its last renewal
 MIN_LEASE = 30  # seconds, however short the stall timeout
 STOP_MARGIN = 2.0  # seconds past its stop grace a stopping predecessor may take to register its death
-# Seconds before a worker sees a queue resumed: an idle worker looks at its queues at least this often.
-PAUSE_RECHECK = WAKE_WAIT
 
 
 def record_stopped_as_canceled(job: Job) -> None:

@@ -132,7 +132,7 @@ FIGURES: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ("docs/operations.md", r"registry entry for its (\d+)\s+minutes",
      _code("app.core.jobs:FINISHED_JOB_TTL", scale=1 / 60)),
     ("docs/operations.md", r"pass cut it to ([\d,]+)\.", _code("app.core.jobs:FINISHED_JOBS_KEPT")),
-    ("docs/operations.md", r"paused set again\s+every (\d+) s", _code("workers.worker:PAUSE_RECHECK")),
+    ("docs/operations.md", r"paused set again\s+every (\d+) s", _code("app.core.jobclaims:WAKE_WAIT")),
     ("docs/processors.md", r"has not stopped (\d+) s after", CANCEL_GRACE),
     ("docs/processors.md", r"every ([\d.]+) s\)", _code("workers.context:SLEEP_SLICE")),
     ("bench/README.md", r"`CANCEL_GRACE` \((\d+) s\)", CANCEL_GRACE),

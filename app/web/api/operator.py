@@ -2,7 +2,7 @@
 
     POST /api/v1/queues/{queue}/pause    no worker takes a job from the queue until it is resumed; running
                                          ones finish, submits are still accepted (their tasks wait, PENDING)
-    POST /api/v1/queues/{queue}/resume   workers take its jobs again (within workers.worker.PAUSE_RECHECK s)
+    POST /api/v1/queues/{queue}/resume   workers take its jobs again (within app.core.jobclaims.WAKE_WAIT s)
 
 Both answer ``{"queue", "paused", "paused_queues"}`` and are idempotent. The pause is a member of
 ``keys.PAUSED_QUEUES`` in Redis (app.web.readiness.QueuePauses), so it outlives every process; the workers
