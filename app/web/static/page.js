@@ -143,6 +143,9 @@ function watch(doc) {
   watcher = watchTask(doc.task_id, {
     onProgress: render,
     onOutput: showOutput,
+    onQueued: (queue) => { // a fresher place than the stream's first document (render shows each document's)
+      if (current && current.status === "PENDING") $("queue-place").replaceChildren(...placeInLine(queue));
+    },
     onMode: (mode) => {
       $("mode").textContent = mode === "stream" ? "live (event stream)" : "polling (as Retry-After says)";
       $("mode").dataset.mode = mode;

@@ -34,6 +34,10 @@
   const STREAM_RECONNECTS = 3; // a stream that dropped is reopened (with Last-Event-ID) this many times
   const defaults = { baseUrl: "", apiKey: "", token: "", fetch: null };
   const OUTPUT_PAGE = 1000; // lines per GET /tasks/{id}/output, the service's largest page
+  // A stream carries a waiting task's place in line in its first document only (tasks ahead of it starting are
+  // no change of its own): while it shows the task queued, onQueued gets a fresh place from a status read this
+  // often.
+  const QUEUE_REFRESH = 5000;
 
   /** An error answer of the service (RFC 9457 problem details), or status 0 when there was no answer. */
   class TaskportError extends Error {
@@ -368,6 +372,7 @@
       events: taskPath(id, "/events"), event: "status", ends: (doc) => TERMINAL.includes(doc.status),
       read: (s, signal) => readStatus(id, s, signal), finish: (doc, s, emit) => finishTask(id, doc, s, emit),
       output: typeof h.onOutput === "function" ? (after, s, signal) => getOutput(id, { after, signal }, s) : null,
+      queued: true,
     }, h, o);
   }
 
@@ -426,9 +431,30 @@
     const seen = (doc) => {
       state.last = doc;
       emit("onProgress", doc);
-      if (doc.status === "PENDING" && doc.queue) emit("onQueued", doc.queue);
+      if (doc.status === "PENDING" && doc.queue) {
+        emit("onQueued", doc.queue);
+        if (state.mode === "stream") refreshPlace();
+      }
       return target.ends(doc);
     };
+    const queuedNow = () => state.last && state.last.status === "PENDING" && state.last.queue;
+
+    // While the stream shows the task waiting in its queue: its place again, every QUEUE_REFRESH ms, for onQueued
+    // alone (the stream's documents stay what onProgress sees). Not an attempt; a failed read is skipped.
+    let placeTimer = null;
+    function refreshPlace() {
+      if (!target.queued || typeof h.onQueued !== "function" || placeTimer !== null) return;
+      placeTimer = setTimeout(async () => {
+        try {
+          const { doc } = await target.read(s, controller.signal);
+          if (queuedNow() && doc.status === "PENDING" && doc.queue) emit("onQueued", doc.queue);
+        } catch (e) {
+          // the stream (or polling) says what matters
+        }
+        placeTimer = null;
+        if (queuedNow() && state.mode === "stream" && !controller.signal.aborted) refreshPlace();
+      }, QUEUE_REFRESH);
+    }
     const line = (output) => {
       if (output.id === state.outputAfter) return; // the same line again (a stream resumed at it)
       state.outputAfter = output.id;
@@ -598,7 +624,10 @@
       }
       emit("onError", e);
       return OUTCOMES.ERROR;
-    }).finally(() => clearTimeout(deadlineTimer));
+    }).finally(() => {
+      clearTimeout(deadlineTimer);
+      clearTimeout(placeTimer);
+    });
     return { stop: () => controller.abort(), done };
   }
 
