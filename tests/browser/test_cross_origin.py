@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -157,9 +158,10 @@ def cors_stack(tmp_path_factory: pytest.TempPathFactory, front: StaticOrigin) ->
 def hand_over(stack: Stack) -> dict[str, Any]:
     """What the backend does with its key: submit the tasks, mint the tokens the page gets."""
     with Client(stack.base_url, KEY) as backend:
-        watch = backend.submit("demo.sleep", {"seconds": 2, "steps": 4, "output": True}, read_token=True)
-        export = backend.submit("orders.export", {"rows": 25, "format": "csv"})
-        other = backend.submit("demo.sleep", {"seconds": 0})
+        watch = backend.submit("demo.sleep", {"seconds": 2, "steps": 4, "output": True}, read_token=True,
+                               idempotency_key=uuid.uuid4().hex)
+        export = backend.submit("orders.export", {"rows": 25, "format": "csv"}, idempotency_key=uuid.uuid4().hex)
+        other = backend.submit("demo.sleep", {"seconds": 0}, idempotency_key=uuid.uuid4().hex)
         return {"service": stack.base_url,
                 "watch": {"task_id": watch["task_id"], "token": watch["read_token"]["token"]},
                 "export": {"task_id": export["task_id"], **backend.read_token(export["task_id"], ttl=600)},
