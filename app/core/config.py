@@ -49,6 +49,7 @@ POSITIVE = ("task_ttl", "max_delay", "result_ttl", "tombstone_ttl", "dedup_windo
             "max_result", "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes",
             "inline_result_max", "result_store_timeout", "stop_grace", "result_part_size",
             "max_schedules", "callback_timeout", "callback_max_age")
+POSITIVE += ("output_max_lines", "output_max_line_bytes")  # a task's live output (app.core.output)
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest multipart part (but the last)
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
@@ -223,6 +224,12 @@ class Config:
     callback_max_age: int = _setting(
         "TASKPORT_CALLBACK_MAX_AGE", 86400, "seconds after its first attempt a failing callback is retried for "
         "(backoff 1 s, 5 s, 30 s... at most an hour apart) before it is given up")
+    output_max_lines: int = _setting(
+        "TASKPORT_OUTPUT_MAX_LINES", 10_000, "output lines (ctx.emit) kept per task; older ones are trimmed, oldest "
+        "first")
+    output_max_line_bytes: int = _setting(
+        "TASKPORT_OUTPUT_MAX_LINE_BYTES", 4096, "bytes (UTF-8) one output line may take; a longer one is cut, "
+        "ending in a marker")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
