@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, NamedTuple
+from weakref import WeakKeyDictionary
 
 from app.core import keys
 from app.core.clock import iso
@@ -83,6 +84,14 @@ def parse_id(raw: str) -> int | None:
 class OutputLog:
     """Reads and writes of task output, through the store (so a write is one of its scripts, sent its way)."""
 
+    @classmethod
+    def of(cls, store: TaskStore) -> OutputLog:
+        """The store's OutputLog, built once (the web's views and event hub share it)."""
+        found = _LOGS.get(store)
+        if found is None:
+            found = _LOGS[store] = cls(store)
+        return found
+
     def __init__(self, store: TaskStore, config: Config | None = None) -> None:
         self.store = store
         self.config = config or store.config
@@ -117,6 +126,9 @@ class OutputLog:
         pipe.hget(keys.task(task_id), keys.TaskField.OUTPUT_BYTES)
         count, held = pipe.execute()
         return int(count), int(held or 0)
+
+
+_LOGS: WeakKeyDictionary[TaskStore, OutputLog] = WeakKeyDictionary()
 
 
 def _page(answer: list[Any]) -> Page:

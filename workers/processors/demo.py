@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from app.core.fields import JsonNumber
+from app.core.fields import JsonBoolean, JsonNumber
 from app.core.processors import INT64, INT64_MAX, processor
 from app.core.states import BusinessCode
 from workers.context import TaskContext
@@ -37,7 +37,7 @@ class SleepSchema(Schema):
     fail_code = fields.Integer(
         strict=True, load_default=None, allow_none=True, validate=validate.Range(min=1, max=INT64_MAX)
     )
-    output = fields.Boolean(strict=True, load_default=False)  # a line per step and per item (live output)
+    output = JsonBoolean(load_default=False)  # a line per step and per item (live output)
 
 
 @processor("demo.sleep", schema=SleepSchema, timeout=MAX_SECONDS + 60)
