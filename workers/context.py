@@ -45,8 +45,9 @@ __all__ = ["MAX_FAILURES", "ItemScope", "TaskContext"]
 SLEEP_SLICE = 0.1
 
 Report = Callable[[int | None, str, dict | None, Saved | None], str]
-# Writes a run's output lines (encoded, oldest first) and answers the task's status: the runner's OutputLog.emit.
-Emit = Callable[[list[bytes]], str]
+# Writes a run's output lines (encoded, oldest first) after a count of lines dropped unsent, and answers the
+# task's status: the runner's OutputLog.emit.
+Emit = Callable[[list[bytes], int], str]
 # Output lines wait in the context at most this long after the previous write (a line emitted later than that
 # is written at once), or until OUTPUT_BATCH of them wait, a progress flush, a heartbeat or the run's end:
 # a processor emitting 1,000 lines a second costs ~5 writes a second (bench/README.md, "Live output").
@@ -107,6 +108,7 @@ class TaskContext:
         self._emit_fn = emit  # None: lines are cut and dropped (a context outside a worker)
         self._output_max_lines, self._output_max_bytes = output_limits
         self._output: list[bytes] = []  # lines emitted and not written yet (see OUTPUT_INTERVAL)
+        self._output_skipped = 0  # lines dropped unsent before those (more than the task keeps were waiting)
         self._output_lock = threading.Lock()  # guards _output
         self._output_writing = threading.Lock()  # one write at a time, so lines reach Redis in order
         self._output_written_at = -math.inf
@@ -245,8 +247,7 @@ class TaskContext:
         lines = [encode(at, line) for line in split(text, self._output_max_bytes)]
         with self._output_lock:
             self._output.extend(lines)
-            if len(self._output) > self._output_max_lines:  # older ones would be trimmed at once anyway
-                del self._output[:len(self._output) - self._output_max_lines]
+            self._keep_newest()
             due = len(self._output) >= OUTPUT_BATCH or self._clock() - self._output_written_at >= OUTPUT_INTERVAL
         if due:
             self.flush_output()
@@ -259,12 +260,13 @@ class TaskContext:
         with self._output_writing:
             with self._output_lock:
                 lines, self._output = self._output, []
+                skipped, self._output_skipped = self._output_skipped, 0
                 self._output_written_at = self._clock()
             if not lines or self._emit_fn is None or self._cancelled.is_set():
                 return
             for start in range(0, len(lines), MAX_SEND):
                 try:
-                    status = self._emit_fn(lines[start:start + MAX_SEND])
+                    status = self._emit_fn(lines[start:start + MAX_SEND], skipped)
                 except PROPAGATE:
                     raise
                 except Exception:
@@ -272,11 +274,21 @@ class TaskContext:
                                      exc_info=True)
                     with self._output_lock:
                         self._output[:0] = lines[start:]
-                        del self._output[:max(0, len(self._output) - self._output_max_lines)]
+                        self._output_skipped += skipped
+                        self._keep_newest()
                     return
+                skipped = 0
                 if status != TaskStatus.PROCESSING:
                     self.mark_cancelled()
                     return
+
+    def _keep_newest(self) -> None:
+        """Drop the oldest lines waiting past what the task keeps (the list would trim them at once), counting
+        them: they still take their ids (the caller holds _output_lock)."""
+        excess = len(self._output) - self._output_max_lines
+        if excess > 0:
+            del self._output[:excess]
+            self._output_skipped += excess
 
     # -- items ----------------------------------------------------------------------------------
 

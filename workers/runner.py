@@ -145,8 +145,8 @@ class Runner:
             return self.store.report(task.id, run_id, progress, message, items, checkpoint=saved.line,
                                      cursor=saved.cursor, files_run=folder, replace=saved.replace)
 
-        def emit(lines: list[bytes]) -> str:
-            return self.output.emit(task.id, run_id, lines, now_ms())
+        def emit(lines: list[bytes], skipped: int) -> str:
+            return self.output.emit(task.id, run_id, lines, now_ms(), skipped)
 
         ctx = TaskContext(task.id, report, results=self.results.for_run(folder),
                           interval=self.config.progress_interval, logger=tlog, resume=resume, emit=emit,

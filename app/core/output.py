@@ -97,14 +97,15 @@ class OutputLog:
         self.config = config or store.config
         self._page = store.redis.register_script(PAGE_SOURCE)
 
-    def emit(self, task_id: str, run_id: str, lines: Sequence[bytes], now_ms: int) -> str:
-        """Append ``lines`` (:func:`encode`d, oldest first) for run ``run_id``: the status found ('PROCESSING' when
-        written; 'TAKEN' for a run that was taken over, which adds nothing). At most MAX_SEND lines a call."""
+    def emit(self, task_id: str, run_id: str, lines: Sequence[bytes], now_ms: int, skipped: int = 0) -> str:
+        """Append ``lines`` (:func:`encode`d, oldest first) for run ``run_id``, after ``skipped`` lines it dropped
+        unsent: the status found ('PROCESSING' when written; 'TAKEN' for a run that was taken over, which adds
+        nothing). At most MAX_SEND lines a call."""
         answer = self.store.run_script(EMIT.name, *EMIT.call(
             keys={"task": keys.task(task_id), "output": keys.output(task_id), "events": keys.events(task_id),
                   "stored_bytes": keys.STORED_BYTES},
             args={"run_id": run_id, "now_ms": now_ms, "max_lines": self.config.output_max_lines,
-                  "count": len(lines)},
+                  "count": len(lines), "skipped": int(skipped)},
             rest=lines, record_ms=self.config.call_record_ms))  # fmt: skip
         return answer.decode() if isinstance(answer, bytes) else str(answer)
 

@@ -26,7 +26,9 @@ EMIT = Script(
           "events": "channel: the task's events",
           "stored_bytes": "hash: member -> bytes its tasks hold (TaskField.STORED summed)"},
     args={"run_id": "the run emitting", "now_ms": "now", "max_lines": "lines the list keeps at most",
-          "count": "how many lines follow"},
+          "count": "how many lines follow",
+          "skipped": "lines emitted before them that the run dropped unsent (it held more than max_lines): they "
+                     "take their ids, and every line the list holds is older than them, so it is emptied first"},
     rest=Tail("line", "the lines, oldest first, each '<at ms>:<text>'"),
     body=QUOTA + """
 local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @member, @stored, @output_bytes)
@@ -40,16 +42,20 @@ local n = tonumber(count)
 local lines = {unpack(ARGV, first_line, first_line + n - 1)}
 local added = 0
 for _, line in ipairs(lines) do added = added + #line end
+local dropped = 0
+if skipped ~= '0' then
+  dropped = tonumber(cur[6]) or 0
+  redis.call('DEL', output)
+end
 local len = redis.call('RPUSH', output, unpack(lines))
 local excess = len - tonumber(max_lines)
-local dropped = 0
 if excess > 0 then
   for _, old in ipairs(redis.call('LRANGE', output, 0, excess - 1)) do dropped = dropped + #old end
   redis.call('LTRIM', output, excess, -1)
 end
 local ttl = redis.call('PTTL', task)
 if ttl > 0 then redis.call('PEXPIRE', output, ttl) end
-local last = redis.call('HINCRBY', task, @output_last, n)
+local last = redis.call('HINCRBY', task, @output_last, n + tonumber(skipped))
 redis.call('HSET', task, @output_bytes, (tonumber(cur[6]) or 0) + added - dropped)
 local was = tonumber(cur[5]) or 0
 account(task, cur[4], was, was + added - dropped)

@@ -123,7 +123,7 @@ def test_ctx_emit_writes_at_once_then_batches_within_the_interval(tmp_path: Path
     sent: list[list[bytes]] = []
     clock = Clock()
 
-    def emit(lines: list[bytes]) -> str:
+    def emit(lines: list[bytes], skipped: int) -> str:
         sent.append(lines)
         return "PROCESSING"
 
@@ -140,7 +140,7 @@ def test_ctx_emit_writes_at_once_then_batches_within_the_interval(tmp_path: Path
 
 
 def test_ctx_emit_of_a_run_that_lost_the_task_raises_at_the_cancellation_point(tmp_path: Path) -> None:
-    ctx = TaskContext("t", lambda *a: "PROCESSING", results=LocalResultStore(tmp_path), emit=lambda lines: "TAKEN")
+    ctx = TaskContext("t", lambda *a: "PROCESSING", results=LocalResultStore(tmp_path), emit=lambda lines, skipped: "TAKEN")
     with pytest.raises(TaskCancelled):
         ctx.emit("late")
 
@@ -149,7 +149,7 @@ def test_a_failed_write_keeps_its_lines_for_the_next(tmp_path: Path) -> None:
     answers = iter([ConnectionError("down"), "PROCESSING"])
     sent: list[list[bytes]] = []
 
-    def emit(lines: list[bytes]) -> str:
+    def emit(lines: list[bytes], skipped: int) -> str:
         answer = next(answers)
         if isinstance(answer, Exception):
             raise answer
@@ -194,3 +194,22 @@ def test_get_output_names_a_bad_query_parameter(client, store: TaskStore, query:
 def test_get_output_of_an_unknown_task_is_404(client) -> None:
     answer = client.get(f"/api/v1/tasks/{uuid.uuid4()}/output")
     assert answer.status_code == 404 and answer.content_type.startswith("application/problem+json")
+
+
+def test_lines_a_run_dropped_unsent_keep_their_ids(conn, tmp_path: Path) -> None:
+    """More lines waiting than the task keeps: the oldest are dropped before the write but still counted, so the
+    ids of the lines kept are those of a list that got every line and trimmed it."""
+    config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, output_max_lines=3)
+    store = TaskStore(conn, config)
+    log = OutputLog(store)
+    task_id = started(store)
+    log.emit(task_id, "r1", [encode(1, "old 1"), encode(2, "old 2")], now_ms())
+    clock = Clock()
+    ctx = TaskContext(task_id, lambda *a: "PROCESSING", results=LocalResultStore(tmp_path), clock=clock,
+                      emit=lambda lines, skipped: log.emit(task_id, "r1", lines, now_ms(), skipped),
+                      output_limits=(3, 100))
+    ctx.emit("new 1")  # written at once: 3 lines now
+    ctx.emit("new 2\nnew 3\nnew 4\nnew 5")  # waiting: 4 lines, over the 3 kept; "new 2" is dropped unsent
+    ctx.flush_output()
+    assert texts(log, task_id) == [(5, "new 3"), (6, "new 4"), (7, "new 5")]
+    assert log.held(task_id)[1] == sum(len(raw) for raw in conn.lrange(keys.output(task_id), 0, -1))
