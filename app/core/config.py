@@ -49,7 +49,6 @@ POSITIVE = ("task_ttl", "max_delay", "result_ttl", "tombstone_ttl", "dedup_windo
             "max_result", "web_connections", "web_io_timeout", "max_streams_per_member", "sse_max_minutes",
             "inline_result_max", "result_store_timeout", "stop_grace", "result_part_size",
             "max_schedules", "callback_timeout", "callback_max_age")
-POSITIVE += ("output_max_lines", "output_max_line_bytes")  # a task's live output (app.core.output)
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3's smallest multipart part (but the last)
 KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are configured and no limit is set
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
@@ -258,6 +257,9 @@ class Config:
                 raise ConfigError(f"{self.env_name(name)} must be {listed}, got {getattr(self, name)!r}")
         self.log_level_name  # noqa: B018
         for name in POSITIVE:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{self.env_name(name)} must be positive")
+        for name in ("output_max_lines", "output_max_line_bytes"):  # a task's live output (app.core.output)
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.env_name(name)} must be positive")
         if self.worker_max_jobs < 0:

@@ -15,7 +15,7 @@ from weakref import WeakKeyDictionary
 from app.core import keys
 from app.core.clock import iso
 from app.core.config import Config
-from app.core.outputscripts import EMIT, PAGE, PAGE_SOURCE
+from app.core.outputscripts import EMIT, PAGE_SOURCE
 from app.core.store import TaskStore
 
 MARKER = "…"  # ends a line cut at TASKPORT_OUTPUT_MAX_LINE_BYTES

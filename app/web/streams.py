@@ -343,7 +343,7 @@ class EventHub:
         while behind:
             with self._lock:
                 wanted = [(t, self._output_read.get(t, last), MAX_PAGE) for t, last in behind.items()]
-            for (task_id, after, _), page in zip(wanted, self.output.pages(wanted), strict=True):
+            for (task_id, _, _), page in zip(wanted, self.output.pages(wanted), strict=True):
                 target = behind[task_id]
                 got = [line for line in page.lines if line.id <= target]
                 found.setdefault(task_id, []).extend(got)

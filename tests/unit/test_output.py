@@ -13,8 +13,8 @@ from app.core.clock import iso, now_ms
 from app.core.config import Config
 from app.core.output import MARKER, OutputLog, encode, split
 from app.core.rerun import rerun
-from app.core.store import TaskStore
 from app.core.results import LocalResultStore
+from app.core.store import TaskStore
 from workers.context import OUTPUT_INTERVAL, TaskContext
 from workers.exceptions import TaskCancelled
 
@@ -140,7 +140,8 @@ def test_ctx_emit_writes_at_once_then_batches_within_the_interval(tmp_path: Path
 
 
 def test_ctx_emit_of_a_run_that_lost_the_task_raises_at_the_cancellation_point(tmp_path: Path) -> None:
-    ctx = TaskContext("t", lambda *a: "PROCESSING", results=LocalResultStore(tmp_path), emit=lambda lines, skipped: "TAKEN")
+    ctx = TaskContext("t", lambda *a: "PROCESSING", results=LocalResultStore(tmp_path),
+                      emit=lambda lines, skipped: "TAKEN")
     with pytest.raises(TaskCancelled):
         ctx.emit("late")
 
