@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from app.core import keys
@@ -214,3 +216,79 @@ def test_lines_a_run_dropped_unsent_keep_their_ids(conn, tmp_path: Path) -> None
     ctx.flush_output()
     assert texts(log, task_id) == [(5, "new 3"), (6, "new 4"), (7, "new 5")]
     assert log.held(task_id)[1] == sum(len(raw) for raw in conn.lrange(keys.output(task_id), 0, -1))
+
+
+# -- the event stream --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app(config, conn):
+    import dataclasses
+
+    from app.web import create_app
+
+    return create_app(dataclasses.replace(config, sse_heartbeat=30.0, sse_poll=30.0), conn=conn)
+
+
+@pytest.fixture
+def web_store(app) -> TaskStore:
+    from app.web.runtime import EXTENSION
+
+    return app.extensions[EXTENSION].service.store
+
+
+def sse(client, task_id: str, **headers: str) -> Any:
+    response = client.get(f"/api/v1/tasks/{task_id}/events", headers=headers, buffered=False)
+    return response, iter(response.response)
+
+
+def event(chunks: Any) -> tuple[str, str, dict]:
+    """(event name, id, data) of the next event (comments skipped)."""
+    while (chunk := next(chunks)).startswith(b":"):
+        pass
+    fields = dict(line.split(": ", 1) for line in chunk.decode().strip().split("\n"))
+    return fields["event"], fields["id"], orjson.loads(fields["data"])
+
+
+def test_a_stream_sends_lines_as_output_events_with_ids_that_resume_both(client, web_store: TaskStore) -> None:
+    log = OutputLog(web_store)
+    task_id = started(web_store)
+    response, chunks = sse(client, task_id)
+    try:
+        assert event(chunks)[:2] == ("status", "1")  # no line yet: today's ids
+        log.emit(task_id, "r1", [encode(1_700_000_000_000, "a"), encode(1_700_000_000_001, "b")], now_ms())
+        assert event(chunks) == ("output", "1-1", {"id": "1", "at": iso(1_700_000_000_000), "text": "a"})
+        assert event(chunks)[:2] == ("output", "1-2")
+        web_store.report(task_id, "r1", 50, "half")
+        name, event_id, doc = event(chunks)
+        assert (name, event_id, doc["progress"]) == ("status", "2-2", 50)
+        log.emit(task_id, "r1", [encode(1, "c")], now_ms())
+        web_store.complete(task_id, "r1", 1, items=None, failures=[], error_code=None)
+        got = [event(chunks) for _ in range(2)]
+        assert [(name, event_id) for name, event_id, _ in got] == [("output", "2-3"), ("status", "3-3")]
+        assert list(chunks) == []
+    finally:
+        response.close()
+    # resumed from the middle: the lines after it, and no status (the client has the final one)
+    response, chunks = sse(client, task_id, **{"Last-Event-ID": "3-1"})
+    try:
+        assert [event(chunks)[2]["text"] for _ in range(2)] == ["b", "c"]
+        assert list(chunks) == []
+    finally:
+        response.close()
+    # a plain integer: the status as before, and every line kept
+    response, chunks = sse(client, task_id, **{"Last-Event-ID": "2"})
+    try:
+        got = [event(chunks) for _ in range(4)]
+        assert [(name, data.get("text")) for name, _, data in got] == [
+            ("output", "a"), ("output", "b"), ("output", "c"), ("status", None)]
+        assert got[-1][1] == "3-3" and list(chunks) == []
+    finally:
+        response.close()
+
+
+@pytest.mark.parametrize("bad", ["1-x", "1-", "-1", "1-2-3", "1-99999999999999999999"])
+def test_a_last_event_id_that_no_stream_sent_is_422(client, web_store: TaskStore, bad: str) -> None:
+    task_id = started(web_store)
+    answer = client.get(f"/api/v1/tasks/{task_id}/events", headers={"Last-Event-ID": bad})
+    assert answer.status_code == 422 and list(answer.json["errors"]) == ["Last-Event-ID"]
