@@ -150,7 +150,7 @@ class Runner:
 
         ctx = TaskContext(task.id, report, results=self.results.for_run(folder),
                           interval=self.config.progress_interval, logger=tlog, resume=resume, emit=emit,
-                          output_limits=(self.config.output_max_lines, self.config.output_max_line_bytes))
+                          output_limits=self.config.output_caps)
         if task.then_of:  # a batch's then task reads its batch (workers.batchview)
             ctx.batch = BatchView(self.store, self.results, task.then_of)
         return ctx

@@ -259,9 +259,7 @@ class Config:
         for name in POSITIVE:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.env_name(name)} must be positive")
-        for name in ("output_max_lines", "output_max_line_bytes"):  # a task's live output (app.core.output)
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{self.env_name(name)} must be positive")
+        self.output_caps  # noqa: B018 - a task's live output (app.core.output)
         if self.worker_max_jobs < 0:
             raise ConfigError("TASKPORT_WORKER_MAX_JOBS must be 0 (never) or positive")
         if self.result_part_size < MIN_PART_SIZE:
@@ -387,6 +385,14 @@ class Config:
             return int(raw)
 
         return self._member_quota(self.max_active_tasks, KEYED_MAX_ACTIVE_TASKS, whole)
+
+    @property
+    def output_caps(self) -> tuple[int, int]:
+        """(lines a task's output keeps, bytes a line may take): ConfigError unless both are positive."""
+        for name in ("output_max_lines", "output_max_line_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{self.env_name(name)} must be positive")
+        return self.output_max_lines, self.output_max_line_bytes
 
     @property
     def stored_bytes_cap(self) -> int:

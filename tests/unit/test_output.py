@@ -292,3 +292,11 @@ def test_a_last_event_id_that_no_stream_sent_is_422(client, web_store: TaskStore
     task_id = started(web_store)
     answer = client.get(f"/api/v1/tasks/{task_id}/events", headers={"Last-Event-ID": bad})
     assert answer.status_code == 422 and list(answer.json["errors"]) == ["Last-Event-ID"]
+
+
+@pytest.mark.parametrize("variable", ["TASKPORT_OUTPUT_MAX_LINES", "TASKPORT_OUTPUT_MAX_LINE_BYTES"])
+def test_the_output_caps_must_be_positive(variable: str) -> None:
+    from app.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=variable):
+        Config.from_env({variable: "0"})
