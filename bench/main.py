@@ -37,6 +37,7 @@ from bench import (
     measure_redis,
     measure_watchers,
     measure_workers,
+    output_live,
     overhead,
     report,
     stored,
@@ -48,6 +49,7 @@ RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
 PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead")
+PARTS += ("output",)  # a task's live output (bench/output_live.py)
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -131,6 +133,9 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
             stack.start_web()
     if "workers" in only:
         out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
+    if "output" in only:
+        out["output"] = phase("live output: 1,000 lines/s to an SSE watcher, bytes per line",
+                              lambda: output_live.measure(stack), timings)
     in_process_parts(stack, only, args, timings, out)
     return out
 
@@ -171,6 +176,7 @@ ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("checkpoint", lambda out: report.checkpoint_rows(out["checkpoint"])),
     ("housekeeping", lambda out: report.housekeeping_rows(out["housekeeping"])),
     ("overhead", lambda out: overhead.rows(out["overhead"])),
+    ("output", lambda out: output_live.rows(out["output"])),
 ]
 
 

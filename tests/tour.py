@@ -16,6 +16,7 @@ from app.core.batches import BatchStore, BatchTask
 from app.core.callbacks import Deliveries, DeliveryId
 from app.core.clock import now_ms
 from app.core.jobs import JobQueue, rerun_job_id
+from app.core.output import OutputLog, encode
 from app.core.rerun import rerun
 from app.core.schedules import ScheduleStore
 from app.core.store import TaskStore
@@ -37,6 +38,8 @@ def tour(store: TaskStore, jobs: JobQueue, conn: Any) -> None:
     store.report(done.task_id, "r1", 50, "half", {"total": 2, "succeeded": 1, "failed": 0},
                  checkpoint=b'{"done": 1}', cursor=b'"c1"')
     store.report(done.task_id, "r1", None)
+    output = OutputLog(store)  # a run's output lines (app.core.output), the list trimmed at its cap
+    assert output.emit(done.task_id, "r1", [encode(now_ms(), "one"), encode(now_ms(), "two")], now_ms()) == "PROCESSING"
     store.complete(done.task_id, "r1", {"big": "x" * 100}, items=None, failures=[], error_code=None)
     store.start(failed.task_id, "r2")
     store.retry(failed.task_id, "r2", "again")

@@ -58,6 +58,7 @@ from app.core.jobs import JobQueue, resume_job_id, retry_job_id
 from app.core.keys import STAT_RETRIED
 from app.core.keys import TaskField as F
 from app.core.logs import task_logger
+from app.core.output import OutputLog
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, remove_runs, result_store, spill
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
@@ -97,6 +98,7 @@ class Runner:
         self.config = config
         self.store = TaskStore(conn if conn is not None else connect(config), config)
         self.jobs = JobQueue(self.store.redis, config)
+        self.output = OutputLog(self.store)
         self.results = results if results is not None else result_store(config)
         self.owner_pid = os.getpid()
         self.current: Heartbeat | None = None  # the run in progress in this process
@@ -143,8 +145,12 @@ class Runner:
             return self.store.report(task.id, run_id, progress, message, items, checkpoint=saved.line,
                                      cursor=saved.cursor, files_run=folder, replace=saved.replace)
 
+        def emit(lines: list[bytes], skipped: int) -> str:
+            return self.output.emit(task.id, run_id, lines, now_ms(), skipped)
+
         ctx = TaskContext(task.id, report, results=self.results.for_run(folder),
-                          interval=self.config.progress_interval, logger=tlog, resume=resume)
+                          interval=self.config.progress_interval, logger=tlog, resume=resume, emit=emit,
+                          output_limits=self.config.output_caps)
         if task.then_of:  # a batch's then task reads its batch (workers.batchview)
             ctx.batch = BatchView(self.store, self.results, task.then_of)
         return ctx
@@ -185,6 +191,7 @@ class Runner:
         if job is not None:
             self.store = TaskStore(job.connection, self.config)
             self.jobs = JobQueue(job.connection, self.config)
+            self.output = OutputLog(self.store)
         self.owner_pid = os.getpid()
         # RQ's horse dies on SIGTERM; here it stops the run gracefully instead (the worker forwards its own
         # SIGTERM, and a platform may signal the whole process group)
@@ -196,7 +203,10 @@ class Runner:
         try:
             if proc is None:
                 raise LookupError(f"no processor registered for {task.type!r} in this worker")
-            output = proc.func(started.payload, run.ctx)
+            try:
+                output = proc.func(started.payload, run.ctx)
+            finally:
+                run.ctx.flush_output()  # every line emitted reaches Redis before the run's end is written
         except TaskInterrupted:
             self._put_back(run, "stopped at a cancellation point")
             return None

@@ -223,6 +223,12 @@ class Config:
     callback_max_age: int = _setting(
         "TASKPORT_CALLBACK_MAX_AGE", 86400, "seconds after its first attempt a failing callback is retried for "
         "(backoff 1 s, 5 s, 30 s... at most an hour apart) before it is given up")
+    output_max_lines: int = _setting(
+        "TASKPORT_OUTPUT_MAX_LINES", 10_000, "output lines (ctx.emit) kept per task; older ones are trimmed, oldest "
+        "first")
+    output_max_line_bytes: int = _setting(
+        "TASKPORT_OUTPUT_MAX_LINE_BYTES", 4096, "bytes (UTF-8) one output line may take; a longer one is cut, "
+        "ending in a marker")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -253,6 +259,7 @@ class Config:
         for name in POSITIVE:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{self.env_name(name)} must be positive")
+        self.output_caps  # noqa: B018 - a task's live output (app.core.output)
         if self.worker_max_jobs < 0:
             raise ConfigError("TASKPORT_WORKER_MAX_JOBS must be 0 (never) or positive")
         if self.result_part_size < MIN_PART_SIZE:
@@ -378,6 +385,14 @@ class Config:
             return int(raw)
 
         return self._member_quota(self.max_active_tasks, KEYED_MAX_ACTIVE_TASKS, whole)
+
+    @property
+    def output_caps(self) -> tuple[int, int]:
+        """(lines a task's output keeps, bytes a line may take): ConfigError unless both are positive."""
+        for name in ("output_max_lines", "output_max_line_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{self.env_name(name)} must be positive")
+        return self.output_max_lines, self.output_max_line_bytes
 
     @property
     def stored_bytes_cap(self) -> int:

@@ -31,11 +31,13 @@ end
 """
 
 # held_bytes(task, {keys}): what the task holds now that counts in its member's quota (keys.STORED_BYTES): the
-# lengths of those of its keys (payload, result, checkpoint, cursor) and of its hash's inline result.
+# lengths of those of its keys (payload, result, checkpoint, cursor), of its hash's inline result and of its output
+# (@output_bytes: kept by app.core.outputscripts.EMIT, since a list has no STRLEN).
 # account(task, member, before, after): the task's STORED field and its member's sum move to ``after``.
 QUOTA = """
 local function held_bytes(task_key, counted)
   local n = redis.call('HSTRLEN', task_key, @result)
+  n = n + (tonumber(redis.call('HGET', task_key, @output_bytes)) or 0)
   for _, k in ipairs(counted) do n = n + redis.call('STRLEN', k) end
   return n
 end

@@ -67,6 +67,8 @@ class TaskField(StrEnum):
     CALLBACK_STATE = "callback_state"  # pending | delivered | failed: its latest delivery's (app.core.callbacks)
     CALLBACK_ATTEMPTS = "callback_attempts"  # that delivery's attempts so far, the successful one included
     CALLBACK_LAST_STATUS = "callback_last_status"  # the HTTP status its last attempt got ("" = no answer)
+    OUTPUT_LAST = "output_last"  # the id of the last output line ever emitted (see output()); never goes down
+    OUTPUT_BYTES = "output_bytes"  # bytes its output list holds now (counted in STORED, see output())
 
 
 def payload(task_id: str) -> str:
@@ -89,6 +91,13 @@ def checkpoint(task_id: str) -> str:
 def cursor(task_id: str) -> str:
     """String: the JSON of the cursor the task's processor saved last (``ctx.save_cursor``); as checkpoint()."""
     return f"{PREFIX}task:{task_id}:cursor"
+
+
+def output(task_id: str) -> str:
+    """List: the task's live output (``ctx.emit``), one element per line, oldest first, at most
+    ``TASKPORT_OUTPUT_MAX_LINES`` (the oldest trimmed); line ids are positions counted from the task's
+    ``OUTPUT_LAST`` (app.core.output). Lives as long as the task's hash; run again empties it."""
+    return f"{PREFIX}task:{task_id}:output"
 
 
 EVENTS_TAIL = ":events"  # a task's or a batch's key + this = its events channel (the scripts append it too)

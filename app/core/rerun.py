@@ -46,7 +46,8 @@ def rerun(store: TaskStore, task_id: str, job_id: str, job: Sequence[Command], b
     job_keys, job_args = lua.replay(job)
     answer = store.run_script(scripts.RERUN.name, *scripts.RERUN.call(
         keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "result": keys.result(task_id),
-              "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id), "expiry": keys.EXPIRY,
+              "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id), "output": keys.output(task_id),
+              "expiry": keys.EXPIRY,
               "delayed": keys.DELAYED, "events": keys.events(task_id), "stats": keys.STATS, "active": keys.ACTIVE,
               "batch_head": keys.BATCH_HEAD, "stored_bytes": keys.STORED_BYTES},
         args={"expected": ",".join(sorted(RERUNNABLE)), "task_id": task_id, "now_ms": t,

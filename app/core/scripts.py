@@ -15,6 +15,7 @@ from app.core.batchscripts import BATCH, SYNC
 from app.core.config import Config
 from app.core.creation import CREATE, QUOTA, SIBLING
 from app.core.lua import FIRST, LATE, Script, Tail, render
+from app.core.outputscripts import EMIT
 from app.core.states import CallbackState
 from app.core.waitscripts import REPLAY
 from app.core.waitscripts import SCRIPTS as WAIT_SCRIPTS
@@ -267,6 +268,7 @@ TRANSITION = Script(
         "active": "hash: member -> its unfinished tasks (see SUBMIT)",
         "checkpoint": "string: the task's checkpoint log (dropped with the payload)",
         "cursor": "string: the processor's cursor (dropped with the payload)",
+        "output": "list: the task's live output (its lifetime follows the hash's; dropped with 'all')",
         "delayed": "sorted set: PENDING task id -> run_at (a task leaving PENDING leaves it)",
         "settled": "list: ended tasks whose dependents are to be released or failed (the task, when it has any)",
         "callbacks_due": "sorted set: callback deliveries to attempt (the task's, when it has a callback for the "
@@ -318,6 +320,7 @@ local before = cur[6] and batch_state(task)
 redis.call('HSET', task, @status, new_status, unpack(ARGV, first_field))
 redis.call('HDEL', task, @run_id)
 if key_ttl_s ~= '' then redis.call('EXPIRE', task, key_ttl_s) end
+if key_ttl_s ~= '' then redis.call('EXPIRE', output, key_ttl_s) end  -- the output lives as long as the task
 redis.call('ZREM', running, task_id)
 if expiry_ms ~= '' then redis.call('ZADD', expiry, expiry_ms, task_id) end
 if result_json ~= '' then redis.call('SET', result, result_json, 'EX', result_ttl_s) end
@@ -330,6 +333,10 @@ if refund ~= '' then redis.call('HINCRBY', task, @attempts, -1) end
 if drop == 'all' then
   redis.call('DEL', result)
   redis.call('HDEL', task, @result)
+end
+if drop == 'all' then  -- the tombstone keeps no output (held_bytes counts @output_bytes)
+  redis.call('DEL', output)
+  redis.call('HDEL', task, @output_bytes)
 end
 if stat ~= '' then redis.call('HINCRBY', stats, stat, 1) end
 if new_status == $FAILED then redis.call('ZADD', failures, now_ms, task_id) end
@@ -374,6 +381,7 @@ RERUN = Script(
         "result": "string: a result JSON of its own (dropped)",
         "checkpoint": "string: the checkpoint log (dropped)",
         "cursor": "string: the processor's cursor (dropped)",
+        "output": "list: the task's live output (dropped: the new run's lines follow, their ids still going up)",
         "expiry": "sorted set: the expiry index (the task's new deadline)",
         "delayed": "sorted set: tasks waiting for their run_at (the task leaves it: it runs now)",
         "events": "channel: the task's events",
@@ -416,6 +424,8 @@ redis.call('HDEL', task, @error_code, @error_message, @result, @items_total, @it
 redis.call('HSET', task, @status, $PENDING, @progress, 0, @message, message, @updated_at, now_ms,
            @expires_at, expiry_ms, @max_attempts, (tonumber(cur[4]) or 0) + tonumber(budget), @job, job_id)
 redis.call('DEL', result, checkpoint, cursor)
+redis.call('DEL', output)  -- run again starts afresh: @output_last stays, so line ids never repeat
+redis.call('HDEL', task, @output_bytes)
 redis.call('EXPIRE', task, key_ttl_s)
 redis.call('EXPIRE', payload, key_ttl_s)
 redis.call('ZADD', expiry, expiry_ms, task_id)
@@ -453,6 +463,7 @@ return redis.call('ZREM', running, task_id)
 """)
 
 SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, BATCH, FORGET_RUN, *WAIT_SCRIPTS)}
+SCRIPTS[EMIT.name] = EMIT  # a run's output lines (app.core.output)
 # The scripts as Redis runs them (preamble, markers rendered), without the audit fragment: build() adds it.
 SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 

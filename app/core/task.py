@@ -84,6 +84,7 @@ class Task:
     batches: tuple[str, ...] = ()  # every batch it counts in (a batch's dedup may name a task of another)
     then_of: str | None = None  # the batch whose then task it is
     callback: dict[str, Any] | None = None  # its latest callback delivery: state, attempts, last_status
+    output_last: int = 0  # the id of its last output line (0: none yet): what an event stream follows
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
@@ -130,6 +131,7 @@ class Task:
             batches=tuple(g(r.BATCH, b"").decode().split(",")) if g(r.BATCH) else (),
             then_of=_text(g(r.THEN_OF)),
             callback=_callback(h) if g(r.CALLBACK_URL) else None,
+            output_last=int(g(r.OUTPUT_LAST) or 0),
         )
 
     @property

@@ -43,4 +43,6 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp, audit.bp, schedules.bp,
                       batches.bp):
         app.register_blueprint(blueprint)
+    from app.web.api import output  # a task's live output (GET /tasks/{id}/output)
+    app.register_blueprint(output.bp)
     return app

@@ -14,6 +14,13 @@ receives every task's announcements (a few bytes each, at most ~2 per second per
 the default progress interval); a deployment with thousands of concurrently *running* tasks per
 web process would switch to per-channel subscriptions.
 
+A task's live output (app.core.output) rides on the same channel: an emit announces ``o<line id>`` without a
+new ``seq``. For a task whose ``output_last`` moved, the hub also reads the new lines once (one pipeline for
+every such task) and hands them with the read (:attr:`Reading.lines`); each watch queues them
+(:meth:`Watch.take_lines`). The hub reads from where it last read for that task, so a stream behind that
+(one just opened with an old ``Last-Event-ID``, or one whose queue overflowed) reads its own catch-up
+(app.web.api.events).
+
 Pub/sub is fire-and-forget, so the hub also re-reads every watched task every ``TASKPORT_SSE_POLL``
 seconds (one pipeline per process, not one read per stream), and after every (re)connection.
 
@@ -37,13 +44,15 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 
 import redis
 from redis.backoff import ExponentialBackoff
 
 from app.core import keys
 from app.core.clock import now_ms
+from app.core.output import MAX_PAGE, Line, OutputLog
 from app.core.store import TaskStore
 from app.core.task import Task
 
@@ -57,14 +66,20 @@ MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero 
 COALESCE = 0.05
 
 
+# output lines a watch queues at most: a stream further behind reads its own catch-up (app.web.api.events)
+WATCH_LINES = 5000
+
+
 class Reading:
     """One read of a task, shared by every watch of that task: a stream renders it once for all of them."""
 
-    __slots__ = ("task", "rendered", "_chunk")
+    __slots__ = ("task", "rendered", "_chunk", "lines")
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, lines: Sequence[Line] = ()) -> None:
         self.task = task
-        self.rendered: tuple[str, bytes] | None = None  # (status shown, event bytes), set by the first stream
+        self.lines = lines  # output lines the hub read with it, oldest first, ids up to task.output_last
+        # (status shown, the output line id the event's id names, event bytes), set by the first stream
+        self.rendered: tuple[str, int, bytes] | None = None
         self._chunk: tuple[bytes, bytes] | None = None  # (event, its HTTP/1.1 chunk)
 
     def chunk(self, event: bytes) -> bytes:
@@ -82,6 +97,7 @@ class Watch:
         self.task_id = task_id
         self._news = threading.Event()
         self._latest: Reading | None = None
+        self._lines: deque[Line] = deque(maxlen=WATCH_LINES)  # output lines delivered, not yet taken
         self.hung_up = False
         # set while the stream waits and may be written to directly (app.web.api.events.TaskStream.push):
         # True when it took the read, so the stream need not wake
@@ -92,8 +108,21 @@ class Watch:
         self.hung_up = True
         self._news.set()
 
+    def take_lines(self) -> list[Line]:
+        """The output lines delivered since the last call, oldest first (a gap where the queue overflowed)."""
+        taken = []
+        while self._lines:
+            taken.append(self._lines.popleft())
+        return taken
+
+    @property
+    def has_lines(self) -> bool:
+        return bool(self._lines)
+
     def deliver(self, reading: Reading | None) -> None:
         """The hub's latest read of the task (None: the task is gone entirely)."""
+        if reading is not None and reading.lines:
+            self._lines.extend(reading.lines)
         if reading is not None and self.push is not None:
             if self.push(reading):
                 return
@@ -186,6 +215,8 @@ class EventHub:
         self.poll = max(poll, MIN_INTERVAL)
         self.coalesce = max(coalesce, 0.0)
         self._watches: dict[str, set[Watch]] = {}
+        self.output = OutputLog.of(store)
+        self._output_read: dict[str, int] = {}  # task id -> the last output line id the hub read of it
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._failures = 0
@@ -209,6 +240,7 @@ class EventHub:
                 watches.discard(w)
                 if not watches:
                     del self._watches[w.task_id]
+                    self._output_read.pop(w.task_id, None)
 
     @property
     def watching(self) -> int:
@@ -285,12 +317,45 @@ class EventHub:
             wanted = [t for t in task_ids if t in self._watches]
         for i in range(0, len(wanted), BATCH):
             batch = wanted[i:i + BATCH]
-            for task_id, task in zip(batch, self.store.get_many(batch), strict=True):
-                reading = Reading(task) if task is not None else None
+            tasks = self.store.get_many(batch)
+            lines = self._new_lines([t for t in tasks if t is not None])
+            for task_id, task in zip(batch, tasks, strict=True):
+                reading = Reading(task, lines.get(task_id, ())) if task is not None else None
                 with self._lock:
                     watches = list(self._watches.get(task_id, ()))
                 for w in watches:
                     w.deliver(reading)
+
+
+    def _new_lines(self, tasks: list[Task]) -> dict[str, list[Line]]:
+        """The output lines of ``tasks`` after those the hub read last (pages in one pipeline a round, until each
+        reaches the task's ``output_last`` as read). A task read for the first time starts where it is: its
+        streams read what came before themselves."""
+        found: dict[str, list[Line]] = {}
+        behind: dict[str, int] = {}
+        with self._lock:
+            for task in tasks:
+                read = self._output_read.get(task.id)
+                if read is None or read > task.output_last:  # first read, or a task that is another one now
+                    self._output_read[task.id] = task.output_last
+                elif read < task.output_last:
+                    behind[task.id] = task.output_last
+        while behind:
+            with self._lock:
+                wanted = [(t, self._output_read.get(t, last), MAX_PAGE) for t, last in behind.items()]
+            for (task_id, _, _), page in zip(wanted, self.output.pages(wanted), strict=True):
+                target = behind[task_id]
+                got = [line for line in page.lines if line.id <= target]
+                found.setdefault(task_id, []).extend(got)
+                reached = target  # a short page read to the end; lines missing below target were trimmed
+                if len(page.lines) == MAX_PAGE and got and got[-1].id < target:
+                    reached = got[-1].id  # a full page: the next one follows on
+                with self._lock:
+                    if task_id in self._output_read:
+                        self._output_read[task_id] = reached
+                if reached >= target:
+                    del behind[task_id]
+        return found
 
 
 class Streams:

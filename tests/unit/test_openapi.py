@@ -201,7 +201,7 @@ def test_the_document_states_what_the_server_enforces(spec) -> None:
     submit = spec["paths"]["/api/v1/tasks"]["post"]
     (key,) = [p for p in submit["parameters"] if p["name"] == "Idempotency-Key"]
     assert (key["schema"]["minLength"], key["schema"]["maxLength"]) == (1, 128)
-    assert set(submit["responses"]["202"]["links"]) == {"status", "result", "events", "cancel"}
+    assert set(submit["responses"]["202"]["links"]) == {"status", "result", "events", "cancel", "output"}
     cursor = [p for p in spec["paths"]["/api/v1/tasks"]["get"]["parameters"] if p["name"] == "cursor"][0]
     assert re.search(cursor["schema"]["pattern"], encode_cursor((1764558000000.0, 3)))
     export = spec["components"]["schemas"]["Payload.orders.export"]["properties"]
@@ -210,7 +210,8 @@ def test_the_document_states_what_the_server_enforces(spec) -> None:
                 for v in submit["requestBody"]["content"]["application/json"]["schema"]["oneOf"]}
     assert "payload" in required["orders.split"] and "payload" not in required["demo.sleep"]
     events = spec["paths"]["/api/v1/tasks/{task_id}/events"]["get"]["responses"]["200"]
-    assert events["content"]["text/event-stream"]["schema"]["properties"]["event"]["enum"] == ["status"]
+    kinds = events["content"]["text/event-stream"]["schema"]["oneOf"]
+    assert [kind["properties"]["event"]["enum"] for kind in kinds] == [["status"], ["output"]]
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             if method != "parameters":

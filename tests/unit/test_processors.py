@@ -58,6 +58,7 @@ def test_sleep_defaults():
         "item_seconds": 0,
         "fail_items": [],
         "fail_code": None,
+        "output": False,
     }
 
 

@@ -4,7 +4,8 @@ Its payload is fixed by the API contract ("Built-in task types").
 
 It sleeps ``seconds`` in ``steps`` equal steps (cancellable within ``SLEEP_SLICE``), reporting progress
 after each step; then processes ``items`` items of ``item_seconds`` each, failing those in ``fail_items``
-with 10002; then, with ``fail_code`` set, fails the whole task with that code.
+with 10002; then, with ``fail_code`` set, fails the whole task with that code. With ``output`` true it emits one
+output line (``ctx.emit``) per step and per item.
 
 It resumes where a stopped run left off: the steps by its cursor (the last step done), the items by the
 context's checkpoint (workers.checkpoint).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from app.core.fields import JsonNumber
+from app.core.fields import JsonBoolean, JsonNumber
 from app.core.processors import INT64, INT64_MAX, processor
 from app.core.states import BusinessCode
 from workers.context import TaskContext
@@ -36,6 +37,7 @@ class SleepSchema(Schema):
     fail_code = fields.Integer(
         strict=True, load_default=None, allow_none=True, validate=validate.Range(min=1, max=INT64_MAX)
     )
+    output = JsonBoolean(load_default=False)  # a line per step and per item (live output)
 
 
 @processor("demo.sleep", schema=SleepSchema, timeout=MAX_SECONDS + 60)
@@ -48,19 +50,23 @@ def sleep(payload: dict, ctx: TaskContext) -> dict:
         ctx.sleep(seconds / steps)
         ctx.save_cursor({"step": step})
         ctx.progress(step, steps, f"step {step} of {steps}")
+        if payload["output"]:
+            ctx.emit(f"step {step} of {steps}")
     count = payload["items"]
     if count:
-        failing, pause = set(payload["fail_items"]), payload["item_seconds"]
-        ctx.each(range(count), lambda index: _item(index, failing, pause, ctx))
+        failing, pause, emits = set(payload["fail_items"]), payload["item_seconds"], payload["output"]
+        ctx.each(range(count), lambda index: _item(index, failing, pause, ctx, emits))
     if payload["fail_code"] is not None:
         code = payload["fail_code"]
         raise TaskError(code, f"demo failure requested with code {code}")
     return {"slept": seconds, "items": count}
 
 
-def _item(index: int, failing: set[int], pause: float, ctx: TaskContext) -> int:
+def _item(index: int, failing: set[int], pause: float, ctx: TaskContext, emits: bool) -> int:
     if pause:
         ctx.sleep(pause)
+    if emits:
+        ctx.emit(f"item {index}")
     if index in failing:
         raise ItemError(BusinessCode.INVALID_QUANTITY, f"demo item {index} failed as requested")
     return index

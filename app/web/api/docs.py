@@ -31,6 +31,7 @@ from app.core.states import QUEUES
 from app.core.urls import API_PREFIX, api_path, file_url, task_path
 from app.web import schemas
 from app.web.api import JSON as JSON_UTF8
+from app.web.api.output_docs import output_paths, stream_events
 from app.web.callback_schemas import CallbackSchema
 from app.web.errors import PROBLEM_JSON
 from app.web.runtime import EXTENSION as RUNTIME
@@ -310,7 +311,8 @@ def _header(name: str, description: str, **schema: Any) -> dict[str, Any]:
 # (tests/fuzz/schemathesis.toml).
 _TASK_ID_FROM_BODY = {"task_id": "$response.body#/task_id"}
 SUBMIT_LINKS = {name: {"operationId": op, "parameters": _TASK_ID_FROM_BODY} for name, op in (
-    ("status", "getTask"), ("result", "getResult"), ("events", "getEvents"), ("cancel", "cancelTask"))}
+    ("status", "getTask"), ("result", "getResult"), ("events", "getEvents"), ("cancel", "cancelTask"),
+    ("output", "getOutput"))}
 CANCELLED_LINKS = {name: {"operationId": op, "parameters": {"task_id": "$request.path.task_id"}} for name, op in (
     ("status", "getTask"), ("result", "getResult"), ("retry", "retryTask"))}
 _FILE_PREFIX, _FILE_SUFFIX = file_url("{}").split("{}")
@@ -353,13 +355,17 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     _retry_path(spec, security)
     events = _op("Live status documents (Server-Sent Events)", {
         200: {"description": "`event: status`, `id: <seq>`, `data: <status document>` per change, starting with "
-                             "the current document; `: keep-alive` comments; ends after the terminal event",
-              "content": {"text/event-stream": {"schema": SSE_EVENT}}},
+                             "the current document; `: keep-alive` comments; ends after the terminal event. "
+                             "`event: output`, `data: <output line>` per line the task emits (docs/streams.md); "
+                             "once there are lines, ids are `<seq>-<line id>`: opaque, resume with the last one",
+              "content": {"text/event-stream": {"schema": stream_events(SSE_EVENT)}}},
         404: "NotFound", 410: "Gone", 422: "ValidationFailed",
         429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
     }, security, operationId="getEvents",
-        parameters=[_header("Last-Event-ID", "resume: only states after this id are sent", pattern="^([0-9]{1,18})?$")])
+        parameters=[_header("Last-Event-ID", "resume: only states and output lines after this id are sent",
+                            pattern="^([0-9]{1,18}(-[0-9]{1,19})?)?$")])
     spec.path(task_path("{task_id}", "/events"), parameters=[TASK_ID], operations={"get": events})
+    output_paths(spec, security, _op, TASK_ID)
 
 
 def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:

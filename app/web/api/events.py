@@ -27,6 +27,16 @@ Choices where the contract is silent:
 - While Redis is away an open stream stays open and sends keep-alives; it carries on once the hub
   has reconnected. A new stream meanwhile is 503, as every read is.
 
+A task's live output (``ctx.emit``, app.core.output) goes on the same stream: ``event: output`` with one line
+object ``{"id", "at", "text"}`` as data, oldest first. Once a stream has sent output its ids are
+``<seq>-<line id>`` (before: ``<seq>``, as ever), and one ``Last-Event-ID`` resumes both: states after
+``seq``, lines after ``line id``. A plain integer resumes the status as before and sends every line kept; a
+line id beyond the task's last is ignored (every line kept is sent). A status event that is not final comes
+before the lines that arrived with it; the final one comes after every line, so a stream that ended has sent
+them all. The hub reads new lines once for every stream of the task; a stream behind it (opened with an old
+id, or slow) reads its own catch-up, a page at a time; a Redis error in that read ends the stream with
+``: reconnect`` (the client resumes from its id and misses nothing).
+
 With gunicorn's gevent worker (the default) an open stream costs a greenlet and a watch, not a
 thread or a Redis connection; a second greenlet notices at once when the client closes the
 connection (:func:`app.web.webworker.on_hang_up`). Its slot and watch are released however it ends
@@ -37,13 +47,16 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import orjson
+import redis
 from flask import Blueprint, Response, request
 
 from app.core.clock import now_ms
+from app.core.output import MAX_PAGE, Line, parse_id
 from app.core.states import TERMINAL, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, status_document
@@ -69,7 +82,7 @@ LAST_EVENT_ID = "Last-Event-ID"
 @bp.get("/tasks/<task_id>/events")
 def events(task_id: str) -> Response:
     """Stream the task's status documents until it ends; 404/410 (before streaming) as for status."""
-    last_id = last_event_id()
+    last_id = task_event_id()
     rt = runtime()
     member = rt.members.current()
     task = rt.service.find(member, task_id)
@@ -107,9 +120,33 @@ def last_event_id() -> int | None:
     return int(raw)
 
 
-def format_event(seq: int, doc: dict[str, Any]) -> bytes:
+def task_event_id() -> tuple[int, int] | None:
+    """A task stream's ``Last-Event-ID`` as (status seq, output line id): ``<seq>`` or ``<seq>-<line id>`` (a plain
+    integer has line id 0); None when absent; 422 naming the header when it is not an id a stream sent."""
+    raw = request.headers.get(LAST_EVENT_ID, "").strip()
+    seq_part, dash, line_part = raw.partition("-")
+    if not dash:
+        seq = last_event_id()
+        return None if seq is None else (seq, 0)
+    seq, line = parse_id(seq_part), parse_id(line_part)
+    if seq is None or line is None:
+        raise ValidationFailed({LAST_EVENT_ID: ["must be an event id this stream sent"]})
+    return seq, line
+
+
+def event_id(seq: int, line: int) -> bytes:
+    """A task stream's event id: ``<seq>`` until it has sent output, then ``<seq>-<line id>``."""
+    return b"%d-%d" % (seq, line) if line else b"%d" % seq
+
+
+def format_event(seq: int, doc: dict[str, Any], line: int = 0) -> bytes:
     """One ``status`` event. Compact JSON never contains a newline, so one ``data:`` line suffices."""
-    return b"event: status\nid: %d\ndata: %s\n\n" % (seq, orjson.dumps(doc))
+    return b"event: status\nid: %s\ndata: %s\n\n" % (event_id(seq, line), orjson.dumps(doc))
+
+
+def format_line(seq: int, line: Line) -> bytes:
+    """One ``output`` event: the line object (a line's text holds no newline: app.core.output.split)."""
+    return b"event: output\nid: %s\ndata: %s\n\n" % (event_id(seq, line.id), orjson.dumps(line.doc()))
 
 
 class TaskStream:
@@ -125,6 +162,9 @@ class TaskStream:
         # the client's gevent socket, when the hub may write to it (app.web.webworker.direct_socket)
         self.sock: Any = None
         self.sent = -1  # the seq the client has (-1: none yet)
+        self.line = 0  # the id of the last output line the client has
+        self.pending: list[Line] = []  # lines the hub delivered beyond the read being rendered
+        self.output = hub.output
         self.status: str | None = None  # the status of the last document sent
         self.current: Reading | None = None  # the read the stream stands on while it waits
         self.unsent = b""  # the rest of a chunk a push could not write at once
@@ -148,30 +188,67 @@ class TaskStream:
             self.watch = None
             self.slots.release(self.slot)
 
-    def run(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
-        """The stream's chunks, starting from ``snapshot``; ends after the terminal event or at its lifetime."""
+    def run(self, snapshot: Task | None, last_id: int | tuple[int, int] | None) -> Iterator[bytes]:
+        """The stream's chunks, starting from ``snapshot``; ends after the terminal event or at its lifetime.
+        ``last_id``: the client's (status seq, output line id), or a plain seq."""
         try:
-            yield from self._follow(snapshot, last_id)
+            yield from self._follow(snapshot, (last_id, 0) if isinstance(last_id, int) else last_id)
+        except redis.RedisError:  # a catch-up read of output: the client resumes from the last id it got
+            yield RECONNECT
         finally:
             self.close()
 
-    def _follow(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
+    def _follow(self, snapshot: Task | None, last_id: tuple[int, int] | None) -> Iterator[bytes]:
         reading = Reading(snapshot) if snapshot is not None else None
-        self.sent, self.status = -1, None
-        if snapshot is not None and last_id is not None and last_id <= snapshot.seq:
-            self.sent = last_id
-            if last_id == snapshot.seq:
-                yield KEEP_ALIVE  # up to date: open the stream now rather than at the first change
+        self.sent, self.status, self.line = -1, None, 0
+        if snapshot is not None and last_id is not None:
+            seq, line = last_id
+            self.line = line if line <= snapshot.output_last else 0  # another task's line id: send them all
+            if seq <= snapshot.seq:
+                self.sent = seq
+                if seq == snapshot.seq and self.line == snapshot.output_last:
+                    yield KEEP_ALIVE  # up to date: open the stream now rather than at the first change
         while reading is not None:  # None: the task is gone entirely (after its tombstone): just end
             task = reading.task
-            shown, event = render(reading, now_ms())
-            if task.seq > self.sent or (self.status is not None and shown != self.status):
-                yield event
+            shown = task.effective_status(now_ms())
+            due = task.seq > self.sent or (self.status is not None and shown != self.status)
+            if due and shown not in FINAL:  # before the lines that came with it (their ids name its seq)
+                yield render(reading, now_ms(), self.line)[1]
+                self._beat_at = time.monotonic() + self.heartbeat
+                self.sent, self.status = max(self.sent, task.seq), shown
+            yield from self._lines(task)
+            if due and shown in FINAL:  # after every line: a stream that ended sent them all
+                yield render(reading, now_ms(), self.line)[1]
                 self._beat_at = time.monotonic() + self.heartbeat
             self.sent, self.status = max(self.sent, task.seq), shown
             if self.status in FINAL:
                 return
             reading = yield from self._wait(reading)
+
+    def _lines(self, task: Task) -> Iterator[bytes]:
+        """Output events for the lines after the client's up to ``task.output_last``: those the hub delivered,
+        and any it did not (this stream was behind it) read here, a page at a time. Lines trimmed meanwhile
+        are skipped: the next one sent is the oldest kept."""
+        target = task.output_last
+        assert self.watch is not None
+        delivered = [line for line in (*self.pending, *self.watch.take_lines()) if line.id > self.line]
+        self.pending = [line for line in delivered if line.id > target]
+        queue = deque(line for line in delivered if line.id <= target)
+        while self.line < target:
+            if queue and queue[0].id == self.line + 1:
+                line = queue.popleft()
+            else:  # a gap before the next delivered line (or none delivered): read it
+                upto = queue[0].id - 1 if queue else target
+                page = self.output.page(task.id, self.line, MAX_PAGE)
+                read = [line for line in page.lines if line.id <= upto]
+                if not read:
+                    self.line = upto  # gone (trimmed, or emptied by a run again)
+                    continue
+                queue.extendleft(reversed(read))
+                continue
+            yield format_line(max(self.sent, 0), line)
+            self.line = line.id
+            self._beat_at = time.monotonic() + self.heartbeat
 
     def _wait(self, reading: Reading) -> Generator[bytes, None, Reading | None]:
         """Send keep-alives until there is something to render: a newer read of the task (None: gone),
@@ -203,7 +280,8 @@ class TaskStream:
                 self.sock.sendall(rest)
             if not got:
                 continue
-            if latest is None or latest.task.seq > self.sent or latest.task.status != self.current.task.status:
+            if latest is None or latest.task.seq > self.sent or latest.task.status != self.current.task.status \
+                    or latest.task.output_last > self.line:
                 return latest
             self.current = latest  # same state, maybe a new expires_at: wait with that one
 
@@ -213,7 +291,9 @@ class TaskStream:
         or passing through Flask and gunicorn's response; the bytes are rendered once for every stream
         of the read. False: the stream wakes and handles the read itself (anything but a plain change,
         a full socket buffer, a socket error)."""
-        shown, event = render(reading, now_ms())
+        if reading.task.output_last > self.line or self.pending or (self.watch is not None and self.watch.has_lines):
+            return False  # output to send first: the stream wakes and sends it in order
+        shown, event = render(reading, now_ms(), self.line)
         if reading.task.seq <= self.sent or shown in FINAL or self.sock is None:
             return False
         chunk = reading.chunk(event)
@@ -231,12 +311,13 @@ class TaskStream:
         return True
 
 
-def render(reading: Reading, now: int) -> tuple[str, bytes]:
-    """(status shown, event bytes) of a read: rendered once per read and status, however many streams
-    share it (the status shown changes only when ``expires_at`` passes)."""
+def render(reading: Reading, now: int, line: int = 0) -> tuple[str, bytes]:
+    """(status shown, event bytes) of a read, its id naming output ``line``: rendered once per read, status and
+    line, however many streams share it (the status shown changes only when ``expires_at`` passes; streams that
+    are up to date have the same line)."""
     cached = reading.rendered
-    if cached is not None and cached[0] == reading.task.effective_status(now):
-        return cached
+    if cached is not None and cached[0] == reading.task.effective_status(now) and cached[1] == line:
+        return cached[0], cached[2]
     doc = status_document(reading.task, now)
-    reading.rendered = (doc["status"], format_event(reading.task.seq, doc))
-    return reading.rendered
+    reading.rendered = (doc["status"], line, format_event(reading.task.seq, doc, line))
+    return doc["status"], reading.rendered[2]
