@@ -40,7 +40,7 @@ local function limit_of(spec, ttype, member, payload_json)
           if type(v) == 'table' then v = v[part] else v = nil end
         end
         if type(v) == 'string' or type(v) == 'number' or type(v) == 'boolean' then value = tostring(v) end
-        if #value > __VALUE_MAX__ then value = redis.sha1hex(value) end
+        value = string.sub(value, 1, __VALUE_MAX__)
       end
       if value ~= '' then return t .. ' ' .. kind .. ' ' .. value, tonumber(cap) end
       return t .. ' ' .. kind, tonumber(cap)
@@ -114,7 +114,7 @@ local function limit_leave(lk, id, now)
 end
 """.replace("__SLOTS__", keys.SLOTS_TAIL).replace("__PARKED__", keys.PARKED_TAIL).replace(
     "__EVENTS__", keys.EVENTS_TAIL)
-VALUE_MAX = 64  # a key value longer than this (a payload field's) is keyed by its SHA-1
+VALUE_MAX = 64  # a payload field's value counts by its first this many characters (keys and reasons stay short)
 LIMITS = LIMITS.replace("__VALUE_MAX__", str(VALUE_MAX))
 # task_key_of(id) in a script that has its own task's key and id (START, TRANSITION): the key ends with the id
 OWN_TASK = """
