@@ -294,7 +294,7 @@ def housekeeping_lock(job: str) -> str:
 def all_static() -> list[str]:
     return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
             ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES, JOB_CLAIMANTS,
-            JOB_WAKE, UNQUEUED]
+            JOB_WAKE, UNQUEUED, *LIMIT_STATIC]
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
@@ -341,3 +341,4 @@ def rate_bucket(name: str) -> str:
 
 
 RATE_STATS = f"{PREFIX}rate-stats"  # hash: "<name>:<taken|waited|refused>" -> count (the rate limits' /metrics)
+LIMIT_STATIC = [LIMITS, LIMIT_READY, RATE_STATS]  # the limits' fixed keys (all_static lists them)

@@ -71,17 +71,23 @@ def queue_released(store: TaskStore, jobs: JobQueue, limit: int = BATCH) -> int:
         return 0
     pipe = store.redis.pipeline(transaction=False)
     for task_id, task in zip(ready, store.get_many(ready), strict=True):
-        job_keys: list[str] = []
-        job_args: list[Any] = []
-        job = ""
-        if task is not None and task.status == TaskStatus.PENDING:
-            job = limit_job_id(task_id, task.seq)
-            job_keys, job_args = lua.replay(jobs.requeue_commands(task, job))
-        store.run_script(LIMIT_QUEUE.name, *LIMIT_QUEUE.call(
-            keys={"task": keys.task(task_id), "ready": keys.LIMIT_READY},
-            args={"task_id": task_id, "job_id": job, "job_argc": len(job_args)},
-            rest_keys=job_keys, rest=job_args, record_ms=store.config.call_record_ms), client=pipe)
+        queue_one(store, jobs, task_id, task, pipe)
     return sum(1 for answer in pipe.execute() if answer[0] == 1)
+
+
+def queue_one(store: TaskStore, jobs: JobQueue, task_id: str, task: Task | None, client: Any = None) -> Any:
+    """LIMIT_QUEUE for one released task (``task`` as read), on ``client`` (a pipeline) or now: its job is the
+    enqueue of every put-back (:meth:`JobQueue.requeue_commands`) under :func:`limit_job_id`."""
+    job_keys: list[str] = []
+    job_args: list[Any] = []
+    job = ""
+    if task is not None and task.status == TaskStatus.PENDING:
+        job = limit_job_id(task_id, task.seq)
+        job_keys, job_args = lua.replay(jobs.requeue_commands(task, job))
+    return store.run_script(LIMIT_QUEUE.name, *LIMIT_QUEUE.call(
+        keys={"task": keys.task(task_id), "ready": keys.LIMIT_READY},
+        args={"task_id": task_id, "job_id": job, "job_argc": len(job_args)},
+        rest_keys=job_keys, rest=job_args, record_ms=store.config.call_record_ms), client=client)
 
 
 def sweep(store: TaskStore, now: int) -> int:
@@ -92,12 +98,17 @@ def sweep(store: TaskStore, now: int) -> int:
         return 0
     pipe = store.redis.pipeline(transaction=False)
     for limit_key in limit_keys:
-        store.run_script(LIMIT_SWEEP.name, *LIMIT_SWEEP.call(
-            keys={"limit_head": keys.LIMIT_HEAD, "limits": keys.LIMITS, "ready": keys.LIMIT_READY,
-                  "running": keys.RUNNING, "task_head": keys.task("")},
-            args={"limit_key": limit_key, "now_ms": now, "stall_ms": int(store.config.stall_timeout * 1000)},
-            record_ms=store.config.call_record_ms), client=pipe)
+        sweep_one(store, limit_key, now, pipe)
     return sum(int(answer[1]) for answer in pipe.execute() if answer[0] == 1)
+
+
+def sweep_one(store: TaskStore, limit_key: str, now: int, client: Any = None) -> Any:
+    """LIMIT_SWEEP for one limit key, on ``client`` (a pipeline) or now."""
+    return store.run_script(LIMIT_SWEEP.name, *LIMIT_SWEEP.call(
+        keys={"limit_head": keys.LIMIT_HEAD, "limits": keys.LIMITS, "ready": keys.LIMIT_READY,
+              "running": keys.RUNNING, "task_head": keys.task("")},
+        args={"limit_key": limit_key, "now_ms": now, "stall_ms": int(store.config.stall_timeout * 1000)},
+        record_ms=store.config.call_record_ms), client=client)
 
 
 @dataclass(frozen=True)

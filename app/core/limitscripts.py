@@ -32,8 +32,8 @@ local function limit_of(spec, ttype, member, payload_json)
     local t, cap, kind = string.match(entry, '^(.-)=(%d+)/(.+)$')
     if t == ttype and tonumber(cap) > 0 then
       local value = ''
-      if kind == 'member' then value = member or ''
-      elseif kind ~= 'type' then
+      if kind == @member then value = member or ''  -- the key kinds member and type are the fields they read
+      elseif kind ~= @type then
         local ok, v = pcall(cjson.decode, payload_json)
         if not ok then v = nil end
         for part in string.gmatch(string.sub(kind, 9), '[^.]+') do

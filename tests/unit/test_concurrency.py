@@ -62,7 +62,12 @@ def test_a_start_sent_twice_parks_once_and_answers_alike(store) -> None:
 
 def test_the_end_of_a_run_releases_the_oldest_parked_task_whose_slot_is_reserved_and_the_tick_queues_it(
         store, config) -> None:
-    ids = [new(store) for _ in range(4)]
+    ids = []
+    for _ in range(4):  # created a millisecond apart at least: the line's order is their creation
+        ids.append(new(store))
+        created = task(store, ids[-1]).created_at
+        while now_ms() <= created:
+            pass
     runs = [uuid.uuid4().hex for _ in ids]
     assert all(store.start(t, r, SPEC).started for t, r in zip(ids[:2], runs, strict=False))
     assert start(store, ids[3]).parked and start(store, ids[2]).parked  # the line is by creation: ids[2] first
