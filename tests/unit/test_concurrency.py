@@ -233,3 +233,14 @@ def test_the_payload_key_reads_a_nested_field(store) -> None:
     assert start(store, second, spec).parked == "concurrency: user.nested payload.a.b 7 1/1"
     assert start(store, other, spec).started
     assert orjson.loads(store.redis.get(keys.payload(other))) == {"a": {"b": 8}}
+
+
+def test_metrics_show_the_limits_in_use_and_the_rates(store, client) -> None:
+    for _ in range(3):
+        start(store, new(store))
+    store.redis.hset(keys.RATE_STATS, mapping={"erp:taken": 5, "erp:waited": 2})
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'taskport_concurrency_slots_held{limit="demo.sleep member"} 2.0' in text
+    assert 'taskport_concurrency_parked{limit="demo.sleep member"} 1.0' in text
+    assert 'taskport_rate_limit_calls_total{limit="erp",outcome="taken"} 5.0' in text
+    assert "acme" not in text  # a member is no label
