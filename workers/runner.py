@@ -56,8 +56,8 @@ from app.core.connection import connect
 from app.core.ids import new_run_id
 from app.core.jobs import JobQueue, resume_job_id, retry_job_id
 from app.core.keys import STAT_RATE_DEFERRED, STAT_RETRIED
-from app.core.limits import concurrency_spec, deferred_job_id
 from app.core.keys import TaskField as F
+from app.core.limits import concurrency_spec, deferred_job_id
 from app.core.logs import task_logger
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, remove_runs, result_store, spill

@@ -493,7 +493,8 @@ class Config:
             rate, _, period = (part.strip() for part in rest.partition("/"))
             per = rate_period(period)
             what = ("no name" if not sep or not RATE_NAME.fullmatch(name) else "a name given twice" if name in table
-                    else "no whole number of tokens" if not (rate.isascii() and rate.isdigit() and 0 < int(rate) < 10**9)
+                    else "no whole number of tokens"
+                    if not (rate.isascii() and rate.isdigit() and 0 < int(rate) < 10**9)
                     else "no period (1s, 500ms, 1m, 1h)" if per is None else "")
             if what:
                 raise ConfigError(f"TASKPORT_RATE_LIMITS entries look like name=20/1s (a name of letters, digits, "

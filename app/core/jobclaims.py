@@ -114,7 +114,7 @@ return back
 """)
 
 # The reconciler's look at one task (workers.housekeeping): while it is PENDING, waits for nothing (no run_at
-# in keys.DELAYED, no task it runs after, no concurrency slot: parked in a limit's line, app.core.limits) and its job is nowhere (no queue, claim list, RQ scheduled or started
+# in keys.DELAYED, no task it runs after) and its job is nowhere (no queue, claim list, RQ scheduled or started
 # registry), the first look records when (``unqueued``), and a look ``bound_ms`` later puts the job back (its
 # commands replayed) and counts ``stat``. Any other look forgets the record. Returns {0} (it has a job, or is
 # not PENDING), {1} (no job, within the bound) or {2} (put back).
@@ -130,7 +130,7 @@ RECONCILE = Script(
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
     body=REPLAY + """
-local cur = redis.call('HMGET', task, @status, @job, @waiting, @limited)
+local cur = redis.call('HMGET', task, @status, @job, @waiting, @limited)  -- limited: parked (app.core.limits)
 local function found() redis.call('HDEL', unqueued, task_id) return {0} end
 if cur[1] ~= $PENDING or (tonumber(cur[3]) or 0) > 0 or cur[4] or redis.call('ZSCORE', delayed, task_id) then
   return found()

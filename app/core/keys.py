@@ -321,7 +321,7 @@ LIMIT_HEAD = f"{PREFIX}limit:"  # + a limit key: the scripts build its slots and
 SLOTS_TAIL = ":slots"  # sorted set: the tasks holding (or reserved) a slot of the limit -> ms they took it
 PARKED_TAIL = ":parked"  # sorted set: the tasks parked in the limit's line -> their created_at (the line's order)
 LIMITS = f"{PREFIX}limits"  # hash: limit key -> its cap, while it has slots held or tasks parked
-LIMIT_READY = f"{PREFIX}limit-ready"  # sorted set: a task released from a line (its slot reserved) -> ms; queued by the tick
+LIMIT_READY = f"{PREFIX}limit-ready"  # sorted set: a task released from a line (slot reserved) -> ms, for the tick
 
 
 def limit_slots(limit_key: str) -> str:

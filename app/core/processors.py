@@ -87,7 +87,8 @@ def processor(
     limit in seconds; ``retries`` how many times an unexpected exception is retried; ``priority``
     the queue used when a submit names none; ``concurrency`` (N > 0) lets at most N runs of the type go at once
     per value of ``concurrency_key`` (``"member"``, ``"type"``: all of them, ``"payload.<field>"``), the others
-    wait in PENDING without holding a worker (app.core.limits; TASKPORT_CONCURRENCY overrides it). Registering a type twice from different functions
+    wait in PENDING without holding a worker (app.core.limits; TASKPORT_CONCURRENCY overrides it).
+    Registering a type twice from different functions
     raises ValueError; re-importing the same function (same module and name) replaces it.
     """
     _check_options(type, timeout, retries, priority)

@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
-
-from app.core import keys
 from rq import Worker
 
+from app.core import keys
 from tests.integration.harness import Api, Stack, started_stack, wait_until
 
 MODULE = "tests.userprocs.limits"
