@@ -74,6 +74,11 @@ from workers.ratelimit import RateLimiter
 log = logging.getLogger(__name__)
 
 
+# A rate limit's put-back waits at least this long (ms): the promote tick queues it under the job id of its next
+# delivery (app.core.jobs.delayed_job_id), which may be this delivery's own, deleted by RQ as the delivery ends.
+DEFER_MIN_MS = 1000
+
+
 @dataclass(frozen=True)
 class RunEnd:
     """A delivery that ended its task: ``status`` COMPLETED or FAILED, with the task's error code and message
@@ -190,7 +195,7 @@ class Runner:
             return False
         task, ctx = run.task, run.ctx
         ctx.flush()
-        run_at = now_ms() + max(1, int(exc.wait * 1000))
+        run_at = now_ms() + max(DEFER_MIN_MS, int(exc.wait * 1000))
         message = f"waiting {exc.wait:.1f} s for rate limit {exc.name}; resumes from its checkpoint"
         if not self.store.defer(task.id, run.run_id, message, run_at, deferred_job_id(task), STAT_RATE_DEFERRED):
             run.tlog.info("rate limit %s: the task was cancelled, expired or taken over meanwhile", exc.name)

@@ -147,8 +147,8 @@ replay(first_command, first_command + tonumber(job_argc), 1)
 return {1}
 """)
 
-# The backstop of one limit key (the tick, every few seconds): holders whose run is gone or stalled past the
-# stall timeout lose their slots, and the line moves on. Returns {1, released} when it released any, else {0}.
+# The backstop of one limit key with a line (the tick, every few seconds): holders whose run is gone or stalled
+# past the stall timeout lose their slots, and the line moves on. Returns {1, released} when it released any, else {0}.
 LIMIT_SWEEP = Script(
     "limit_sweep",
     once=FIRST,
@@ -158,6 +158,8 @@ LIMIT_SWEEP = Script(
     body="""
 local function task_key_of(id) return task_head .. id end
 """ + LIMITS + """
+local _, parked = limit_keys(limit_key)
+if redis.call('ZCARD', parked) == 0 then return {0} end  -- no line: a START sweeps its own key when it is full
 slots_held(limit_key, tonumber(now_ms), tonumber(stall_ms))
 local released = release_parked(limit_key, tonumber(now_ms))
 if released > 0 then return {1, released} end
