@@ -7,8 +7,8 @@ task (PENDING, not holding a worker, its job dropped) in the limit's line; the r
 releases the oldest parked task, whose slot is reserved for it (app.core.limitscripts). The scheduler's tick
 (:func:`queue_released`) puts a released task back in line: its job is queued with
 :meth:`app.core.jobs.JobQueue.requeue_commands`, the enqueue of every put-back, under :func:`limit_job_id`.
-:func:`sweep` is the backstop of every limit key: a slot whose holder died or stalled past the stall timeout is
-freed, and the line moves on.
+:func:`sweep` is the backstop of every limit key with a line: a slot whose holder died or stalled past the stall
+timeout is freed, and the line moves on.
 
 **Rates.** ``ctx.limit(name)`` takes a token of a named bucket (workers.ratelimit, the RATE_TAKE script): declared
 in ``TASKPORT_RATE_LIMITS`` or in code with :func:`rate_limit`, or by the call itself (``ctx.limit(name, rate,
@@ -22,17 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from app.core import keys, lua, processors
 from app.core.config import RATE_NAME, Config
-from app.core.jobs import delayed_job_id
+from app.core.jobs import JobQueue, delayed_job_id
 from app.core.limitscripts import LIMIT_QUEUE, LIMIT_SWEEP
 from app.core.states import TaskStatus
 
 if TYPE_CHECKING:
-    from app.core.jobs import JobQueue
     from app.core.store import TaskStore
     from app.core.task import Task
 
 BATCH = 500  # released tasks queued per round trip
-SWEEP_EVERY = 2.0  # seconds between two sweeps of every limit key (the backstop; ends free slots at once)
+SWEEP_EVERY = 2.0  # seconds between two sweeps of the limit keys with a line (the backstop: an end frees at once)
 SWEEP_KEYS = 1000  # limit keys swept per round (the busiest deployments hold a few per member)
 
 
