@@ -198,16 +198,23 @@ function showBatchOf(batchId) {
 function showWaiting(doc) {
   const pending = doc.status === "PENDING";
   const runAt = pending && doc.run_at;
-  const ids = (pending && doc.waiting_for) || [];
+  const entries = (pending && doc.waiting_for) || [];
+  const ids = entries.filter((entry) => !isReason(entry));
+  const reasons = entries.filter(isReason);
   $("runs-at").replaceChildren(...(runAt ? ["runs at ", timeOf(doc.run_at)] : []));
   if (waitsForBatch(doc)) {
     $("waiting-for").replaceChildren("waiting for its batch: ", batchButton(doc.batch_id));
   } else {
     const links = ids.flatMap((id, i) => [i ? ", " : ": ", taskButton(id, () => openTask(id))]);
-    $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links);
+    $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links,
+                                     ...reasons.map((reason, i) => (ids.length || i ? "; " : "") + reason));
   }
-  $("waiting").hidden = !runAt && !ids.length;
+  $("waiting").hidden = !runAt && !entries.length;
 }
+
+// An entry of `waiting_for` that is a reason, not a task id: a concurrency limit's ("concurrency: <type> <key>
+// <value> 2/2", docs/api.md#limits), shown as it is.
+const isReason = (entry) => entry.includes(": ");
 
 const waitsForBatch = (doc) => Boolean(doc.batch_id && doc.waiting_for && doc.waiting_for.includes(doc.batch_id));
 
@@ -219,6 +226,8 @@ function statusLine(doc) {
   if (doc.status !== "PENDING") return doc.status;
   if (doc.run_at) return doc.status + " · " + runsAt(doc.run_at);
   if (waitsForBatch(doc)) return doc.status + " · waiting for its batch";
+  const reason = (doc.waiting_for || []).find(isReason);
+  if (reason) return doc.status + " · " + reason;
   if (doc.waiting_for && doc.waiting_for.length) return doc.status + " · " + waitingCount(doc.waiting_for);
   return doc.status;
 }
