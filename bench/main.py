@@ -39,6 +39,7 @@ from bench import (
     measure_workers,
     output_live,
     overhead,
+    ratelimit,
     report,
     stored,
 )
@@ -48,8 +49,8 @@ from bench.stack import REPO, Stack
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
-PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead")
-PARTS += ("output",)  # a task's live output (bench/output_live.py)
+PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead", "limits",
+         "output")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -157,6 +158,9 @@ def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, tim
     if "housekeeping" in only:
         out["housekeeping"] = phase("housekeeping expiry pass", lambda: measure_redis.housekeeping(
             stack, live=args.live_tasks), timings)
+    if "limits" in only:
+        out["limits"] = phase("rate limits: accuracy on 4 workers, cost per ctx.limit call", lambda: ratelimit.measure(
+            stack), timings)
     if "overhead" in only:
         out["overhead"] = phase("per-item and per-row overhead (in-process)", lambda: overhead.measure(
             items=args.overhead_items, rows=args.overhead_rows), timings)
@@ -177,6 +181,7 @@ ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("housekeeping", lambda out: report.housekeeping_rows(out["housekeeping"])),
     ("overhead", lambda out: overhead.rows(out["overhead"])),
     ("output", lambda out: output_live.rows(out["output"])),
+    ("limits", lambda out: ratelimit.rows(out["limits"])),
 ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from app.core import deferred, keys, waitscripts
+from app.core import deferred, keys, limits, waitscripts
 from app.core.answers import NewTask
 from app.core.batches import BatchStore, BatchTask
 from app.core.callbacks import Deliveries, DeliveryId
@@ -94,3 +94,31 @@ def tour(store: TaskStore, jobs: JobQueue, conn: Any) -> None:
     assert store.forget_run(done.task_id)
     expired = store.expire_batch([done.task_id, waiter.task_id], now_ms())  # housekeeping's pipeline of transitions
     assert {e.task_id for e in expired} == {done.task_id, waiter.task_id}
+    limited_tour(store, jobs, conn)
+
+
+def limited_tour(store: TaskStore, jobs: JobQueue, conn: Any) -> None:
+    """Concurrency limits (a slot taken, a task parked, released by an end, queued, a lapsed slot swept) and a rate
+    limit's tokens (taken, refused): app.core.limits."""
+    from workers.exceptions import RateDeferred
+    from workers.ratelimit import RateLimiter
+
+    spec = "demo.sleep=1/member"
+    first, second, third = (new_task("limited") for _ in range(3))
+    for t in (first, second, third):
+        store.create(t, jobs.job_commands(t.task_id, t.priority, 60))
+    assert store.start(first.task_id, "l1", spec).started is not None
+    assert store.start(second.task_id, "l2", spec).parked
+    store.complete(first.task_id, "l1", 1, items=None, failures=[], error_code=None)  # second released
+    assert limits.queue_one(store, jobs, second.task_id, store.get(second.task_id))[0] == 1
+    assert store.start(second.task_id, "l3", spec).started is not None
+    assert store.start(third.task_id, "l4", spec).parked
+    conn.zadd(keys.RUNNING, {second.task_id: 1})  # its worker died: the sweep frees its slot for third
+    assert limits.sweep_one(store, "demo.sleep member limited", now_ms())[0] == 1
+    take = RateLimiter(store, store.config, first.task_id)
+    assert take.take("tour", 1, 60) == 0
+    try:
+        take.take("tour", 1, 60)
+        raise AssertionError("a second token of 1 a minute was given at once")
+    except RateDeferred:
+        pass

@@ -37,6 +37,7 @@ from workers.items import PROPAGATE, ItemRun, ItemScope, length
 if TYPE_CHECKING:
     from app.core.results import ResultStore
     from workers.batchview import BatchView
+    from workers.ratelimit import RateLimiter
 
 # MAX_FAILURES (workers.checkpoint): at most this many failure records are kept per task (the counts
 # stay exact), so a batch where every item fails cannot blow up the result stored in Redis.
@@ -78,6 +79,7 @@ class TaskContext:
         self.task_id = task_id
         self.results = results
         self.batch: BatchView | None = None  # a batch's then task: its batch (set by the runner)
+        self.limiter: RateLimiter | None = None  # takes ctx.limit's tokens (set by the runner)
         self.log = logger if logger is not None else log
         self._report_fn = report
         self._interval = interval
@@ -412,3 +414,16 @@ class TaskContext:
             record = {"item": item, "code": code, "message": message}
             self._failures.append(record)
             self._pending.failures.append(record)
+
+    # -- rate limits --------------------------------------------------------------------------------
+
+    def limit(self, name: str, rate: float | None = None, per: float | None = None) -> None:
+        """Take one token of rate limit ``name``, shared by every worker on every host, waiting for it if need be:
+        ``rate`` tokens per ``per`` seconds, unless ``name`` is declared (``TASKPORT_RATE_LIMITS`` or
+        ``rate_limit(name, rate, per)``), which wins. The wait is a cancellation point (a cancel or a stop ends it).
+        A wait longer than ``TASKPORT_RATE_WAIT_MAX`` holds no worker: the task is put back with a run_at when the
+        token is due, its checkpoint kept and no attempt used (:class:`~workers.exceptions.RateDeferred`)."""
+        self.check_cancelled()
+        if self.limiter is None:
+            raise RuntimeError("ctx.limit needs the worker's rate limiter (a context built by the runner)")
+        self.sleep(self.limiter.take(name, rate, per))

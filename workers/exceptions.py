@@ -37,3 +37,14 @@ class TaskInterrupted(TaskCancelled):
     """The worker is stopping (SIGTERM: a deploy, a restart): stop now; the runner saves the checkpoint and
     puts the task back on its queue without using an attempt, and the next run resumes where this one
     stopped. A subclass of TaskCancelled, so code that stops on a cancel stops on this too."""
+
+
+class RateDeferred(TaskInterrupted):
+    """``ctx.limit`` would wait longer for its token than a worker may be held (``TASKPORT_RATE_WAIT_MAX``): the
+    runner saves the checkpoint and puts the task back with a ``run_at`` ``wait`` seconds ahead, no attempt used.
+    A subclass of TaskInterrupted, so code that stops on a stop stops on this too."""
+
+    def __init__(self, task_id: str, name: str, wait: float) -> None:
+        super().__init__(task_id, name, wait)
+        self.name = name
+        self.wait = wait

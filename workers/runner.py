@@ -55,8 +55,9 @@ from app.core.config import Config
 from app.core.connection import connect
 from app.core.ids import new_run_id
 from app.core.jobs import JobQueue, resume_job_id, retry_job_id
-from app.core.keys import STAT_RETRIED
+from app.core.keys import STAT_RATE_DEFERRED, STAT_RETRIED
 from app.core.keys import TaskField as F
+from app.core.limits import concurrency_spec, deferred_job_id
 from app.core.logs import task_logger
 from app.core.output import OutputLog
 from app.core.process import die_with_parent
@@ -67,10 +68,16 @@ from app.core.task import Task
 from workers.batchview import BatchView
 from workers.checkpoint import Resume, Saved
 from workers.context import TaskContext
-from workers.exceptions import TaskCancelled, TaskError, TaskInterrupted
+from workers.exceptions import RateDeferred, TaskCancelled, TaskError, TaskInterrupted
 from workers.heartbeat import Heartbeat, discard, needed_folders
+from workers.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
+
+
+# A rate limit's put-back waits at least this long (ms): the promote tick queues it under the job id of its next
+# delivery (app.core.jobs.delayed_job_id), which may be this delivery's own, deleted by RQ as the delivery ends.
+DEFER_MIN_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -103,13 +110,17 @@ class Runner:
         self.owner_pid = os.getpid()
         self.current: Heartbeat | None = None  # the run in progress in this process
         processors.load(config.processor_modules)
+        self.concurrency = concurrency_spec(config)  # the concurrency limits START applies (app.core.limits)
 
     def run(self, task_id: str) -> RunEnd | None:
         if os.getpid() != self.owner_pid:
             self._adopt_work_horse()
         tlog = task_logger(log, task_id)
         run_id = new_run_id()
-        claim = self.store.start(task_id, run_id)
+        claim = self.store.start(task_id, run_id, self.concurrency)
+        if claim.parked:
+            tlog.info("parked: %s (it waits in PENDING for a slot, holding no worker)", claim.parked)
+            return None
         started = claim.started
         if started is None:
             tlog.info("delivery ignored: task is %s", claim.status or "gone")
@@ -153,6 +164,7 @@ class Runner:
                           output_limits=self.config.output_caps)
         if task.then_of:  # a batch's then task reads its batch (workers.batchview)
             ctx.batch = BatchView(self.store, self.results, task.then_of)
+        ctx.limiter = RateLimiter(self.store, self.config, task.id)  # ctx.limit's tokens
         return ctx
 
     def interrupt(self) -> None:
@@ -182,6 +194,23 @@ class Runner:
                       task.priority, where)
         return True
 
+    def _defer(self, run: Run, exc: RateDeferred) -> bool:
+        """``ctx.limit`` would wait longer than a worker may be held: save the checkpoint and put the task back
+        with a run_at when its token is due, without using an attempt (app.core.limits)."""
+        if not run.beat.decide():
+            return False
+        task, ctx = run.task, run.ctx
+        ctx.flush()
+        run_at = now_ms() + max(DEFER_MIN_MS, int(exc.wait * 1000))
+        message = f"waiting {exc.wait:.1f} s for rate limit {exc.name}; resumes from its checkpoint"
+        if not self.store.defer(task.id, run.run_id, message, run_at, deferred_job_id(task), STAT_RATE_DEFERRED):
+            run.tlog.info("rate limit %s: the task was cancelled, expired or taken over meanwhile", exc.name)
+            self._discard(run)
+            return False
+        run.tlog.info("rate limit %s: put back for %.1f s (longer than the %g s a worker waits), no attempt used",
+                      exc.name, exc.wait, self.config.rate_wait_max)
+        return True
+
     def _adopt_work_horse(self) -> None:
         """In a forked work horse (once per horse: each runs one job): die with the worker, since an
         orphan would hold on to the task and to a process manager's pipes (stall recovery takes the
@@ -207,6 +236,9 @@ class Runner:
                 output = proc.func(started.payload, run.ctx)
             finally:
                 run.ctx.flush_output()  # every line emitted reaches Redis before the run's end is written
+        except RateDeferred as exc:
+            self._defer(run, exc)
+            return None
         except TaskInterrupted:
             self._put_back(run, "stopped at a cancellation point")
             return None

@@ -35,7 +35,7 @@ from app.core.process import die_with_parent, forked_children_die_with_me
 from app.core.schedule import PASSES, job_id
 from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
 from app.core.states import DEFAULT_QUEUE
-from workers import deferred, delivery, firing, timers  # noqa: F401 - run_at/after, callbacks, schedules: ticks
+from workers import deferred, delivery, firing, limits, timers  # noqa: F401 - ticks: run_at/after, callbacks...
 from workers.stopping import PromptUnsubscribe
 from workers.worker import Leased, lease_seconds
 

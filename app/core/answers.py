@@ -67,10 +67,12 @@ class Started:
 @dataclass(frozen=True)
 class Claim:
     """What :meth:`TaskStore.start` found: ``started`` when this run took the task; else None, and
-    ``status`` is the status that prevented it ('' when the task is gone)."""
+    ``status`` is the status that prevented it ('' when the task is gone); ``parked``: why it waits instead, in
+    its concurrency limit's line (app.core.limits), still PENDING."""
 
     status: str
     started: Started | None = None
+    parked: str = ""
 
 
 class Transition(NamedTuple):

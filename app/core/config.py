@@ -12,6 +12,7 @@ import binascii
 import ipaddress
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -229,6 +230,16 @@ class Config:
     output_max_line_bytes: int = _setting(
         "TASKPORT_OUTPUT_MAX_LINE_BYTES", 4096, "bytes (UTF-8) one output line may take; a longer one is cut, "
         "ending in a marker")
+    concurrency: str = _setting(
+        "TASKPORT_CONCURRENCY", "", "comma list type=N/member, type=N/type or type=N/payload.<field>: at most N runs "
+        "of the type at once per member, in all, or per value of that payload field; overrides the processor's "
+        "own concurrency (N 0 = no limit; docs/processors.md)")
+    rate_limits: str = _setting(
+        "TASKPORT_RATE_LIMITS", "", "comma list name=N/period (erp=20/1s, crm=100/1m, 10/500ms): the rate limits "
+        "ctx.limit(name) takes tokens of, shared by every worker; overrides rate_limit() declarations in code")
+    rate_wait_max: float = _setting(
+        "TASKPORT_RATE_WAIT_MAX", 5.0, "the longest wait a worker is held by ctx.limit, seconds: a longer wait puts "
+        "the task back with a run_at instead (no attempt used)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -276,6 +287,10 @@ class Config:
         self.redis_maxmemory_bytes  # noqa: B018
         _check_webhook(self.alert_webhook)
         self.callback_keys  # noqa: B018
+        self.concurrency_limits  # noqa: B018 - concurrency and rate limits (app.core.limits)
+        self.rate_limit_table  # noqa: B018
+        if self.rate_wait_max < 0:
+            raise ConfigError("TASKPORT_RATE_WAIT_MAX must be 0 or more seconds")
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
@@ -467,6 +482,42 @@ class Config:
         raise ConfigError("TASKPORT_RESULT_STORE must look like file:///path or s3://bucket/prefix")
 
     @property
+    def concurrency_limits(self) -> dict[str, tuple[int, str]]:
+        """Task type -> (N, key) of TASKPORT_CONCURRENCY: at most N runs at once per value of the key (``member``,
+        ``type``, ``payload.<field>``); N 0 lifts a processor's own limit. ConfigError names a bad entry."""
+        limits: dict[str, tuple[int, str]] = {}
+        for n, entry in enumerate(filter(None, (e.strip() for e in self.concurrency.split(","))), 1):
+            type_, sep, rest = (part.strip() for part in entry.partition("="))
+            number, slash, key = (part.strip() for part in rest.partition("/"))
+            what = ("no type" if not sep or not type_ else "no N/key after =" if not slash
+                    else "N not a whole number" if not (number.isascii() and number.isdigit() and len(number) < 7)
+                    else concurrency_key_problem(key) or ("a type named twice" if type_ in limits else ""))
+            if what:
+                raise ConfigError("TASKPORT_CONCURRENCY entries look like type=N/member, type=N/type or "
+                                  f"type=N/payload.<field>; entry {n} ({entry!r}) has {what}")
+            limits[type_] = (int(number), key)
+        return limits
+
+    @property
+    def rate_limit_table(self) -> dict[str, tuple[float, float]]:
+        """Rate limit name -> (tokens, per seconds) of TASKPORT_RATE_LIMITS (``erp=20/1s``). ConfigError names a bad
+        entry."""
+        table: dict[str, tuple[float, float]] = {}
+        for n, entry in enumerate(filter(None, (e.strip() for e in self.rate_limits.split(","))), 1):
+            name, sep, rest = (part.strip() for part in entry.partition("="))
+            rate, _, period = (part.strip() for part in rest.partition("/"))
+            per = rate_period(period)
+            what = ("no name" if not sep or not RATE_NAME.fullmatch(name) else "a name given twice" if name in table
+                    else "no whole number of tokens"
+                    if not (rate.isascii() and rate.isdigit() and 0 < int(rate) < 10**9)
+                    else "no period (1s, 500ms, 1m, 1h)" if per is None else "")
+            if what:
+                raise ConfigError(f"TASKPORT_RATE_LIMITS entries look like name=20/1s (a name of letters, digits, "
+                                  f"._-, tokens, a period); entry {n} ({entry!r}) has {what}")
+            table[name] = (float(rate), per)  # type: ignore[assignment]
+        return table
+
+    @property
     def audit_limits(self) -> tuple[int, int]:
         """(max entries, max age in seconds) of the audit stream; 0 = no limit of that kind."""
         units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -562,6 +613,33 @@ def _bytes(name: str, text: str) -> int:
     if not (number.isascii() and number.isdigit() and len(number) <= 15):
         raise ConfigError(f"{Config.env_name(name)} must be bytes or a number with kb, mb or gb (1gb), got {text!r}")
     return int(number) * MEMORY_UNITS.get(unit, 1)
+
+
+CONCURRENCY_KEYS = ("member", "type")  # and payload.<field>: what a concurrency limit counts runs per
+PAYLOAD_KEY = "payload."
+_FIELD_PATH = re.compile(r"[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,4}")
+RATE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+_PERIOD_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PERIOD = re.compile(r"(\d{0,9}(?:\.\d{1,3})?)(ms|s|m|h)")
+
+
+def concurrency_key_problem(key: str) -> str:
+    """What is wrong with a concurrency key (``member``, ``type``, ``payload.<field>``), '' when nothing."""
+    if key in CONCURRENCY_KEYS:
+        return ""
+    if key.startswith(PAYLOAD_KEY) and _FIELD_PATH.fullmatch(key[len(PAYLOAD_KEY):]):
+        return ""
+    return f"key {key!r}, not member, type or payload.<field>"
+
+
+def rate_period(text: str) -> float | None:
+    """Seconds of a rate limit's period (``1s``, ``500ms``, ``1m``, ``1h``; ``s`` alone is ``1s``), None if it is
+    none of these or not positive."""
+    match = _PERIOD.fullmatch(text.strip())
+    if match is None:
+        return None
+    seconds = float(match[1] or "1") * _PERIOD_UNITS[match[2]]
+    return seconds if seconds > 0 else None
 
 
 def _check_rate_limit(text: str) -> None:

@@ -130,9 +130,9 @@ RECONCILE = Script(
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all)"),
     body=REPLAY + """
-local cur = redis.call('HMGET', task, @status, @job, @waiting)
+local cur = redis.call('HMGET', task, @status, @job, @waiting, @limited)  -- limited: parked (app.core.limits)
 local function found() redis.call('HDEL', unqueued, task_id) return {0} end
-if cur[1] ~= $PENDING or (tonumber(cur[3]) or 0) > 0 or redis.call('ZSCORE', delayed, task_id) then
+if cur[1] ~= $PENDING or (tonumber(cur[3]) or 0) > 0 or cur[4] or redis.call('ZSCORE', delayed, task_id) then
   return found()
 end
 local job = cur[2] or task_id

@@ -69,6 +69,10 @@ class TaskField(StrEnum):
     CALLBACK_LAST_STATUS = "callback_last_status"  # the HTTP status its last attempt got ("" = no answer)
     OUTPUT_LAST = "output_last"  # the id of the last output line ever emitted (see output()); never goes down
     OUTPUT_BYTES = "output_bytes"  # bytes its output list holds now (counted in STORED, see output())
+    # concurrency limits (app.core.limits): the limit key whose slot it holds, or has reserved once released
+    # from that limit's line; and, while it is parked in a line, why (its status document's waiting_for)
+    SLOT = "slot"
+    LIMITED = "limited"
 
 
 def payload(task_id: str) -> str:
@@ -220,6 +224,7 @@ STAT_RETRIED = "retried"
 STAT_RECOVERED = "recovered"
 STAT_RERUN = "rerun"  # tasks run again (POST /tasks/{id}/retry, rq-dashboard's Requeue)
 STAT_INTERRUPTED = "interrupted"  # runs put back on their queue by a graceful stop (no attempt used)
+STAT_RATE_DEFERRED = "rate_deferred"  # runs put back by ctx.limit, whose wait was too long (no attempt used)
 STAT_RECONCILED = "reconciled"  # PENDING tasks with no job anywhere put back by the reconciler (should stay 0)
 STAT_ENTERED: dict[str, str] = {
     TaskStatus.COMPLETED: "completed",
@@ -298,7 +303,7 @@ def housekeeping_lock(job: str) -> str:
 def all_static() -> list[str]:
     return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
             ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES, JOB_CLAIMANTS,
-            JOB_WAKE, UNQUEUED]
+            JOB_WAKE, UNQUEUED, *LIMIT_STATIC]
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
@@ -317,3 +322,32 @@ def job_claims(worker: str) -> str:
 JOB_CLAIMANTS = f"{PREFIX}job-claimants"  # set: the RQ names of the workers that may hold a claim list
 JOB_WAKE = f"{PREFIX}job-wake"  # list of queue names, one per job queued: idle workers block on it (it holds no job)
 UNQUEUED = f"{PREFIX}unqueued-since"  # hash: PENDING task id -> ms the reconciler first found it with no job
+
+
+# Concurrency limits and rate limits (app.core.limits, app.core.limitscripts). A limit key names one limit of one
+# type and one value of its key: "<type> <key kind>[ <value>]", e.g. "demo.sleep member acme".
+LIMIT_HEAD = f"{PREFIX}limit:"  # + a limit key: the scripts build its slots and parked keys from it (below)
+SLOTS_TAIL = ":slots"  # sorted set: the tasks holding (or reserved) a slot of the limit -> ms they took it
+PARKED_TAIL = ":parked"  # sorted set: the tasks parked in the limit's line -> their created_at (the line's order)
+LIMITS = f"{PREFIX}limits"  # hash: limit key -> its cap, while it has slots held or tasks parked
+LIMIT_READY = f"{PREFIX}limit-ready"  # sorted set: a task released from a line (slot reserved) -> ms, for the tick
+
+
+def limit_slots(limit_key: str) -> str:
+    """Sorted set: the tasks holding a slot of ``limit_key`` (task id -> ms it took it)."""
+    return f"{LIMIT_HEAD}{limit_key}{SLOTS_TAIL}"
+
+
+def limit_parked(limit_key: str) -> str:
+    """Sorted set: the tasks waiting for a slot of ``limit_key`` (task id -> its created_at)."""
+    return f"{LIMIT_HEAD}{limit_key}{PARKED_TAIL}"
+
+
+def rate_bucket(name: str) -> str:
+    """String (PX): rate limit ``name``'s token bucket, as the theoretical arrival time of its next token (ms,
+    GCRA); it lapses once the bucket is full again."""
+    return f"{PREFIX}rate:{name}"
+
+
+RATE_STATS = f"{PREFIX}rate-stats"  # hash: "<name>:<taken|waited|refused>" -> count (the rate limits' /metrics)
+LIMIT_STATIC = [LIMITS, LIMIT_READY, RATE_STATS]  # the limits' fixed keys (all_static lists them)

@@ -28,6 +28,7 @@ from typing import Any
 from marshmallow import Schema
 from marshmallow.validate import Range
 
+from app.core.config import concurrency_key_problem
 from app.core.states import DEFAULT_QUEUE, QUEUES
 
 BUILTIN_MODULES = (
@@ -63,6 +64,8 @@ class Processor:
     timeout: int
     retries: int
     priority: str
+    concurrency: int = 0  # at most this many runs at once per value of concurrency_key (0 = no limit)
+    concurrency_key: str = "member"  # member | type | payload.<field> (app.core.limits)
 
 
 _REGISTRY: dict[str, Processor] = {}
@@ -75,15 +78,21 @@ def processor(
     timeout: int = DEFAULT_TIMEOUT,
     retries: int = 0,
     priority: str = DEFAULT_QUEUE,
+    concurrency: int = 0,
+    concurrency_key: str = "member",
 ) -> Callable[[ProcessorFunc], ProcessorFunc]:
     """Register the decorated function as the processor of task ``type``.
 
     ``schema`` validates (and fills defaults of) the payload at submit; ``timeout`` is the job's
     limit in seconds; ``retries`` how many times an unexpected exception is retried; ``priority``
-    the queue used when a submit names none. Registering a type twice from different functions
+    the queue used when a submit names none; ``concurrency`` (N > 0) lets at most N runs of the type go at once
+    per value of ``concurrency_key`` (``"member"``, ``"type"``: all of them, ``"payload.<field>"``), the others
+    wait in PENDING without holding a worker (app.core.limits; TASKPORT_CONCURRENCY overrides it).
+    Registering a type twice from different functions
     raises ValueError; re-importing the same function (same module and name) replaces it.
     """
     _check_options(type, timeout, retries, priority)
+    _check_concurrency(type, concurrency, concurrency_key)
     instance = schema() if isinstance(schema, builtins.type) else schema
     if not isinstance(instance, Schema):
         raise TypeError(f"processor {type!r}: schema must be a marshmallow Schema class or instance")
@@ -94,7 +103,7 @@ def processor(
             raise ValueError(
                 f"task type {type!r} is already registered by {'.'.join(_origin(existing.func))}"
             )
-        _REGISTRY[type] = Processor(type, func, instance, timeout, retries, priority)
+        _REGISTRY[type] = Processor(type, func, instance, timeout, retries, priority, concurrency, concurrency_key)
         return func
 
     return register
@@ -109,6 +118,14 @@ def _check_options(name: str, timeout: int, retries: int, priority: str) -> None
         raise ValueError(f"processor {name!r}: retries must be >= 0")
     if priority not in QUEUES:
         raise ValueError(f"processor {name!r}: priority must be one of {', '.join(QUEUES)}")
+
+
+def _check_concurrency(name: str, concurrency: int, key: str) -> None:
+    if not isinstance(concurrency, int) or concurrency < 0:
+        raise ValueError(f"processor {name!r}: concurrency must be a whole number >= 0 (0 = no limit)")
+    problem = concurrency_key_problem(key) if isinstance(key, str) else "a key that is not a string"
+    if problem:
+        raise ValueError(f"processor {name!r}: concurrency_key has {problem}")
 
 
 def _origin(func: Callable[..., Any]) -> tuple[str, str]:

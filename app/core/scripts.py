@@ -14,6 +14,8 @@ from __future__ import annotations
 from app.core.batchscripts import BATCH, SYNC
 from app.core.config import Config
 from app.core.creation import CREATE, QUOTA, SIBLING
+from app.core.limitscripts import LIMIT_KEYS, LIMITS, OWN_TASK
+from app.core.limitscripts import SCRIPTS as LIMIT_SCRIPTS
 from app.core.lua import FIRST, LATE, Script, Tail, render
 from app.core.outputscripts import EMIT
 from app.core.states import CallbackState
@@ -141,17 +143,23 @@ return {1, ended, waiting}
 # but the same run sending its start again (its answer lost) gets the same answer, so a run is not lost.
 # A task past its expires_at is EXPIRED to every reader already, so it never starts (EXPIRED is final).
 # A run that finds a checkpoint resumes from it, and counts in @resumed.
+# A task of a type with a concurrency limit (concurrency: app.core.limits.concurrency_spec) takes a slot of its
+# limit key in the same step, or is parked in the limit's line instead: still PENDING, its job dropped by the
+# worker, @limited saying why (app.core.limitscripts); a repeat finds it parked and answers alike.
 # Returns {1, payload_json, HGETALL, checkpoint log or nil, cursor or nil} when started, {0, current_status}
-# otherwise.
+# otherwise, {2, why} when parked.
 START = Script(
     "start",
     keys={"task": "hash: the task's record", "payload": "string: the task's payload JSON (answered)",
           "running": "sorted set: PROCESSING task id -> last heartbeat", "events": "channel: the task's events",
           "checkpoint": "string: the task's checkpoint log (answered)", "cursor": "string: its cursor (answered)",
-          "batch_head": _BATCH_HEAD},
-    args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id"},
-    body=SYNC + """
-local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch, @attempts, @seq, @resumed)
+          "batch_head": _BATCH_HEAD, **LIMIT_KEYS},
+    args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id",
+          "concurrency": "the concurrency limits, type=N/key;... ('' = none)",
+          "stall_ms": "the stall timeout (ms): a slot holder's heartbeat older than it lapses"},
+    body=SYNC + OWN_TASK + LIMITS + """
+local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch, @attempts, @seq, @resumed, @type,
+                       @member, @created_at, @limited)
 local status = cur[1]
 if status == $PROCESSING and cur[3] == run_id then
   -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
@@ -162,11 +170,28 @@ if status ~= $PENDING then return {0, status or ''} end
 if (tonumber(cur[2]) or math.huge) <= tonumber(now_ms) then return {0, $EXPIRED} end
 local payload_json = redis.call('GET', payload)
 if not payload_json then return {0, $MISSING_PAYLOAD} end
+local lk, cap = nil, 0
+if concurrency ~= '' then lk, cap = limit_of(concurrency, cur[8], cur[9], payload_json) end
+if lk then
+  local why = take_slot(lk, cap, task_id, cur[10], tonumber(now_ms), tonumber(stall_ms))
+  if why then
+    if cur[11] ~= why then  -- newly parked, or its count changed: the document says why it waits
+      redis.call('HSET', task, @slot, lk, @limited, why, @updated_at, now_ms)
+      redis.call('PUBLISH', events, redis.call('HINCRBY', task, @seq, 1))
+    end
+    return {2, why}
+  end
+  redis.call('HDEL', task, @limited)
+end
 local before = cur[4] and batch_state(task)
 local log, saved = redis.call('GET', checkpoint), redis.call('GET', cursor)
 local seq = (tonumber(cur[6]) or 0) + 1  -- the counters in the one HSET: a delivery's commands (bench/README.md)
 local fields = {@status, $PROCESSING, @run_id, run_id, @started_at, now_ms, @updated_at, now_ms, @message, '',
                 @attempts, (tonumber(cur[5]) or 0) + 1, @seq, seq}
+if lk then
+  fields[#fields + 1] = @slot
+  fields[#fields + 1] = lk
+end
 if log or saved then  -- written only once it is not 0 (a task's bytes: bench/README.md)
   fields[#fields + 1] = @resumed
   fields[#fields + 1] = (tonumber(cur[7]) or 0) + 1
@@ -275,6 +300,7 @@ TRANSITION = Script(
                          "status it enters; its batch's, when this ends the batch)",
         "batch_head": _BATCH_HEAD,
         "stored_bytes": _STORED_BYTES,
+        **LIMIT_KEYS,
     },
     args={
         "expected": "the status(es) the task must be in (comma list)",
@@ -299,10 +325,10 @@ TRANSITION = Script(
     rest_keys=Tail("command_keys", "one key per job command, in order"),
     rest=Tail("command", "the job's commands (name, argc, args... each; job_argc entries in all), then the task "
                          "hash's field, value pairs to write"),
-    body=REPLAY + SYNC + QUOTA + """
+    body=REPLAY + SYNC + QUOTA + OWN_TASK + LIMITS + """
 local first_field = first_command + tonumber(job_argc)
 local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for, @batch,
-                       @callback_url, @callback_events, @stored, @member)
+                       @callback_url, @callback_events, @stored, @member, @slot)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
@@ -319,6 +345,10 @@ end
 local before = cur[6] and batch_state(task)
 redis.call('HSET', task, @status, new_status, unpack(ARGV, first_field))
 redis.call('HDEL', task, @run_id)
+if cur[11] then  -- its concurrency slot (or its place in a limit's line) goes, and the line moves on
+  redis.call('HDEL', task, @slot, @limited)
+  limit_leave(cur[11], task_id, tonumber(now_ms))
+end
 if key_ttl_s ~= '' then redis.call('EXPIRE', task, key_ttl_s) end
 if key_ttl_s ~= '' then redis.call('EXPIRE', output, key_ttl_s) end  -- the output lives as long as the task
 redis.call('ZREM', running, task_id)
@@ -462,8 +492,8 @@ if redis.call('HGET', task, @status) == $PROCESSING then return 0 end
 return redis.call('ZREM', running, task_id)
 """)
 
-SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, BATCH, FORGET_RUN, *WAIT_SCRIPTS)}
-SCRIPTS[EMIT.name] = EMIT  # a run's output lines (app.core.output)
+SCRIPTS = {s.name: s for s in (SUBMIT, START, PROGRESS, TRANSITION, RERUN, BATCH, FORGET_RUN, EMIT, *WAIT_SCRIPTS,
+                                *LIMIT_SCRIPTS)}
 # The scripts as Redis runs them (preamble, markers rendered), without the audit fragment: build() adds it.
 SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 

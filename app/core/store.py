@@ -193,15 +193,20 @@ class TaskStore:
         return [Task.from_hash(h, t) if h else None for h, t in zip(pipe.execute(), task_ids, strict=True)]
 
     # -- worker side ----------------------------------------------------------------------------
-    def start(self, task_id: str, run_id: str) -> Claim:
-        """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`)."""
+    def start(self, task_id: str, run_id: str, concurrency: str = "") -> Claim:
+        """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`). ``concurrency``: the limits
+        (app.core.limits.concurrency_spec); a task over its limit is parked instead, its Claim's ``parked``
+        saying why."""
         t = now_ms()
         answer = self.run_script(scripts.START.name, *scripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
                   "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
-                  "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD},
-            args={"run_id": run_id, "now_ms": t, "task_id": task_id},
+                  "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD, **_LIMIT_KEYS},
+            args={"run_id": run_id, "now_ms": t, "task_id": task_id, "concurrency": concurrency,
+                  "stall_ms": int(self.config.stall_timeout * 1000)},
         ))
+        if answer[0] == 2:
+            return Claim(TaskStatus.PENDING, parked=answer[1].decode())
         if answer[0] != 1:
             return Claim(answer[1].decode())
         started = Started(task=Task.from_hash(_pairs(answer[2]), task_id), payload=orjson.loads(answer[1]),
@@ -248,7 +253,7 @@ class TaskStore:
                   "cursor": keys.cursor(task_id), "output": keys.output(task_id), "delayed": keys.DELAYED,
                   "settled": keys.SETTLED,
                   "callbacks_due": keys.CALLBACKS_DUE, "batch_head": keys.BATCH_HEAD,
-                  "stored_bytes": keys.STORED_BYTES},
+                  "stored_bytes": keys.STORED_BYTES, **_LIMIT_KEYS},
             args={"expected": ",".join(expected), "run_id": run_id, "new_status": new_status, "key_ttl_s": key_ttl,
                   "expiry_ms": expiry_ms, "result_json": result, "result_ttl_s": self.config.result_ttl, "drop": drop,
                   "stale_before_ms": stale_before_ms, "now_ms": now_ms(),
@@ -326,6 +331,14 @@ class TaskStore:
             fields += [F.RUN_AT, run_at, *([F.JOB, job_id] if job_id else [])]
         return self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
                                 stat=STAT_RETRIED, run_at="" if run_at is None else run_at).done
+
+    def defer(self, task_id: str, run_id: str, message: str, run_at: int, job_id: str, stat: str) -> bool:
+        """PROCESSING -> PENDING for this run, which would wait longer than it may for a rate limit's token
+        (app.core.limits): the task waits in keys.DELAYED until ``run_at`` (ms), then the promote tick queues it
+        as RQ job ``job_id``; its checkpoint stays and the attempt it used is given back (no attempt used)."""
+        fields: list[Any] = [F.MESSAGE, message, F.UPDATED_AT, now_ms(), F.RUN_AT, run_at, F.JOB, job_id]
+        return self._transition(task_id, (TaskStatus.PROCESSING,), TaskStatus.PENDING, fields, run_id=run_id,
+                                stat=stat, refund=True, run_at=run_at).done
 
     def fail_waiting(self, task_id: str, dep_id: str) -> bool:
         """PENDING -> FAILED -6 for a task that runs after ``dep_id``, which ended otherwise than COMPLETED (or is
@@ -443,3 +456,4 @@ def _pairs(flat: list[Any]) -> dict[Any, Any]:
 
 
 _RESULT = F.RESULT.encode()
+_LIMIT_KEYS = {"limit_head": keys.LIMIT_HEAD, "limits": keys.LIMITS, "ready": keys.LIMIT_READY}  # limitscripts

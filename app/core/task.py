@@ -85,6 +85,7 @@ class Task:
     then_of: str | None = None  # the batch whose then task it is
     callback: dict[str, Any] | None = None  # its latest callback delivery: state, attempts, last_status
     output_last: int = 0  # the id of its last output line (0: none yet): what an event stream follows
+    limited: str | None = None  # why it waits in a concurrency limit's line (app.core.limits), while it does
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
@@ -132,6 +133,7 @@ class Task:
             then_of=_text(g(r.THEN_OF)),
             callback=_callback(h) if g(r.CALLBACK_URL) else None,
             output_last=int(g(r.OUTPUT_LAST) or 0),
+            limited=_text(g(r.LIMITED)),
         )
 
     @property
@@ -146,7 +148,8 @@ class Task:
 
     def waits(self, now: int) -> bool:
         """Whether the task is PENDING unqueued: its run_at is ahead, or tasks it runs after are unfinished."""
-        return self.status == TaskStatus.PENDING and (bool(self.waiting_for) or self.due_in(now) > 0)
+        return self.status == TaskStatus.PENDING and (bool(self.waiting_for) or self.due_in(now) > 0
+                                                      or bool(self.limited))
 
     def effective_status(self, now: int) -> str:
         """The status a reader sees at ``now`` (ms): EXPIRED once ``expires_at`` has passed, before
@@ -161,6 +164,14 @@ class Task:
         if self.error_code is None:
             return None
         return {"code": self.error_code, "message": self.error_message or ""}
+
+    def _waiting_doc(self) -> list[str] | None:
+        """The document's ``waiting_for`` of a PENDING task: the ids of the tasks it runs after, then why it waits
+        for a concurrency slot (``"concurrency: <type> <key> <value> <held>/<N>"``); None when it waits for
+        nothing."""
+        if self.status != TaskStatus.PENDING or not (self.waiting_for or self.limited):
+            return None
+        return [*self.waiting_for, *((self.limited,) if self.limited else ())]
 
     def to_doc(self, now: int) -> dict[str, Any]:
         """The contract's status document as seen at ``now`` (ms), but for its ``links``, which the web adds
@@ -181,7 +192,7 @@ class Task:
             "completed_at": iso_or_none(self.completed_at),
             "expires_at": iso(self.expires_at),
             "run_at": iso_or_none(self.run_at),
-            "waiting_for": list(self.waiting_for) if self.waiting_for and self.status == TaskStatus.PENDING else None,
+            "waiting_for": self._waiting_doc(),
             "batch_id": self.batch_id,
             "callback": self.callback,
         }

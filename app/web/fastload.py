@@ -26,7 +26,7 @@ from typing import Any, Final
 from marshmallow import Schema, ValidationError, fields, missing
 from marshmallow.decorators import POST_LOAD, PRE_LOAD, VALIDATES, VALIDATES_SCHEMA
 
-from app.core.fields import JsonNumber
+from app.core.fields import JsonBoolean, JsonNumber
 
 DECLINE: Final = object()  # "not plainly valid": the schema answers this body
 Convert = Callable[[Any], Any]  # a present, non-null value -> its loaded value, or DECLINE
@@ -101,6 +101,7 @@ KINDS: dict[type[fields.Field], Callable[[fields.Field], Convert | None]] = {
     fields.Float: lambda _: _float,
     JsonNumber: lambda _: _json_number,  # an int or a float as JSON gives it; anything else falls back to the schema
     fields.Boolean: _boolean_kind,
+    JsonBoolean: lambda _: _boolean,  # true or false only, exactly as _boolean takes them
     fields.Dict: _dict_kind,
     fields.List: _list_kind,
 }

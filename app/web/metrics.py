@@ -33,7 +33,7 @@ from rq import Queue, Worker
 from rq.registry import CanceledJobRegistry
 from rq.utils import as_text
 
-from app.core import keys
+from app.core import keys, limits
 from app.core.indexes import RunningIndex
 from app.core.states import QUEUES
 from app.core.stats import Stats
@@ -212,10 +212,50 @@ class HttpMetrics:
         return [requests, latency]
 
 
+class LimitsCollector:
+    """Concurrency and rate limits at scrape time (app.core.limits): slots held and tasks parked per limit, and
+    each rate limit's tokens taken, waited for and refused. Labels are bounded by the declarations: a
+    concurrency limit is its type and key kind (``demo.sleep member``), never a member or a payload value; a
+    rate limit is its name (one series each, so name them in config or code, not from payloads)."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.redis = conn
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            use, rates = limits.in_use(self.redis), self.redis.hgetall(keys.RATE_STATS)
+        except redis.RedisError:
+            return  # RedisCollector reports taskport_redis_up 0
+        yield from self._families(use, rates)
+
+    def _families(self, use: dict[str, limits.LimitUse] | None = None, rates: Any = None) -> list[Metric]:
+        held = GaugeMetricFamily("taskport_concurrency_slots_held",
+                                 "slots of a concurrency limit held now (runs, and released tasks not started yet)",
+                                 labels=["limit"])
+        parked = GaugeMetricFamily("taskport_concurrency_parked",
+                                   "tasks PENDING in a concurrency limit's line, holding no worker", labels=["limit"])
+        tokens = CounterMetricFamily("taskport_rate_limit_calls",
+                                     "ctx.limit calls per rate limit: taken (at once or after a wait), waited (taken "
+                                     "for a later time, the worker slept), refused (the wait was longer than "
+                                     "TASKPORT_RATE_WAIT_MAX: the task was put back)", labels=["limit", "outcome"])
+        families: list[Metric] = [held, parked, tokens]
+        for name, now in sorted((use or {}).items()):
+            held.add_metric([name], now.held)
+            parked.add_metric([name], now.parked)
+        for field, value in sorted((rates or {}).items()):
+            name, _, outcome = as_text(field).rpartition(":")
+            tokens.add_metric([name, outcome], float(value))
+        return families
+
+
 def init_app(app: Flask, conn: redis.Redis) -> CollectorRegistry:
     """Give the app its metrics registry and request hooks; register this first so it times everything."""
     registry = CollectorRegistry()
     registry.register(RedisCollector(conn))
+    registry.register(LimitsCollector(conn))
     http = HttpMetrics()
     registry.register(http)
     app.wsgi_app = http.wrap(app.wsgi_app)  # type: ignore[method-assign,assignment]  # Flask's middleware idiom

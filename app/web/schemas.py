@@ -121,7 +121,8 @@ class StatusDocumentSchema(Schema):
                        "not queued until then"})
     waiting_for = fields.List(fields.String(), allow_none=True, metadata={
         "description": "the tasks of its `after` not COMPLETED yet (for a batch's `then` task: the batch id), while "
-                       "it is PENDING (null otherwise)"})
+                       "it is PENDING (null otherwise); then why it waits for a concurrency slot, e.g. "
+                       "`concurrency: demo.sleep member acme 3/3`"})
     batch_id = fields.String(allow_none=True, metadata={
         "description": "the batch it was submitted in, or whose `then` task it is (null otherwise)"})
     callback = fields.Nested(CallbackStateSchema, allow_none=True, metadata={

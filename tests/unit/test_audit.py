@@ -10,7 +10,7 @@ import uuid
 import orjson
 import pytest
 
-from app.core import audit, keys, scripts, waitscripts
+from app.core import audit, keys, limitscripts, scripts, waitscripts
 from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
@@ -103,7 +103,7 @@ def test_entries_older_than_the_age_limit_are_trimmed(conn, config):
 def test_the_default_scripts_carry_the_default_retention():
     default = scripts.build(*Config().audit_limits)
     assert scripts.ALL == default and "1000000" in default["submit"] and str(30 * 86400 * 1000) in default["submit"]
-    unchanged = {"progress", "forget_run", *(s.name for s in waitscripts.SCRIPTS)}  # change no status
+    unchanged = {"progress", "forget_run", "emit", *(s.name for s in (*waitscripts.SCRIPTS, *limitscripts.SCRIPTS))}
     def calls(source: str) -> int:  # audit() or audit_entry() called in the body (the fragment: 2 defs, 1 call)
         return source.count("audit(") + source.count("audit_entry(") - 3
 

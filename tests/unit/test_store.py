@@ -190,7 +190,8 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
                               "ZREM", "ZSCORE", "SADD", "EXPIRE", "PUBLISH", "NX", "EX", "PX", "XX", "MISSING_PAYLOAD",
                               "TIME", "XADD", "XTRIM", "MAXLEN", "MINID", "APPEND", "PTTL", "PEXPIRE",
                               "EXISTS", "SREM", "SCARD", "LPUSH", "LREM", "RPUSH", "STRLEN", "HSTRLEN",
-                              "LRANGE", "LTRIM"}
+                              "LRANGE", "LTRIM",  # the output's (app.core.outputscripts)
+                              "ZCARD", "ZRANGE", "ZPOPMIN"}  # the concurrency limits' (app.core.limitscripts)
 
 
 def test_the_script_sources_spell_no_status_field_or_stat_by_hand():

@@ -9,6 +9,7 @@ processor author needs from it is re-exported here, beside :mod:`workers.context
 
 from __future__ import annotations
 
+from app.core.limits import rate_limit
 from app.core.processors import INT64, INT64_MAX, Processor, processor
 
-__all__ = ["INT64", "INT64_MAX", "Processor", "processor"]
+__all__ = ["INT64", "INT64_MAX", "Processor", "processor", "rate_limit"]

@@ -225,7 +225,9 @@ function showBatchOf(batchId) {
 function showWaiting(doc) {
   const pending = doc.status === "PENDING";
   const runAt = pending && doc.run_at;
-  const ids = (pending && doc.waiting_for) || [];
+  const entries = (pending && doc.waiting_for) || [];
+  const ids = entries.filter((entry) => !isReason(entry));
+  const reasons = entries.filter(isReason);
   $("runs-at").replaceChildren(...(runAt ? ["runs at ", timeOf(doc.run_at)] : []));
   const queue = pending && doc.queue; // in its queue: its place in line, and when it should start
   $("queue-place").replaceChildren(...(queue ? placeInLine(queue) : []));
@@ -233,9 +235,10 @@ function showWaiting(doc) {
     $("waiting-for").replaceChildren("waiting for its batch: ", batchButton(doc.batch_id));
   } else {
     const links = ids.flatMap((id, i) => [i ? ", " : ": ", taskButton(id, () => openTask(id))]);
-    $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links);
+    $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links,
+                                     ...reasons.map((reason, i) => (ids.length || i ? "; " : "") + reason));
   }
-  $("waiting").hidden = !runAt && !ids.length && !queue;
+  $("waiting").hidden = !runAt && !entries.length && !queue;
 }
 
 // "3 tasks ahead, starts 7 Dec 2026, 12:01:05 (in 40 s)": position counts the tasks that start before it;
@@ -246,6 +249,10 @@ function placeInLine(queue) {
 }
 
 const aheadText = (n) => (n === 0 ? "next in line" : `${n} task${n === 1 ? "" : "s"} ahead`);
+
+// An entry of `waiting_for` that is a reason, not a task id: a concurrency limit's ("concurrency: <type> <key>
+// <value> 2/2", docs/api.md#limits), shown as it is.
+const isReason = (entry) => entry.includes(": ");
 
 const waitsForBatch = (doc) => Boolean(doc.batch_id && doc.waiting_for && doc.waiting_for.includes(doc.batch_id));
 
@@ -258,6 +265,8 @@ function statusLine(doc) {
   if (doc.run_at) return doc.status + " · " + runsAt(doc.run_at);
   if (doc.queue) return doc.status + " · " + aheadText(doc.queue.position);
   if (waitsForBatch(doc)) return doc.status + " · waiting for its batch";
+  const reason = (doc.waiting_for || []).find(isReason);
+  if (reason) return doc.status + " · " + reason;
   if (doc.waiting_for && doc.waiting_for.length) return doc.status + " · " + waitingCount(doc.waiting_for);
   return doc.status;
 }
