@@ -67,7 +67,9 @@ async function main() {{
   const result = await tp.getResult(handed.export.task_id, exported);
   const file = await tp.getResultFile(handed.export.task_id, exported);
   const rows = (await file.text()).trim().split("\\n").length;
-  $("file").textContent = `${{result.result.file.name}}: ${{rows}} rows`;
+  const linked = await fetch(tp.resultFileUrl(handed.export.task_id, exported)); // a plain link's request
+  const linkedRows = (await linked.text()).trim().split("\\n").length;
+  $("file").textContent = `${{result.result.file.name}}: ${{rows}} rows, by its link ${{linkedRows}}`;
 
   const watched = {{ token: handed.watch.token }};
   $("denied").textContent = JSON.stringify({{
@@ -202,7 +204,7 @@ def test_a_page_on_its_own_origin_follows_its_task_with_a_token_and_is_refused_t
         shown = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#output li")]
         expected = output_texts(cors_stack, handed["watch"]["task_id"])
         assert len(expected) >= 4 and shown == expected  # every line, once, in order
-        assert dom(browser, "file", "the result file").endswith(": 26 rows")  # the header and 25 rows
+        assert dom(browser, "file", "the result file").endswith(": 26 rows, by its link 26")  # a header, 25 rows
         assert json.loads(dom(browser, "denied", "the refusals")) == {
             "other": 404, "history": 403, "cancel": 403, "submit": 403}
     finally:
