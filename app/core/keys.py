@@ -67,6 +67,7 @@ class TaskField(StrEnum):
     CALLBACK_STATE = "callback_state"  # pending | delivered | failed: its latest delivery's (app.core.callbacks)
     CALLBACK_ATTEMPTS = "callback_attempts"  # that delivery's attempts so far, the successful one included
     CALLBACK_LAST_STATUS = "callback_last_status"  # the HTTP status its last attempt got ("" = no answer)
+    LINE = "line"  # "<ticket> <job id>": its place in its member's line, written as the job is queued (lines)
 
 
 def payload(task_id: str) -> str:
@@ -308,3 +309,22 @@ def job_claims(worker: str) -> str:
 JOB_CLAIMANTS = f"{PREFIX}job-claimants"  # set: the RQ names of the workers that may hold a claim list
 JOB_WAKE = f"{PREFIX}job-wake"  # list of queue names, one per job queued: idle workers block on it (it holds no job)
 UNQUEUED = f"{PREFIX}unqueued-since"  # hash: PENDING task id -> ms the reconciler first found it with no job
+
+
+# Fair dispatch (app.core.lines): within a queue, each member's queued job ids wait in a line of their own, and the
+# members with a non-empty line wait in a ring the claim serves in turn; RQ's queue list keeps every id too (what
+# ``rq info`` and rq-dashboard count), and the claim takes the chosen id out of it.
+def line(queue: str, member: str) -> str:
+    """list: the ids of member ``member``'s jobs queued on RQ queue ``queue``, oldest first."""
+    return f"{PREFIX}line:{queue}:{member}"
+
+
+def ring(queue: str) -> str:
+    """list: the members with a non-empty line on ``queue``; the head is the one served next."""
+    return f"{PREFIX}ring:{queue}"
+
+
+def lines(queue: str) -> str:
+    """hash: ``queue``'s line counters (app.core.lines.LinesField): per member the ids put in line and taken out,
+    its weight; the head's takes in its turn; the queue's measured start rate."""
+    return f"{PREFIX}lines:{queue}"

@@ -1,0 +1,229 @@
+"""Fair dispatch: within a queue, workers take the members' jobs in turn, and a queued task knows its place.
+
+Each RQ queue keeps, beside RQ's own list (what ``rq info`` and rq-dashboard count, in submit order), one line per
+member (``keys.line``: that member's job ids, oldest first) and a ring of the members whose line is not empty
+(``keys.ring``). Every job taskport queues is put in line by :data:`PUT_IN_LINE`, the one Lua function that does
+it: the job commands carry a ``LINE`` command (:func:`line_command`, appended by app.core.jobs) that the replay
+of every script that queues a job (app.core.waitscripts.REPLAY: submit, batch, retry, put back, recovery,
+promotion, release, run again, the reconciler) hands to it. The claim (app.core.jobclaims.CLAIM) serves the ring's
+head: it takes the head of its line, ``weight`` times in a row, then moves it to the back of the ring, and takes
+the chosen id out of RQ's list (LREM: the head of the list for a member alone). A job queued without a LINE
+(RQ's own enqueue, a job of an earlier version) sits at the head of RQ's list with no line naming it: the claim
+takes such a head first, as before, so nothing waits for ever behind the lines.
+
+The counters of ``keys.lines`` (:class:`LinesField`) give a task its place without a scan of the queue: its
+``ticket`` (the member's ``in`` count when it was put in line, kept in its hash: ``TaskField.LINE``) less the
+member's ``out`` count is its place in its own line, and the ring says how many of every other member's jobs
+go before it (:data:`PLACE`, one read-only script: O(members)). The claim keeps the queue's start rate: the
+mean gap between two takes while jobs waited (an exponential average), the status document's
+``estimated_start``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+import redis
+
+from app.core import keys
+from app.core.lua import SHEBANG, Command, Script
+from app.core.states import DEFAULT_QUEUE, QUEUES
+
+LINE = "LINE"  # the job command that puts a job in its member's line (replayed by PUT_IN_LINE, not sent to Redis)
+GAP_WEIGHT = 0.1  # the weight of the newest gap between two starts in the queue's mean gap (LinesField.GAP)
+
+
+class LinesField(StrEnum):
+    """The fields of a queue's ``keys.lines`` hash; a member's are the prefix and the member's name."""
+
+    IN = "in:"  # + member: the ids put in its line so far (the last one's ticket)
+    OUT = "out:"  # + member: the ids taken out of its line so far
+    WEIGHT = "w:"  # + member: its weight, when not 1 (how many takes in a row it gets in its turn)
+    USED = "used"  # the takes the ring's head had in its current turn
+    LAST = "last"  # ms (Redis's clock) of the last take
+    BUSY = "busy"  # '1' when jobs still waited after the last take: the next gap measures the rate
+    GAP = "gap"  # ms: the mean gap between takes while jobs waited (absent: no rate yet)
+
+
+# put_in_line(line, job id, ring, lines hash, task hash, member, weight): the job joins the back of the member's
+# line, the member the back of the ring when its line was empty, and the task's hash records its ticket. Part of
+# REPLAY, so inside the script that queues the job, in the same atomic step as RQ's own RPUSH.
+PUT_IN_LINE = """
+local function put_in_line(line, job_id, ring, lines, task, member, weight)
+  local ticket = redis.call('HINCRBY', lines, 'in:' .. member, 1)
+  if redis.call('RPUSH', line, job_id) == 1 then redis.call('RPUSH', ring, member) end
+  if weight == '1' then redis.call('HDEL', lines, 'w:' .. member) else redis.call('HSET', lines, 'w:' .. member, weight) end
+  redis.call('HSET', task, @line, ticket .. ' ' .. job_id)
+end
+"""
+
+# A job id given back to the head of its queue (a claim whose answer was lost, a dead worker's) goes back to the
+# head of its member's line too, and its member to the head of the ring, when its task's hash says it was put in
+# line as that job (O(members): the ring's LREM).
+BACK_IN_LINE = """
+local function back_in_line(id, origin)
+  local task = task_prefix .. string.match(id, '^[^_]+')
+  local held = redis.call('HMGET', task, @line, @member)
+  if not held[1] or string.match(held[1], ' (.*)$') ~= id then return end
+  local lines = lines_prefix .. origin
+  local ring = ring_prefix .. origin
+  redis.call('LPUSH', line_prefix .. origin .. ':' .. held[2], id)
+  redis.call('LREM', ring, 1, held[2])  -- its member is served next, as the take that was lost would have
+  redis.call('LPUSH', ring, held[2])
+  redis.call('HSET', lines, 'used', 0)
+  redis.call('HINCRBY', lines, 'out:' .. held[2], -1)
+end
+"""
+
+# take_from(queue key, queue name, claims): the next id of the queue moved onto the claim list, or nil when the
+# queue is empty. The head of RQ's list is taken first when no line holds it (its task's hash names another job,
+# or none); otherwise the ring's head member's oldest id, out of RQ's list (LREM; an id no longer there left the
+# queue another way, a cancel, and is passed over). Each take while jobs wait times the gap since the last one.
+TAKE_FROM = """
+local function timed(lines, queue)
+  local now = redis.call('TIME')
+  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local seen = redis.call('HMGET', lines, 'last', 'busy', 'gap')
+  if seen[2] == '1' and seen[1] then
+    local gap = now - tonumber(seen[1])
+    if seen[3] then gap = tonumber(seen[3]) * (1 - gap_weight) + gap * gap_weight end
+    redis.call('HSET', lines, 'gap', tostring(gap))
+  end
+  redis.call('HSET', lines, 'last', now, 'busy', redis.call('LLEN', queue) > 0 and '1' or '0')
+end
+
+local function take_from(queue, name, claims)
+  local lines, ring = lines_prefix .. name, ring_prefix .. name
+  while true do
+    local head = redis.call('LINDEX', queue, 0)
+    if not head then return nil end
+    local held = redis.call('HGET', task_prefix .. string.match(head, '^[^_]+'), @line)
+    local member = nil
+    if held and string.match(held, ' (.*)$') == head then member = redis.call('LINDEX', ring, 0) end
+    if not member then
+      local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
+      timed(lines, queue)
+      return id
+    end
+    local line = line_prefix .. name .. ':' .. member
+    local id = redis.call('LPOP', line)
+    local used = 0
+    if id then
+      redis.call('HINCRBY', lines, 'out:' .. member, 1)
+      used = redis.call('HINCRBY', lines, 'used', 1)
+    end
+    if not id or redis.call('LLEN', line) == 0 then
+      redis.call('LPOP', ring)
+      redis.call('HSET', lines, 'used', 0)
+    elseif used >= (tonumber(redis.call('HGET', lines, 'w:' .. member)) or 1) then
+      redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      redis.call('HSET', lines, 'used', 0)
+    end
+    if id and redis.call('LREM', queue, 1, id) == 1 then
+      redis.call('RPUSH', claims, id)
+      timed(lines, queue)
+      return id
+    end
+  end
+end
+"""
+
+# The status read of a task (one round trip): its hash, and while it is PENDING in a line, its place: {hash} or
+# {hash, position, gap ms ('' = no rate yet), last take ms, now ms}. position: the jobs of higher queues, its
+# own line's ids before it, and for every other member in the ring those it takes before this one's turn
+# (round-robin with weights: the members ahead of it in the ring get one turn more).
+PLACE = Script(
+    "place",
+    keys={"task": "hash: the task's record"},
+    args={"lines_prefix": "keys.lines without the queue", "ring_prefix": "keys.ring without the queue",
+          "queue_prefix": "RQ's queue key without the name", "queues": "the queue names, highest first"},
+    body="""
+local h = redis.call('HGETALL', task)
+local f = {}
+for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+if f[@status] ~= $PENDING or not f[@line] then return {h} end
+local q = f[@priority] or '__DEFAULT__'
+local member = f[@member]
+local lines = lines_prefix .. q
+local ticket = tonumber(string.match(f[@line], '^(%d+)'))
+local k = ticket - (tonumber(redis.call('HGET', lines, 'out:' .. member)) or 0)
+if k < 1 then return {h} end
+local ring = redis.call('LRANGE', ring_prefix .. q, 0, -1)
+local fields = {'used', 'gap', 'last'}
+for _, m in ipairs(ring) do
+  fields[#fields + 1] = 'in:' .. m
+  fields[#fields + 1] = 'out:' .. m
+  fields[#fields + 1] = 'w:' .. m
+end
+local v = redis.call('HMGET', lines, unpack(fields))
+local used = tonumber(v[1]) or 0
+local at = 0
+for i, m in ipairs(ring) do if m == member then at = i end end
+if at == 0 then return {h} end
+local wm = tonumber(v[3 + 3 * at]) or 1
+-- the turn in which its k-th take comes (1: the current one) and whether each member goes before it then
+local first = wm
+if at == 1 then first = wm - used end
+local turn = 1
+if k > first then turn = 1 + math.ceil((k - first) / wm) end
+local position = k - 1
+for i, m in ipairs(ring) do
+  if i ~= at then
+    local left = (tonumber(v[1 + 3 * i]) or 0) - (tonumber(v[2 + 3 * i]) or 0)
+    local w = tonumber(v[3 + 3 * i]) or 1
+    local turns = turn - 1
+    if i < at then turns = turn end
+    local takes = turns * w
+    if i == 1 and turns > 0 then takes = takes - used end
+    position = position + math.max(0, math.min(left, takes))
+  end
+end
+for name in string.gmatch(queues, '%S+') do
+  if name == q then break end
+  position = position + redis.call('LLEN', queue_prefix .. name)
+end
+local now = redis.call('TIME')
+return {h, position, v[2] or '', v[3] or '', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+""".replace("__DEFAULT__", DEFAULT_QUEUE))
+
+# The status read only reads: declared so, a replica and a server refusing writes (OOM) still answer it.
+PLACE_SOURCE = PLACE.source().replace(SHEBANG, "#!lua flags=no-writes\n", 1)
+
+
+class Place(NamedTuple):
+    """A queued task's place: the tasks that start before it if nothing new comes, and when it should start
+    (ms; None until the queue has a measured rate)."""
+
+    position: int
+    estimated_start: int | None
+
+
+def line_command(queue: str, member: str, task_id: str, job_id: str, weight: int) -> Command:
+    """The job command that puts job ``job_id`` of ``task_id`` in ``member``'s line on ``queue`` (PUT_IN_LINE)."""
+    return Command(LINE, keys.line(queue, member),
+                   (job_id, keys.ring(queue), keys.lines(queue), keys.task(task_id), member, str(weight)))
+
+
+def place_of(answer: list[Any]) -> Place | None:
+    """The place in a PLACE answer (None: the task is not waiting in a line)."""
+    if len(answer) < 5:
+        return None
+    position, gap, last, now = int(answer[1]), answer[2], answer[3], int(answer[4])
+    if not gap:
+        return Place(position, None)
+    return Place(position, max(now, int(last or now) + round((position + 1) * float(gap))))
+
+
+class Places:
+    """The status read with the task's place (:data:`PLACE`)."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self._script = conn.register_script(PLACE_SOURCE)
+
+    def read(self, task_id: str) -> tuple[dict[bytes, bytes], Place | None]:
+        """The task's hash (empty when gone) and its place in line, in one round trip."""
+        answer = self._script(keys=[keys.task(task_id), keys.AUDIT], args=[
+            keys.lines(""), keys.ring(""), "rq:queue:", " ".join(QUEUES)])
+        flat = answer[0]
+        return dict(zip(flat[::2], flat[1::2], strict=True)), place_of(answer)
