@@ -122,8 +122,8 @@ class Config:
     dedup_window: int = _setting("TASKPORT_DEDUP_WINDOW", 300, "seconds a dedup key stays held")
     max_body: int = _setting("TASKPORT_MAX_BODY", 1024 * 1024, "largest accepted request body, bytes")
     api_keys: str = _setting(
-        "TASKPORT_API_KEYS", "", "comma list key:member or key:member:high (that key may submit priority high), either with :N, the "
-        "member's weight in fair dispatch (key:member:3, key:member:high:3); "
+        "TASKPORT_API_KEYS", "", "comma list key:member or key:member:high (that key may submit priority high), "
+        "either with :N, the member's weight in fair dispatch (key:member:3, key:member:high:3); "
         "empty = open mode, member public (who may)")
     processors: str = _setting("TASKPORT_PROCESSORS", "", "comma list of modules that register processors")
     progress_interval: float = _setting(

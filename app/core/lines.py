@@ -1,15 +1,16 @@
 """Fair dispatch: within a queue, workers take the members' jobs in turn, and a queued task knows its place.
 
-Each RQ queue keeps, beside RQ's own list (what ``rq info`` and rq-dashboard count, in submit order), one line per
-member (``keys.line``: that member's job ids, oldest first) and a ring of the members whose line is not empty
-(``keys.ring``). Every job taskport queues is put in line by :data:`PUT_IN_LINE`, the one Lua function that does
-it: the job commands carry a ``LINE`` command (:func:`line_command`, appended by app.core.jobs) that the replay
-of every script that queues a job (app.core.waitscripts.REPLAY: submit, batch, retry, put back, recovery,
-promotion, release, run again, the reconciler) hands to it. The claim (app.core.jobclaims.CLAIM) serves the ring's
-head: it takes the head of its line, ``weight`` times in a row, then moves it to the back of the ring, and takes
-the chosen id out of RQ's list (LREM: the head of the list for a member alone). A job queued without a LINE
-(RQ's own enqueue, a job of an earlier version) sits at the head of RQ's list with no line naming it: the claim
-takes such a head first, as before, so nothing waits for ever behind the lines.
+Each RQ queue keeps, beside RQ's own list (what ``rq info`` and rq-dashboard count, in submit order), one line
+per member (``keys.line``: that member's job ids, oldest first) and a ring of the members whose line is not
+empty (``keys.ring``). Every job taskport queues is put in line by :data:`PUT_IN_LINE`, the one Lua function
+that does it: the job commands carry an ``in_line`` command (:func:`line_command`, appended by app.core.jobs)
+that the replay of every script that queues a job (app.core.waitscripts.REPLAY: submit, batch, retry, put
+back, recovery, promotion, release, run again, the reconciler) hands to it. The claim
+(app.core.jobclaims.CLAIM) serves the ring's head: it takes the head of its line, ``weight`` times in a row,
+then moves it to the back of the ring, and takes the chosen id out of RQ's list (LREM: the head of the list
+for a member alone). A job queued without a line (RQ's own enqueue, a job of an earlier version) sits at the
+head of RQ's list with no line naming it: the claim takes such a head first, as before, so nothing waits for
+ever behind the lines.
 
 The counters of ``keys.lines`` (:class:`LinesField`) give a task its place without a scan of the queue: its
 ``ticket`` (the member's ``in`` count when it was put in line, kept in its hash: ``TaskField.LINE``) less the
@@ -30,7 +31,7 @@ from app.core import keys
 from app.core.lua import SHEBANG, Command, Script
 from app.core.states import DEFAULT_QUEUE, QUEUES
 
-LINE = "LINE"  # the job command that puts a job in its member's line (replayed by PUT_IN_LINE, not sent to Redis)
+LINE = "in_line"  # the job command that puts a job in its member's line: no Redis command, PUT_IN_LINE replays it
 GAP_WEIGHT = 0.1  # the weight of the newest gap between two starts in the queue's mean gap (LinesField.GAP)
 
 
@@ -53,7 +54,8 @@ PUT_IN_LINE = """
 local function put_in_line(line, job_id, ring, lines, task, member, weight)
   local ticket = redis.call('HINCRBY', lines, 'in:' .. member, 1)
   if redis.call('RPUSH', line, job_id) == 1 then redis.call('RPUSH', ring, member) end
-  if weight == '1' then redis.call('HDEL', lines, 'w:' .. member) else redis.call('HSET', lines, 'w:' .. member, weight) end
+  if weight == '1' then redis.call('HDEL', lines, 'w:' .. member)
+  else redis.call('HSET', lines, 'w:' .. member, weight) end
   redis.call('HSET', task, @line, ticket .. ' ' .. job_id)
 end
 """

@@ -20,7 +20,7 @@ from app.core.lua import FIRST, LATE, Script, Tail
 # with every id, so the queue order is the same) and each SADD of one member (made once), and a job's
 # consecutive HSETs of one key go as one. Nothing in a replay reads, and the script is atomic, so no one sees
 # the difference.
-# A LINE command (app.core.lines.line_command) is not RQ's: it puts the job in its member's line (PUT_IN_LINE).
+# An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line.
 REPLAY = PUT_IN_LINE + """
 local fold = nil
 local function replay(i, stop, k, from)
@@ -34,7 +34,7 @@ local function replay(i, stop, k, from)
       redis.call('HSET', hkey, unpack(hargs))
       hkey = nil
     end
-    if name == 'LINE' then
+    if name == 'in_line' then
       put_in_line(key, unpack(src, i + 2, i + 1 + argc))
     elseif fold and name == 'SADD' and argc == 1 then
       local one = key .. ' ' .. src[i + 2]

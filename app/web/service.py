@@ -153,6 +153,11 @@ class TaskService:
         found = self.store.get_with_result(task_id) if is_task_id(task_id) else WithResult(None, None)
         return _owned(member, found.task), found.result
 
+    def snapshot_placed(self, task_id: str) -> tuple[Task | None, Place | None]:
+        """The task as it is now, whoever owns it, and its place in line (an event stream's first read)."""
+        h, place = self.places.read(task_id)
+        return (Task.from_hash(h, task_id) if h else None), place
+
     def snapshot(self, task_id: str) -> Task | None:
         """The task as it is now, whoever owns it (an event stream's first read, once its watch is set)."""
         return self.store.get(task_id)

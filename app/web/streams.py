@@ -44,6 +44,7 @@ from redis.backoff import ExponentialBackoff
 
 from app.core import keys
 from app.core.clock import now_ms
+from app.core.lines import Place
 from app.core.store import TaskStore
 from app.core.task import Task
 
@@ -60,10 +61,11 @@ COALESCE = 0.05
 class Reading:
     """One read of a task, shared by every watch of that task: a stream renders it once for all of them."""
 
-    __slots__ = ("task", "rendered", "_chunk")
+    __slots__ = ("task", "place", "rendered", "_chunk")
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, place: Place | None = None) -> None:
         self.task = task
+        self.place = place  # where it waits in line (app.core.lines): a stream's first read only
         self.rendered: tuple[str, bytes] | None = None  # (status shown, event bytes), set by the first stream
         self._chunk: tuple[bytes, bytes] | None = None  # (event, its HTTP/1.1 chunk)
 

@@ -84,7 +84,7 @@ def test_priorities_still_come_first(conn, config):
 def test_a_job_queued_without_a_line_is_taken_at_the_head_of_its_queue(conn, config):
     a = [submit(conn, config, "a") for _ in range(3)]
     jobs = JobQueue(conn, config)
-    with conn.pipeline() as pipe:  # RQ's own enqueue, or a job of an earlier version: no LINE command
+    with conn.pipeline() as pipe:  # RQ's own enqueue, or a job of an earlier version: no line command
         for command in jobs.job_commands("bare", "default", 60):
             pipe.execute_command(command.name, command.key, *command.args)
         pipe.execute()

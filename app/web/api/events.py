@@ -44,6 +44,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from app.core.clock import now_ms
+from app.core.lines import Place
 from app.core.states import TERMINAL, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, status_document
@@ -84,13 +85,13 @@ def events(task_id: str) -> Response:
     stream = TaskStream(streams.hub, streams.slots, task_id, slot, rt.config.sse_heartbeat,
                         rt.config.sse_max_minutes * 60)
     try:
-        snapshot = rt.service.snapshot(task_id)  # after the watch: a change from now on reaches the stream
+        snapshot, place = rt.service.snapshot_placed(task_id)  # after the watch: a change from now on reaches it
     except BaseException:
         stream.close()
         raise
     stream.stop_watching_client = on_hang_up(request.environ, stream.hang_up)
     stream.sock = direct_socket(request.environ)
-    response = Response(stream.run(snapshot, last_id), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
+    response = Response(stream.run(snapshot, last_id, place), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
     response.call_on_close(stream.close)
     return response
 
@@ -148,15 +149,16 @@ class TaskStream:
             self.watch = None
             self.slots.release(self.slot)
 
-    def run(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
-        """The stream's chunks, starting from ``snapshot``; ends after the terminal event or at its lifetime."""
+    def run(self, snapshot: Task | None, last_id: int | None, place: Place | None = None) -> Iterator[bytes]:
+        """The stream's chunks, starting from ``snapshot`` (``place``: its place in line); ends after the terminal
+        event or at its lifetime."""
         try:
-            yield from self._follow(snapshot, last_id)
+            yield from self._follow(snapshot, last_id, place)
         finally:
             self.close()
 
-    def _follow(self, snapshot: Task | None, last_id: int | None) -> Iterator[bytes]:
-        reading = Reading(snapshot) if snapshot is not None else None
+    def _follow(self, snapshot: Task | None, last_id: int | None, place: Place | None) -> Iterator[bytes]:
+        reading = Reading(snapshot, place) if snapshot is not None else None
         self.sent, self.status = -1, None
         if snapshot is not None and last_id is not None and last_id <= snapshot.seq:
             self.sent = last_id
@@ -237,6 +239,6 @@ def render(reading: Reading, now: int) -> tuple[str, bytes]:
     cached = reading.rendered
     if cached is not None and cached[0] == reading.task.effective_status(now):
         return cached
-    doc = status_document(reading.task, now)
+    doc = status_document(reading.task, now, reading.place)
     reading.rendered = (doc["status"], format_event(reading.task.seq, doc))
     return reading.rendered
