@@ -23,7 +23,7 @@ KEYS = "ka:alice,kb:bob:3,kc:carol:high"
 
 @pytest.fixture
 def keyed(stack: Stack) -> Iterator[Stack]:
-    stack.configure(api_keys=KEYS, max_active_tasks="5000", worker_class="simple")
+    stack.configure(api_keys=KEYS, max_active_tasks="5000", rate_limit="2000/second", worker_class="simple")
     stack.start_web()
     yield stack
 
@@ -32,8 +32,9 @@ def ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def sleeping(seconds: float, **fields: object) -> dict[str, object]:
-    return {"type": "demo.sleep", "payload": {"seconds": seconds, "steps": 1}, **fields}
+def sleeping(seconds: float) -> dict[str, object]:
+    """A submit body of one demo.sleep of ``seconds`` (a dedup key of its own: identical tasks are one task)."""
+    return {"type": "demo.sleep", "payload": {"seconds": seconds, "steps": 1}, "dedup_key": uuid.uuid4().hex}
 
 
 def sleep(api: Api, seconds: float, **fields: object) -> str:
@@ -45,7 +46,7 @@ def all_of_batch(api: Api, batch_id: str) -> list[dict]:
     docs: list[dict] = []
     cursor = None
     while True:
-        params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        params = {"limit": 100, **({"cursor": cursor} if cursor else {})}
         page = api.get(f"/api/v1/batches/{batch_id}/tasks", params=params).json()
         docs += page["tasks"]
         cursor = page["next_cursor"]
