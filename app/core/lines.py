@@ -83,16 +83,18 @@ end
 # or none); otherwise the ring's head member's oldest id, out of RQ's list (LREM; an id no longer there left the
 # queue another way, a cancel, and is passed over). Each take while jobs wait times the gap since the last one.
 TAKE_FROM = """
-local function timed(lines, queue)
+local function timed(lines, queue, writes, seen)
   local now = redis.call('TIME')
   now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  local seen = redis.call('HMGET', lines, 'last', 'busy', 'gap')
+  seen = seen or redis.call('HMGET', lines, 'last', 'busy', 'gap')
   if seen[2] == '1' and seen[1] then
     local gap = now - tonumber(seen[1])
     if seen[3] then gap = tonumber(seen[3]) * (1 - gap_weight) + gap * gap_weight end
-    redis.call('HSET', lines, 'gap', tostring(gap))
+    writes[#writes + 1], writes[#writes + 2] = 'gap', tostring(gap)
   end
-  redis.call('HSET', lines, 'last', now, 'busy', redis.call('LLEN', queue) > 0 and '1' or '0')
+  writes[#writes + 1], writes[#writes + 2] = 'last', now
+  writes[#writes + 1], writes[#writes + 2] = 'busy', redis.call('LLEN', queue) > 0 and '1' or '0'
+  redis.call('HSET', lines, unpack(writes))
 end
 
 local function take_from(queue, name, claims)
@@ -105,28 +107,28 @@ local function take_from(queue, name, claims)
     if held and string.match(held, ' (.*)$') == head then member = redis.call('LINDEX', ring, 0) end
     if not member then
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
-      timed(lines, queue)
+      timed(lines, queue, {})
       return id
     end
     local line = line_prefix .. name .. ':' .. member
     local id = redis.call('LPOP', line)
-    local used = 0
-    if id then
-      redis.call('HINCRBY', lines, 'out:' .. member, 1)
-      used = redis.call('HINCRBY', lines, 'used', 1)
-    end
+    local seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'last', 'busy', 'gap')
+    local used, writes = (tonumber(seen[2]) or 0) + 1, {}
+    if id then writes = {'out:' .. member, (tonumber(seen[3]) or 0) + 1} end
     if not id or redis.call('LLEN', line) == 0 then
       redis.call('LPOP', ring)
-      redis.call('HSET', lines, 'used', 0)
-    elseif used >= (tonumber(redis.call('HGET', lines, 'w:' .. member)) or 1) then
+      used = 0
+    elseif used >= (tonumber(seen[1]) or 1) then
       redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-      redis.call('HSET', lines, 'used', 0)
+      used = 0
     end
+    writes[#writes + 1], writes[#writes + 2] = 'used', used
     if id and redis.call('LREM', queue, 1, id) == 1 then
       redis.call('RPUSH', claims, id)
-      timed(lines, queue)
+      timed(lines, queue, writes, {seen[4], seen[5], seen[6]})
       return id
     end
+    redis.call('HSET', lines, unpack(writes))
   end
 end
 """
