@@ -67,7 +67,7 @@ class TaskField(StrEnum):
     CALLBACK_STATE = "callback_state"  # pending | delivered | failed: its latest delivery's (app.core.callbacks)
     CALLBACK_ATTEMPTS = "callback_attempts"  # that delivery's attempts so far, the successful one included
     CALLBACK_LAST_STATUS = "callback_last_status"  # the HTTP status its last attempt got ("" = no answer)
-    LINE = "line"  # "<ticket> <job id>": its place in its member's line, written as the job is queued (lines)
+    LINE = "line"  # "<ticket> <seq> <job id>": its place in its member's line and its queue, as queued (lines)
 
 
 def payload(task_id: str) -> str:

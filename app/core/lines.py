@@ -45,18 +45,21 @@ class LinesField(StrEnum):
     LAST = "last"  # ms (Redis's clock) of the last take
     BUSY = "busy"  # '1' when jobs still waited after the last take: the next gap measures the rate
     GAP = "gap"  # ms: the mean gap between takes while jobs waited (absent: no rate yet)
+    SEQ = "seq"  # the ids put in line on the queue so far, every member's (the last one's seq)
 
 
 # put_in_line(line, job id, ring, lines hash, task hash, member, weight): the job joins the back of the member's
-# line, the member the back of the ring when its line was empty, and the task's hash records its ticket. Part of
+# line, the member the back of the ring when its line was empty, and the task's hash records its ticket, its seq
+# in the queue and its job id (TaskField.LINE: "<ticket> <seq> <job id>"). Part of
 # REPLAY, so inside the script that queues the job, in the same atomic step as RQ's own RPUSH.
 PUT_IN_LINE = """
 local function put_in_line(line, job_id, ring, lines, task, member, weight)
   local ticket = redis.call('HINCRBY', lines, 'in:' .. member, 1)
+  local seq = redis.call('HINCRBY', lines, 'seq', 1)
   if redis.call('RPUSH', line, job_id) == 1 then redis.call('RPUSH', ring, member) end
   if weight == '1' then redis.call('HDEL', lines, 'w:' .. member)
   else redis.call('HSET', lines, 'w:' .. member, weight) end
-  redis.call('HSET', task, @line, ticket .. ' ' .. job_id)
+  redis.call('HSET', task, @line, ticket .. ' ' .. seq .. ' ' .. job_id)
 end
 """
 
@@ -67,7 +70,7 @@ BACK_IN_LINE = """
 local function back_in_line(id, origin)
   local task = task_prefix .. string.match(id, '^[^_]+')
   local held = redis.call('HMGET', task, @line, @member)
-  if not held[1] or string.match(held[1], ' (.*)$') ~= id then return end
+  if not held[1] or string.match(held[1], '(%S+)$') ~= id then return end
   local lines = lines_prefix .. origin
   local ring = ring_prefix .. origin
   redis.call('LPUSH', line_prefix .. origin .. ':' .. held[2], id)
@@ -97,6 +100,17 @@ local function timed(lines, queue, writes, seen)
   redis.call('HSET', lines, unpack(writes))
 end
 
+-- LREM's direction for an id that is not the head of RQ's list: from the tail when fewer ids were queued after it
+-- than before it (RQ's list is in the order of the queue's seq), so a member that came after a flood is found
+-- near the tail, not past the whole flood
+local function toward(id, head_held, newest)
+  local mine = redis.call('HGET', task_prefix .. string.match(id, '^[^_]+'), @line)
+  local seq = mine and tonumber(string.match(mine, ' (%d+) '))
+  local first = tonumber(string.match(head_held, ' (%d+) '))
+  if seq and first and newest and seq - first > tonumber(newest) - seq then return -1 end
+  return 1
+end
+
 local function take_from(queue, name, claims)
   local lines, ring = lines_prefix .. name, ring_prefix .. name
   while true do
@@ -104,7 +118,7 @@ local function take_from(queue, name, claims)
     if not head then return nil end
     local held = redis.call('HGET', task_prefix .. string.match(head, '^[^_]+'), @line)
     local member = nil
-    if held and string.match(held, ' (.*)$') == head then member = redis.call('LINDEX', ring, 0) end
+    if held and string.match(held, '(%S+)$') == head then member = redis.call('LINDEX', ring, 0) end
     if not member then
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
       timed(lines, queue, {})
@@ -112,7 +126,7 @@ local function take_from(queue, name, claims)
     end
     local line = line_prefix .. name .. ':' .. member
     local id = redis.call('LPOP', line)
-    local seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'last', 'busy', 'gap')
+    local seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'last', 'busy', 'gap', 'seq')
     local used, writes = (tonumber(seen[2]) or 0) + 1, {}
     if id then writes = {'out:' .. member, (tonumber(seen[3]) or 0) + 1} end
     if not id or redis.call('LLEN', line) == 0 then
@@ -123,7 +137,7 @@ local function take_from(queue, name, claims)
       used = 0
     end
     writes[#writes + 1], writes[#writes + 2] = 'used', used
-    if id and redis.call('LREM', queue, 1, id) == 1 then
+    if id and redis.call('LREM', queue, id == head and 1 or toward(id, held, seen[7]), id) == 1 then
       redis.call('RPUSH', claims, id)
       timed(lines, queue, writes, {seen[4], seen[5], seen[6]})
       return id

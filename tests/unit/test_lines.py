@@ -62,9 +62,18 @@ def test_members_are_served_in_turn_not_in_submit_order(conn, config):
 
 
 def test_one_task_of_another_member_waits_for_one_take_of_each_other_member(conn, config):
+    """And is taken out of RQ's list from the end it is nearer to."""
     a = [submit(conn, config, "a") for _ in range(100)]
     late = submit(conn, config, "z")
-    assert take_all(conn)[:2] == [a[0], late]
+    between = submit(conn, config, "a")
+    claims = Claims(conn)
+    for _ in range(2):
+        claims.take("w1", QUEUE_PAIRS)
+        conn.delete(keys.job_claims("w1"))
+    # the late one was taken out from the tail's side of RQ's list (fewer ids after it): the order is kept
+    assert conn.lrange("rq:queue:default", 0, -1) == [x.encode() for x in (*a[1:], between)]
+    assert take_all(conn)[0] == a[1]
+    assert conn.llen("rq:queue:default") == 0
 
 
 def test_a_weight_gives_its_share(conn, config):
@@ -136,7 +145,7 @@ def test_the_place_after_takes_and_the_rate(conn, config):
         claims.take("w1", QUEUE_PAIRS)
         conn.delete(keys.job_claims("w1"))
     h, place = Places(conn).read(ids[5])
-    assert task_of_job(h[b"line"].decode().split(" ")[1]) == ids[5]
+    assert task_of_job(h[b"line"].decode().split(" ")[2]) == ids[5]
     assert place is not None and place.position == 2
     assert place.estimated_start is not None  # two gaps measured while jobs waited
     taken_id = ids[2]
