@@ -22,13 +22,15 @@ mean gap between two takes while jobs waited (an exponential average), the statu
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 import redis
+from redis.exceptions import NoScriptError
 
 from app.core import keys
-from app.core.lua import SHEBANG, Command, Script
+from app.core.lua import Command, render
 from app.core.states import DEFAULT_QUEUE, QUEUES
 
 LINE = "in_line"  # the job command that puts a job in its member's line: no Redis command, PUT_IN_LINE replays it
@@ -151,12 +153,11 @@ end
 # {hash, position, gap ms ('' = no rate yet), last take ms, now ms}. position: the jobs of higher queues, its
 # own line's ids before it, and for every other member in the ring those it takes before this one's turn
 # (round-robin with weights: the members ahead of it in the ring get one turn more).
-PLACE = Script(
-    "place",
-    keys={"task": "hash: the task's record"},
-    args={"lines_prefix": "keys.lines without the queue", "ring_prefix": "keys.ring without the queue",
-          "queue_prefix": "RQ's queue key without the name", "queues": "the queue names, highest first"},
-    body="""
+# Its one key is the task's hash; the prefixes of the keys it derives are written into the source (a status read's
+# call carries nothing else). Not a Script: no audit stream, no writes.
+PLACE = """
+local task = KEYS[1]
+local lines_prefix, ring_prefix, queue_prefix, queues = '__LINES__', '__RING__', 'rq:queue:', '__QUEUES__'
 local h = redis.call('HGETALL', task)
 local f = {}
 for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
@@ -203,10 +204,11 @@ for name in string.gmatch(queues, '%S+') do
 end
 local now = redis.call('TIME')
 return {h, position, v[2] or '', v[3] or '', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
-""".replace("__DEFAULT__", DEFAULT_QUEUE))
+"""
 
 # The status read only reads: declared so, a replica and a server refusing writes (OOM) still answer it.
-PLACE_SOURCE = PLACE.source().replace(SHEBANG, "#!lua flags=no-writes\n", 1)
+PLACE_SOURCE = "#!lua flags=no-writes\n" + render(PLACE).replace("__DEFAULT__", DEFAULT_QUEUE).replace(
+    "__LINES__", keys.lines("")).replace("__RING__", keys.ring("")).replace("__QUEUES__", " ".join(QUEUES))
 
 
 class Place(NamedTuple):
@@ -234,14 +236,21 @@ def place_of(answer: list[Any]) -> Place | None:
 
 
 class Places:
-    """The status read with the task's place (:data:`PLACE`)."""
+    """The status read with the task's place (:data:`PLACE`): EVALSHA with the task's key alone, the script loaded
+    again on NOSCRIPT (a restarted or failed-over server)."""
+
+    SHA = hashlib.sha1(PLACE_SOURCE.encode()).hexdigest()
 
     def __init__(self, conn: redis.Redis) -> None:
-        self._script = conn.register_script(PLACE_SOURCE)
+        self.redis: Any = conn
 
     def read(self, task_id: str) -> tuple[dict[bytes, bytes], Place | None]:
         """The task's hash (empty when gone) and its place in line, in one round trip."""
-        answer = self._script(keys=[keys.task(task_id), keys.AUDIT], args=[
-            keys.lines(""), keys.ring(""), "rq:queue:", " ".join(QUEUES)])
+        key = keys.task(task_id)
+        try:
+            answer = self.redis.evalsha(self.SHA, 1, key)
+        except NoScriptError:
+            self.redis.script_load(PLACE_SOURCE)
+            answer = self.redis.evalsha(self.SHA, 1, key)
         flat = answer[0]
         return dict(zip(flat[::2], flat[1::2], strict=True)), place_of(answer)
