@@ -47,7 +47,7 @@ class LinesField(StrEnum):
     LAST = "last"  # ms (Redis's clock) of the last take
     BUSY = "busy"  # '1' when jobs still waited after the last take: the next gap measures the rate
     GAP = "gap"  # ms: the mean gap between takes while jobs waited (absent: no rate yet)
-    SEQ = "seq"  # the ids put in line on the queue so far, every member's (the last one's seq)
+    QUEUED = "queued"  # the ids put in line on the queue so far, every member's (the last one's seq)
 
 
 # put_in_line(line, job id, ring, lines hash, task hash, member, weight): the job joins the back of the member's
@@ -57,7 +57,7 @@ class LinesField(StrEnum):
 PUT_IN_LINE = """
 local function put_in_line(line, job_id, ring, lines, task, member, weight)
   local ticket = redis.call('HINCRBY', lines, 'in:' .. member, 1)
-  local seq = redis.call('HINCRBY', lines, 'seq', 1)
+  local seq = redis.call('HINCRBY', lines, 'queued', 1)
   if redis.call('RPUSH', line, job_id) == 1 then redis.call('RPUSH', ring, member) end
   if weight == '1' then redis.call('HDEL', lines, 'w:' .. member)
   else redis.call('HSET', lines, 'w:' .. member, weight) end
@@ -128,7 +128,7 @@ local function take_from(queue, name, claims)
     end
     local line = line_prefix .. name .. ':' .. member
     local id = redis.call('LPOP', line)
-    local seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'last', 'busy', 'gap', 'seq')
+    local seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'last', 'busy', 'gap', 'queued')
     local used, writes = (tonumber(seen[2]) or 0) + 1, {}
     if id then writes = {'out:' .. member, (tonumber(seen[3]) or 0) + 1} end
     if not id or redis.call('LLEN', line) == 0 then
