@@ -158,7 +158,7 @@ def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, tim
             items=args.overhead_items, rows=args.overhead_rows), timings)
     if "fair" in only:
         out["fair"] = phase("fair dispatch, one member alone: the fair claim and the FIFO claim before it", lambda:
-                            fair_ab.measure(max(3, args.rounds), 2000 if args.scale == 1.0 else 500, stack=stack),
+                            fair_ab.measure(max(4, 2 * args.rounds), 2000 if args.scale == 1.0 else 500, stack=stack),
                             timings)
 
 
