@@ -5,8 +5,9 @@ run in the same run, alternating rounds (A B A B ...), as bench/delivery_ab.py r
 of :data:`BEFORE` (the last commit before fair dispatch: FIFO queues, the claim's LMOVE) and of HEAD, each in a
 child process of this venv against one valkey-server. Each round creates ``tasks`` no-op tasks of one member and
 queues them as a submit does (``bench.fill.create_tasks``: with HEAD, each job put in its member's line), then an
-in-process simple worker runs them in burst mode; an empty burst, its fixed cost, is subtracted. Throughput is the
-tasks over the burst's wall time; the worker's and Redis's CPU and the commands per delivery come along.
+in-process simple worker runs them in burst mode; an empty burst, its fixed cost, is subtracted. The target is on
+deliveries per CPU-second (the worker's CPU and Redis's per delivery: :func:`cpu_bound`), which other work on a
+shared machine does not skew; the tasks over the burst's wall time and the commands per delivery come along.
 
     .venv/bin/python bench/fair_ab.py                 # 3 rounds each, 2,000 tasks a round
     .venv/bin/python bench/run.py --only fair         # the same as a part of the bench table
@@ -62,18 +63,26 @@ def _median(out: dict[str, Any], side: str, key: str) -> float:
     return statistics.median(r[key] for r in out[side])
 
 
+def cpu_bound(result: dict[str, Any]) -> float:
+    """Deliveries per second of CPU, the worker's and Redis's: the one worker waits for Redis at every round trip,
+    so this is its throughput on a machine of its own; other work on a shared machine stretches the wall
+    time of a round (``deliveries_per_s``) but not the CPU it took."""
+    return 1000 / (result["worker_cpu_ms"] + result["redis_cpu_ms"])
+
+
 def rows(out: dict[str, Any]) -> list[Row]:
-    """The target row (deliveries per second: the best round of each side, as the workers rows count, the
-    medians beside) and the record's (Redis CPU and commands per delivery, medians)."""
-    before, after = (max(r["deliveries_per_s"] for r in out[side]) for side in ("before", "after"))
-    medians = [_median(out, side, "deliveries_per_s") for side in ("before", "after")]
-    ratio = after / before
+    """The target row (deliveries per CPU-second, medians), the wall-clock row beside (the best round of each
+    side, as the workers rows count) and the record's (Redis CPU and commands per delivery, medians)."""
     commits = out["commits"]
-    found = [Row(f"fair dispatch, one member alone: deliveries/s ({out['tasks']:,} no-op tasks, in-process simple "
-                 f"worker; best of {out['rounds']} alternating rounds)", f"{after:.0f} ({commits['after']})",
-                 f"{before:.0f} ({commits['before']}: FIFO claim)",
-                 f"{ratio:.2f}× (medians {medians[1]:.0f} / {medians[0]:.0f} = {medians[1] / medians[0]:.2f}×)",
-                 f"≥ {TARGET}×", "PASS" if ratio >= TARGET else "FAIL")]
+    cpu = [statistics.median(cpu_bound(r) for r in out[side]) for side in ("before", "after")]
+    wall = [max(r["deliveries_per_s"] for r in out[side]) for side in ("before", "after")]
+    what = f"({out['tasks']:,} no-op tasks, in-process simple worker; {out['rounds']} alternating rounds)"
+    found = [Row(f"fair dispatch, one member alone: deliveries per CPU-second, worker + Redis {what}, median",
+                 f"{cpu[1]:.0f} ({commits['after']})", f"{cpu[0]:.0f} ({commits['before']}: FIFO claim)",
+                 f"{cpu[1] / cpu[0]:.2f}×", f"≥ {TARGET}×", "PASS" if cpu[1] / cpu[0] >= TARGET else "FAIL"),
+             Row(f"fair dispatch, one member alone: deliveries/s, wall clock {what}, best round (for the record: "
+                 "other work on the machine stretches it)", f"{wall[1]:.0f}", f"{wall[0]:.0f}",
+                 f"{wall[1] / wall[0]:.2f}×")]
     for label, key, digits in (("Redis CPU ms per delivery", "redis_cpu_ms", 3),
                                ("Redis commands per delivery", "commands", 1)):
         b, a = _median(out, "before", key), _median(out, "after", key)
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     out = measure(args.rounds, args.tasks, args.before, args.after)
     for side in ("before", "after"):
         print(f"{side} ({out['commits'][side]}): " + ", ".join(f"{r['deliveries_per_s']:.0f}" for r in out[side])
-              + " deliveries/s")
+              + " deliveries/s; per CPU-second " + ", ".join(f"{cpu_bound(r):.0f}" for r in out[side]))
     print(markdown(rows(out)))
     return 0
 
