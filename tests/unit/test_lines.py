@@ -150,3 +150,20 @@ def test_the_place_after_takes_and_the_rate(conn, config):
     assert place.estimated_start is not None  # two gaps measured while jobs waited
     taken_id = ids[2]
     assert Places(conn).read(taken_id)[1] is None  # out of its line
+
+
+def test_the_status_document_carries_the_place_while_queued_only(conn, config):
+    from app.web import create_app
+
+    client = create_app(config, conn=conn).test_client()
+    auth = {"Authorization": "Bearer ka"}
+    ids = [client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {"seconds": 0, "fail_items": [n]}},
+                       headers=auth).get_json()["task_id"] for n in range(3)]
+    docs = [client.get(f"/api/v1/tasks/{i}", headers=auth).get_json() for i in ids]
+    assert [d["queue"] for d in docs] == [{"position": n, "estimated_start": None} for n in range(3)]
+    claims = Claims(conn)
+    claims.take("w1", QUEUE_PAIRS)  # taken, not started yet: out of its line, no place
+    assert "queue" not in client.get(f"/api/v1/tasks/{ids[0]}", headers=auth).get_json()
+    assert client.get(f"/api/v1/tasks/{ids[2]}", headers=auth).get_json()["queue"]["position"] == 1
+    client.delete(f"/api/v1/tasks/{ids[1]}", headers=auth)
+    assert "queue" not in client.get(f"/api/v1/tasks/{ids[1]}", headers=auth).get_json()  # CANCELLED
