@@ -66,10 +66,11 @@ def test_one_task_of_another_member_waits_for_one_take_of_each_other_member(conn
     a = [submit(conn, config, "a") for _ in range(100)]
     late = submit(conn, config, "z")
     between = submit(conn, config, "a")
-    claims = Claims(conn)
+    claims, taken = Claims(conn), []
     for _ in range(2):
-        claims.take("w1", QUEUE_PAIRS)
+        taken.append(claims.take("w1", QUEUE_PAIRS)[1])  # type: ignore[index]
         conn.delete(keys.job_claims("w1"))
+    assert taken == [a[0], late]
     # the late one was taken out from the tail's side of RQ's list (fewer ids after it): the order is kept
     assert conn.lrange("rq:queue:default", 0, -1) == [x.encode() for x in (*a[1:], between)]
     assert take_all(conn)[0] == a[1]
