@@ -85,8 +85,9 @@ end
 
 # take_from(queue key, queue name, claims): the next id of the queue moved onto the claim list, or nil when the
 # queue is empty. The head of RQ's list is taken first when no line holds it (its task's hash names another job,
-# or none); otherwise the ring's head member's oldest id, out of RQ's list (LREM; an id no longer there left the
-# queue another way, a cancel, and is passed over). Each take while jobs wait times the gap since the last one.
+# or none, or its member's line does not start with it); otherwise the ring's head member's oldest id, out of RQ's
+# list (LREM; an id no longer there left the queue another way, a cancel, and is passed over). Each take while jobs
+# wait times the gap since the last one.
 TAKE_FROM = """
 local function timed(lines, queue, writes, seen)
   local now = redis.call('TIME')
@@ -118,9 +119,14 @@ local function take_from(queue, name, claims)
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then return nil end
-    local held = redis.call('HGET', task_prefix .. string.match(head, '^[^_]+'), @line)
-    local member = nil
-    if held and string.match(held, '(%S+)$') == head then member = redis.call('LINDEX', ring, 0) end
+    local of_head = redis.call('HMGET', task_prefix .. string.match(head, '^[^_]+'), @line, @member)
+    local held, member = of_head[1], nil
+    -- the head is in line when its task names it and it heads its member's line too (RQ's list and the lines
+    -- are in the same order): a job put back in RQ's list another way (rq-dashboard's requeue) is not
+    if held and string.match(held, '(%S+)$') == head
+        and redis.call('LINDEX', line_prefix .. name .. ':' .. of_head[2], 0) == head then
+      member = redis.call('LINDEX', ring, 0)
+    end
     if not member then
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
       timed(lines, queue, {})

@@ -168,3 +168,14 @@ def test_the_status_document_carries_the_place_while_queued_only(conn, config):
     assert client.get(f"/api/v1/tasks/{ids[2]}", headers=auth).get_json()["queue"]["position"] == 1
     client.delete(f"/api/v1/tasks/{ids[1]}", headers=auth)
     assert "queue" not in client.get(f"/api/v1/tasks/{ids[1]}", headers=auth).get_json()  # CANCELLED
+
+
+def test_a_job_requeued_in_rqs_list_alone_is_not_held_behind_the_lines(conn, config):
+    """rq-dashboard's requeue of a failed job pushes its id onto RQ's list only: its task still names that job,
+    but no line holds it, so it is taken at the head as before, not after every member's line."""
+    first = submit(conn, config, "a")
+    assert take_all(conn) == [first]
+    conn.rpush("rq:queue:default", first)  # put back by RQ itself: no line
+    conn.hset(f"rq:job:{first}", "origin", "default")
+    others = [submit(conn, config, m) for m in ("b", "c", "b")]
+    assert take_all(conn) == [first, others[0], others[2], others[1]]  # b has the weight 3
