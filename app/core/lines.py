@@ -123,7 +123,7 @@ local function take_from(queue, name, claims)
     local held, member = of_head[1], nil
     -- the head is in line when its task names it and it heads its member's line too (RQ's list and the lines
     -- are in the same order): a job put back in RQ's list another way (rq-dashboard's requeue) is not
-    if held and string.match(held, '(%S+)$') == head
+    if held and of_head[2] and string.match(held, '(%S+)$') == head
         and redis.call('LINDEX', line_prefix .. name .. ':' .. of_head[2], 0) == head then
       member = redis.call('LINDEX', ring, 0)
     end
@@ -145,8 +145,11 @@ local function take_from(queue, name, claims)
       used = 0
     end
     writes[#writes + 1], writes[#writes + 2] = 'used', used
-    if id and redis.call('LREM', queue, id == head and 1 or toward(id, held, seen[7]), id) == 1 then
-      redis.call('RPUSH', claims, id)
+    local taken = id == head and redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')  -- the oldest: the head
+    if id and not taken and redis.call('LREM', queue, toward(id, held, seen[7]), id) == 1 then
+      taken = redis.call('RPUSH', claims, id)
+    end
+    if taken then
       timed(lines, queue, writes, {seen[4], seen[5], seen[6]})
       return id
     end
