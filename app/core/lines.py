@@ -89,7 +89,7 @@ end
 # list (LREM; an id no longer there left the queue another way, a cancel, and is passed over). Each take while jobs
 # wait times the gap since the last one.
 TAKE_FROM = """
-local function timed(lines, queue, writes, seen)
+local function timed(lines, queue, writes, seen, busy)
   local now = redis.call('TIME')
   now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   seen = seen or redis.call('HMGET', lines, 'last', 'busy', 'gap')
@@ -99,7 +99,7 @@ local function timed(lines, queue, writes, seen)
     writes[#writes + 1], writes[#writes + 2] = 'gap', tostring(gap)
   end
   writes[#writes + 1], writes[#writes + 2] = 'last', now
-  writes[#writes + 1], writes[#writes + 2] = 'busy', redis.call('LLEN', queue) > 0 and '1' or '0'
+  writes[#writes + 1], writes[#writes + 2] = 'busy', (busy or redis.call('LLEN', queue) > 0) and '1' or '0'
   redis.call('HSET', lines, unpack(writes))
 end
 
@@ -120,12 +120,14 @@ local function take_from(queue, name, claims)
     local head = redis.call('LINDEX', queue, 0)
     if not head then return nil end
     local of_head = redis.call('HMGET', task_prefix .. string.match(head, '^[^_]+'), @line, @member)
-    local held, member = of_head[1], nil
-    -- the head is in line when its task names it and it heads its member's line too (RQ's list and the lines
-    -- are in the same order): a job put back in RQ's list another way (rq-dashboard's requeue) is not
-    if held and of_head[2] and string.match(held, '(%S+)$') == head
-        and redis.call('LINDEX', line_prefix .. name .. ':' .. of_head[2], 0) == head then
-      member = redis.call('LINDEX', ring, 0)
+    local held, owner, member, seen = of_head[1], of_head[2], nil, nil
+    if held and owner and string.match(held, '(%S+)$') == head then member = redis.call('LINDEX', ring, 0) end
+    if member then
+      seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'in:' .. member, 'last', 'busy',
+                        'gap', 'queued', 'out:' .. owner)
+      -- the head is in line only when it heads its member's line too (its ticket is the next one out): a job put
+      -- back in RQ's list another way (rq-dashboard's requeue) is not, and is taken at the head as before
+      if tonumber(string.match(held, '^(%d+)')) ~= (tonumber(seen[9]) or 0) + 1 then member = nil end
     end
     if not member then
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
@@ -134,10 +136,14 @@ local function take_from(queue, name, claims)
     end
     local line = line_prefix .. name .. ':' .. member
     local id = redis.call('LPOP', line)
-    local seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'last', 'busy', 'gap', 'queued')
-    local used, writes = (tonumber(seen[2]) or 0) + 1, {}
-    if id then writes = {'out:' .. member, (tonumber(seen[3]) or 0) + 1} end
-    if not id or redis.call('LLEN', line) == 0 then
+    local out, used, writes, left = tonumber(seen[3]) or 0, (tonumber(seen[2]) or 0) + 1, {}, 0
+    if id then
+      out = out + 1
+      writes = {'out:' .. member, out}
+      left = (tonumber(seen[4]) or 0) - out  -- its line's length by the counters; read when they say empty
+      if left <= 0 then left = redis.call('LLEN', line) end
+    end
+    if left <= 0 then
       redis.call('LPOP', ring)
       used = 0
     elseif used >= (tonumber(seen[1]) or 1) then
@@ -146,11 +152,11 @@ local function take_from(queue, name, claims)
     end
     writes[#writes + 1], writes[#writes + 2] = 'used', used
     local taken = id == head and redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')  -- the oldest: the head
-    if id and not taken and redis.call('LREM', queue, toward(id, held, seen[7]), id) == 1 then
+    if id and not taken and redis.call('LREM', queue, toward(id, held, seen[8]), id) == 1 then
       taken = redis.call('RPUSH', claims, id)
     end
     if taken then
-      timed(lines, queue, writes, {seen[4], seen[5], seen[6]})
+      timed(lines, queue, writes, {seen[5], seen[6], seen[7]}, left > 0 or nil)
       return id
     end
     redis.call('HSET', lines, unpack(writes))
