@@ -83,7 +83,8 @@ def create_tasks(conn: redis.Redis, config: Config, n: int, *, enqueue: bool, ba
         for i in chunk:
             new = new_task(i, base)
 
-            store.create(new, jobs.job_commands(new.task_id, new.priority, proc.timeout) if enqueue else ())
+            store.create(new, jobs.job_commands(new.task_id, new.priority, proc.timeout, member=new.member)
+                         if enqueue else ())
             ids.append(new.task_id)
         pipe.execute()
     return ids

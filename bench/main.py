@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from bench import (
     checkpoint,
     envelope,
+    fair_ab,
     measure_http,
     measure_peers,
     measure_redis,
@@ -50,7 +51,7 @@ RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
 PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead", "limits",
-         "output")
+         "output", "fair")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -164,6 +165,10 @@ def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, tim
     if "overhead" in only:
         out["overhead"] = phase("per-item and per-row overhead (in-process)", lambda: overhead.measure(
             items=args.overhead_items, rows=args.overhead_rows), timings)
+    if "fair" in only:
+        out["fair"] = phase("fair dispatch, one member alone: the fair claim and the FIFO claim before it", lambda:
+                            fair_ab.measure(max(4, 2 * args.rounds), 2000 if args.scale == 1.0 else 500, stack=stack),
+                            timings)
 
 
 # Each part of the run's output that makes rows, and how (in the table's order).
@@ -182,6 +187,7 @@ ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("overhead", lambda out: overhead.rows(out["overhead"])),
     ("output", lambda out: output_live.rows(out["output"])),
     ("limits", lambda out: ratelimit.rows(out["limits"])),
+    ("fair", lambda out: fair_ab.rows(out["fair"])),
 ]
 
 

@@ -55,6 +55,7 @@ KEYED_RATE_LIMIT = "100/second;3000/minute"  # per member, when API keys are con
 KEYED_MAX_ACTIVE_TASKS = 1000  # unfinished tasks per member, when API keys are configured and no cap is set
 KEYED_MAX_STORED_BYTES = 256 * 2**20  # bytes a member's tasks may hold in Redis, with API keys and no quota set
 HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry (key:member:high)
+MAX_WEIGHT = 100  # the largest weight a TASKPORT_API_KEYS entry may give its member (key:member:N)
 MEMORY_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}  # TASKPORT_REDIS_MAXMEMORY's, as redis.conf reads them
 WEBHOOK_SECRET_PREFIX = "whsec_"  # a Standard Webhooks secret: this, then the key's bytes in base64
 WEBHOOK_KEY_BYTES = (24, 64)  # the key lengths the Standard Webhooks specification recommends
@@ -122,7 +123,8 @@ class Config:
     dedup_window: int = _setting("TASKPORT_DEDUP_WINDOW", 300, "seconds a dedup key stays held")
     max_body: int = _setting("TASKPORT_MAX_BODY", 1024 * 1024, "largest accepted request body, bytes")
     api_keys: str = _setting(
-        "TASKPORT_API_KEYS", "", "comma list key:member or key:member:high (that key may submit priority high); "
+        "TASKPORT_API_KEYS", "", "comma list key:member or key:member:high (that key may submit priority high), "
+        "either with :N, the member's weight in fair dispatch (key:member:3, key:member:high:3); "
         "empty = open mode, member public (who may)")
     processors: str = _setting("TASKPORT_PROCESSORS", "", "comma list of modules that register processors")
     progress_interval: float = _setting(
@@ -355,13 +357,30 @@ class Config:
     @property
     def grants(self) -> dict[str, tuple[str, bool]]:
         """API key -> (member, whether that key may submit ``priority: high``)."""
-        keys: dict[str, tuple[str, bool]] = {}
+        return {key: (member, high) for key, (member, high, _) in self._entries().items()}
+
+    @property
+    def weights(self) -> dict[str, int]:
+        """Member -> its weight in fair dispatch (app.core.lines), for the members given one other than 1: the
+        largest of its keys' (``key:member:3``, ``key:member:high:3``)."""
+        weights: dict[str, int] = {}
+        for member, _, weight in self._entries().values():
+            weights[member] = max(weights.get(member, 1), weight)
+        return {member: weight for member, weight in weights.items() if weight != 1}
+
+    def _entries(self) -> dict[str, tuple[str, bool, int]]:
+        """API key -> (member, may submit high, weight): ``key:member[:high][:weight]``."""
+        keys: dict[str, tuple[str, bool, int]] = {}
         for entry in filter(None, (e.strip() for e in self.api_keys.split(","))):
             key, sep, rest = entry.partition(":")
-            member, _, grant = rest.partition(":")
-            if not sep or not key or not member or grant not in ("", HIGH_PRIORITY_GRANT):
-                raise ConfigError("TASKPORT_API_KEYS entries look like key:member or key:member:high")
-            keys[key] = (member, grant == HIGH_PRIORITY_GRANT)
+            member, *grants = rest.split(":")
+            high = bool(grants) and grants[0] == HIGH_PRIORITY_GRANT
+            weight = grants[int(high)] if len(grants) > int(high) else "1"
+            if not sep or not key or not member or len(grants) > int(high) + 1 \
+                    or not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+                raise ConfigError("TASKPORT_API_KEYS entries look like key:member, key:member:high, key:member:N "
+                                  f"or key:member:high:N (N: a weight in fair dispatch, 1 to {MAX_WEIGHT})")
+            keys[key] = (member, high, int(weight))
         return keys
 
     @property

@@ -34,16 +34,23 @@ from rq.utils import as_text
 from rq.worker import Worker
 
 from app.core import keys
+from app.core.lines import BACK_IN_LINE, GAP_WEIGHT, TAKE_FROM
 from app.core.lua import Command, Script, Tail, replay
 from app.core.states import QUEUES
 from app.core.waitscripts import REPLAY
 
+# What the claim's fair dispatch and a give-back reach (app.core.lines): the keys of a task, a line, a ring and a
+# queue's counters, each by its prefix (the id, queue or member appended in the script).
+_LINES_ARGS = {"task_prefix": "keys.task without the id", "line_prefix": "keys.line without queue and member",
+               "ring_prefix": "keys.ring without the queue", "lines_prefix": "keys.lines without the queue"}
+_LINES_VALUES = {"task_prefix": keys.task(""), "line_prefix": keys.line("", "")[:-1], "ring_prefix": keys.ring(""),
+                 "lines_prefix": keys.lines("")}
 REGISTER_EVERY = 60  # seconds between a worker's joins of keys.JOB_CLAIMANTS (housekeeping may drop a lapsed one)
 WAKE_WAIT = 1  # seconds an idle worker blocks on keys.JOB_WAKE before it looks at its queues anyway
 
 # Every id left on ``claims`` goes back to the head of its job's queue (first claimed first), with a wake
 # entry each; ids whose job hash is gone are dropped (as RQ skips them). Returns how many went back.
-_GIVE_BACK = """
+_GIVE_BACK = BACK_IN_LINE + """
 local function give_back(claims)
   local ids = redis.call('LRANGE', claims, 0, -1)
   local back = 0
@@ -51,6 +58,7 @@ local function give_back(claims)
     local origin = redis.call('HGET', job_prefix .. ids[i], 'origin')
     if origin then
       redis.call('LPUSH', queue_prefix .. origin, ids[i])
+      back_in_line(ids[i], origin)
       redis.call('RPUSH', wake, origin)
       back = back + 1
     end
@@ -61,7 +69,8 @@ end
 """
 
 # Take one job for worker ``worker``: any claim it left (a take whose answer was lost) goes back first, then
-# the first id of the first unpaused queue moves onto its claim list. Returns {i, id, job hash as a flat list}
+# the next id of the first unpaused queue that has one moves onto its claim list: the members' in turn
+# (app.core.lines.TAKE_FROM: fair dispatch). Returns {i, id, job hash as a flat list}
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
 # emptied (what it announced is taken or paused). A take uses one entry of it, so the list never holds more
 # entries than jobs wait (a busy worker never blocks on it). An id whose job hash is gone is dropped, as RQ does.
@@ -71,10 +80,11 @@ CLAIM = Script(
     keys={"paused": "set: the paused queue names", "wake": "list: keys.JOB_WAKE",
           "claims": "list: the worker's claim list", "claimants": "set: keys.JOB_CLAIMANTS"},
     args={"worker": "the worker's RQ name", "job_prefix": "RQ's job hash key without the id",
-          "queue_prefix": "RQ's queue key without the name", "register": "'1': add the worker to the claimants"},
+          "queue_prefix": "RQ's queue key without the name", "register": "'1': add the worker to the claimants",
+          **_LINES_ARGS, "gap_weight": "the weight of the newest gap in a queue's mean gap between takes"},
     rest_keys=Tail("queues", "the worker's queue keys, in priority order"),
     rest=Tail("names", "the names of those queues, in the same order"),
-    body=_GIVE_BACK + """
+    body=_GIVE_BACK + TAKE_FROM + """
 if redis.call('EXISTS', claims) == 1 then give_back(claims) end
 if register == '1' then redis.call('SADD', claimants, worker) end
 local paused_now = {}
@@ -82,7 +92,7 @@ for _, name in ipairs(redis.call('SMEMBERS', paused)) do paused_now[name] = true
 for i, queue in ipairs(queues) do
   if not paused_now[ARGV[first_names + i - 1]] then
     while true do
-      local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
+      local id = take_from(queue, ARGV[first_names + i - 1], claims)
       if not id then break end
       local job = redis.call('HGETALL', job_prefix .. id)
       if #job > 0 then
@@ -105,7 +115,7 @@ GIVE_BACK = Script(
     keys={"claims": "list: the worker's claim list", "claimants": "set: keys.JOB_CLAIMANTS",
           "wake": "list: keys.JOB_WAKE", "registration": "hash: the worker's RQ registration, or '' (known dead)"},
     args={"worker": "the worker's RQ name", "job_prefix": "RQ's job hash key without the id",
-          "queue_prefix": "RQ's queue key without the name"},
+          "queue_prefix": "RQ's queue key without the name", **_LINES_ARGS},
     body=_GIVE_BACK + """
 if registration ~= '' and redis.call('EXISTS', registration) == 1 then return -1 end
 local back = give_back(claims)
@@ -184,7 +194,7 @@ class Claims:
             keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
                   "claimants": keys.JOB_CLAIMANTS},
             args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
-                  "register": "1" if register else "0"},
+                  "register": "1" if register else "0", **_LINES_VALUES, "gap_weight": GAP_WEIGHT},
             rest_keys=[key for _, key in queues], rest=[name for name, _ in queues]))
         if register:
             self._registered[worker] = time.monotonic()
@@ -204,7 +214,7 @@ class Claims:
         return int(self._run(GIVE_BACK, GIVE_BACK.call(
             keys={"claims": keys.job_claims(worker), "claimants": keys.JOB_CLAIMANTS, "wake": keys.JOB_WAKE,
                   "registration": registration},
-            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX})))
+            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX, **_LINES_VALUES})))
 
     def give_back_lapsed(self) -> dict[str, int]:
         """The claims of every worker whose RQ registration is gone, back on their queues: worker -> ids."""

@@ -31,6 +31,7 @@ from rq.utils import as_text, current_timestamp, now, utcformat
 
 from app.core import keys, processors
 from app.core.config import Config
+from app.core.lines import line_command
 from app.core.lua import Command
 from app.core.states import QUEUES
 from app.core.task import Task
@@ -150,16 +151,17 @@ class JobQueue:
         self.config = config
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
         self._templates: dict[tuple[str, int], JobTemplate] = {}
+        self._weights = config.weights  # member -> its weight in fair dispatch, when not 1 (app.core.lines)
 
     def requeue_commands(self, task: Task, job_id: str) -> list[Command]:
         """The commands that queue ``task`` again as job ``job_id`` (a recovery, a put-back), with the timeout
         of its processor (the default one if this process has none of that type)."""
         proc = processors.get(task.type)
         timeout = proc.timeout if proc else processors.DEFAULT_TIMEOUT
-        return self.job_commands(task.id, task.priority, timeout, job_id)
+        return self.job_commands(task.id, task.priority, timeout, job_id, member=task.member)
 
     def job_commands(self, task_id: str, priority: str, timeout: int, job_id: str | None = None,
-                     at: str | None = None) -> list[Command]:
+                     at: str | None = None, *, member: str | None = None) -> list[Command]:
         """The commands that queue the task's job (id ``job_id``, default the task id), for a script or a
         transaction of the store to replay (:meth:`app.core.store.TaskStore.create`, ``recover``).
 
@@ -168,7 +170,8 @@ class JobQueue:
         of queues), which is what a script that declares its keys needs. A first job (id = task id, every
         submit) is RQ's recording for its (queue, timeout), made once with a placeholder id, then filled in
         (:class:`JobTemplate`; tests/unit/test_job_template.py compares the two with RQ's own). ``at``: its
-        times (:func:`rq_now`), for the jobs of one batch.
+        times (:func:`rq_now`), for the jobs of one batch. ``member``: the task's, whose line the job joins
+        (app.core.lines: fair dispatch); None queues it in RQ's list only, taken in its turn there.
         """
         if job_id is None or job_id == task_id:
             template = self._templates.get((priority, timeout))
@@ -176,8 +179,12 @@ class JobQueue:
                 recorded = self._recorded(TEMPLATE_ID, priority, timeout, None)
                 template = JobTemplate(recorded, self.queues[priority].serializer)
                 self._templates[(priority, timeout)] = template
-            return template.fill(task_id, at)
-        return self._recorded(task_id, priority, timeout, job_id)
+            commands = template.fill(task_id, at)
+        else:
+            commands = self._recorded(task_id, priority, timeout, job_id)
+        if member is not None:
+            commands.append(line_command(priority, member, task_id, job_id or task_id, self._weights.get(member, 1)))
+        return commands
 
     def _recorded(self, task_id: str, priority: str, timeout: int, job_id: str | None) -> list[Command]:
         """RQ's own enqueue of the task's job, recorded (see :meth:`job_commands`)."""

@@ -73,6 +73,7 @@ class TaskField(StrEnum):
     # from that limit's line; and, while it is parked in a line, why (its status document's waiting_for)
     SLOT = "slot"
     LIMITED = "limited"
+    LINE = "line"  # "<ticket> <seq> <job id>": its place in its member's line and its queue, as queued (lines)
 
 
 def payload(task_id: str) -> str:
@@ -351,3 +352,20 @@ def rate_bucket(name: str) -> str:
 
 RATE_STATS = f"{PREFIX}rate-stats"  # hash: "<name>:<taken|waited|refused>" -> count (the rate limits' /metrics)
 LIMIT_STATIC = [LIMITS, LIMIT_READY, RATE_STATS]  # the limits' fixed keys (all_static lists them)
+# Fair dispatch (app.core.lines): within a queue, each member's queued job ids wait in a line of their own, and the
+# members with a non-empty line wait in a ring the claim serves in turn; RQ's queue list keeps every id too (what
+# ``rq info`` and rq-dashboard count), and the claim takes the chosen id out of it.
+def line(queue: str, member: str) -> str:
+    """list: the ids of member ``member``'s jobs queued on RQ queue ``queue``, oldest first."""
+    return f"{PREFIX}line:{queue}:{member}"
+
+
+def ring(queue: str) -> str:
+    """list: the members with a non-empty line on ``queue``; the head is the one served next."""
+    return f"{PREFIX}ring:{queue}"
+
+
+def lines(queue: str) -> str:
+    """hash: ``queue``'s line counters (app.core.lines.LinesField): per member the ids put in line and taken out,
+    its weight; the head's takes in its turn; the queue's measured start rate."""
+    return f"{PREFIX}lines:{queue}"

@@ -39,7 +39,8 @@ def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = N
     if run_at is not None and run_at > now_ms():
         return []
     proc = processors.get(new.type)
-    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, at=at)
+    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, at=at,
+                             member=new.member)
 
 
 def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from app.core.clock import iso_or_none
+from app.core.states import TaskStatus
 from app.core.task import Task
 
 if TYPE_CHECKING:
     from app.core.batches import Batch
+    from app.core.lines import Place
 
 API_PREFIX = "/api/v1"
 
@@ -33,9 +36,13 @@ def links(task_id: str) -> dict[str, str]:
     return {"self": path, "result": f"{path}/result", "events": f"{path}/events"}
 
 
-def status_document(task: Task, now: int) -> dict[str, Any]:
-    """The contract's status document of ``task`` as seen at ``now`` (ms): the record's, with its links."""
+def status_document(task: Task, now: int, place: Place | None = None) -> dict[str, Any]:
+    """The contract's status document of ``task`` as seen at ``now`` (ms): the record's, with its links, and
+    ``queue`` when ``place`` says where it waits in line (app.core.lines; only while it is PENDING)."""
     doc = task.to_doc(now)
+    if place is not None and doc["status"] == TaskStatus.PENDING:
+        doc["queue"] = {"position": place.position,
+                        "estimated_start": iso_or_none(place.estimated_start)}
     doc["links"] = links(task.id)
     return doc
 

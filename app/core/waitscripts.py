@@ -10,6 +10,7 @@ A task waiting for its time has no RQ job: its job is built when it is due, from
 
 from __future__ import annotations
 
+from app.core.lines import PUT_IN_LINE
 from app.core.lua import FIRST, LATE, Script, Tail
 
 # A Lua function replaying the job commands of a script's tail (lua.replay): ARGV (or the table ``from``) from
@@ -19,7 +20,8 @@ from app.core.lua import FIRST, LATE, Script, Tail
 # with every id, so the queue order is the same) and each SADD of one member (made once), and a job's
 # consecutive HSETs of one key go as one. Nothing in a replay reads, and the script is atomic, so no one sees
 # the difference.
-REPLAY = """
+# An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line.
+REPLAY = PUT_IN_LINE + """
 local fold = nil
 local function replay(i, stop, k, from)
   local src = from or ARGV
@@ -32,7 +34,9 @@ local function replay(i, stop, k, from)
       redis.call('HSET', hkey, unpack(hargs))
       hkey = nil
     end
-    if fold and name == 'SADD' and argc == 1 then
+    if name == 'in_line' then
+      put_in_line(key, unpack(src, i + 2, i + 1 + argc))
+    elseif fold and name == 'SADD' and argc == 1 then
       local one = key .. ' ' .. src[i + 2]
       if not fold.added[one] then
         fold.added[one] = true

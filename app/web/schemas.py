@@ -97,6 +97,15 @@ class CallbackStateSchema(Schema):
     last_status = fields.Integer(allow_none=True, metadata={"description": "the HTTP status of the last attempt"})
 
 
+class PlaceSchema(Schema):
+    """A queued task's place in line (app.core.lines)."""
+
+    position = fields.Integer(validate=validate.Range(min=0), metadata={
+        "description": "the tasks that will start before it if nothing new comes (0: it is next)"})
+    estimated_start = fields.String(allow_none=True, metadata={
+        "description": "when it should start, from its queue's measured rate; null until there is a rate"})
+
+
 class StatusDocumentSchema(Schema):
     """The task status document (documentation only: the hot path renders it without a schema)."""
 
@@ -127,6 +136,9 @@ class StatusDocumentSchema(Schema):
         "description": "the batch it was submitted in, or whose `then` task it is (null otherwise)"})
     callback = fields.Nested(CallbackStateSchema, allow_none=True, metadata={
         "description": "its callback's latest delivery (null without a callback)"})
+    queue = fields.Nested(PlaceSchema, metadata={
+        "description": "its place in line: only on a PENDING task waiting in a queue, in the status read and a "
+                       "stream's first event (docs/api.md, Place in line)"})
     links = fields.Nested(LinksSchema)
 
 

@@ -22,6 +22,7 @@ from app.core.config import Config
 from app.core.history import Histories, Page, decode_cursor
 from app.core.ids import digest, is_task_id
 from app.core.jobs import JobQueue
+from app.core.lines import Place, Places
 from app.core.logs import NO_TASK, task_logger
 from app.core.states import ACTIVE, TaskStatus
 from app.core.stats import Stats
@@ -80,6 +81,7 @@ class TaskService:
         self.stats = Stats(conn)
         self.jobs = JobQueue(conn, config)
         self.workers = WorkerWatch(conn)  # live worker counts, cached briefly (the no-worker warning)
+        self.places = Places(conn)  # a status read with the task's place in line
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
                priority: str | None, submitted: dict[str, Any] | None = None, *, run_at: int | None = None,
@@ -138,10 +140,23 @@ class TaskService:
         """The member's task, or NotFound (unknown, someone else's and malformed ids look the same)."""
         return _owned(member, self.store.get(task_id) if is_task_id(task_id) else None)
 
+    def find_placed(self, member: str, task_id: str) -> tuple[Task, Place | None]:
+        """The member's task and, while it waits in a line, its place (app.core.lines; one round trip), or
+        NotFound."""
+        if not is_task_id(task_id):
+            raise task_not_found()
+        h, place = self.places.read(task_id)
+        return _owned(member, Task.from_hash(h, task_id) if h else None), place
+
     def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
         """The member's task and its stored result (one round trip), or NotFound."""
         found = self.store.get_with_result(task_id) if is_task_id(task_id) else WithResult(None, None)
         return _owned(member, found.task), found.result
+
+    def snapshot_placed(self, task_id: str) -> tuple[Task | None, Place | None]:
+        """The task as it is now, whoever owns it, and its place in line (an event stream's first read)."""
+        h, place = self.places.read(task_id)
+        return (Task.from_hash(h, task_id) if h else None), place
 
     def snapshot(self, task_id: str) -> Task | None:
         """The task as it is now, whoever owns it (an event stream's first read, once its watch is set)."""

@@ -52,6 +52,7 @@ from redis.backoff import ExponentialBackoff
 
 from app.core import keys
 from app.core.clock import now_ms
+from app.core.lines import Place
 from app.core.output import MAX_PAGE, Line, OutputLog
 from app.core.store import TaskStore
 from app.core.task import Task
@@ -73,11 +74,12 @@ WATCH_LINES = 5000
 class Reading:
     """One read of a task, shared by every watch of that task: a stream renders it once for all of them."""
 
-    __slots__ = ("task", "rendered", "_chunk", "lines")
+    __slots__ = ("task", "place", "rendered", "_chunk", "lines")
 
-    def __init__(self, task: Task, lines: Sequence[Line] = ()) -> None:
+    def __init__(self, task: Task, lines: Sequence[Line] = (), place: Place | None = None) -> None:
         self.task = task
         self.lines = lines  # output lines the hub read with it, oldest first, ids up to task.output_last
+        self.place = place  # where it waits in line (app.core.lines): a stream's first read only
         # (status shown, the output line id the event's id names, event bytes), set by the first stream
         self.rendered: tuple[str, int, bytes] | None = None
         self._chunk: tuple[bytes, bytes] | None = None  # (event, its HTTP/1.1 chunk)

@@ -94,7 +94,10 @@ def assert_duplicate(response: requests.Response, task_id: str) -> dict[str, Any
 
 
 def assert_document(doc: dict[str, Any], task_id: str | None = None) -> None:
-    assert set(doc) == DOC_KEYS, doc
+    assert set(doc) - {"queue"} == DOC_KEYS, doc
+    if "queue" in doc:  # a queued task's place in line (docs/api.md): PENDING only
+        assert doc["status"] == "PENDING" and set(doc["queue"]) == {"position", "estimated_start"}, doc
+        assert isinstance(doc["queue"]["position"], int) and doc["queue"]["position"] >= 0, doc
     assert UUID4.fullmatch(doc["task_id"]), doc
     if task_id is not None:
         assert doc["task_id"] == task_id

@@ -19,6 +19,7 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.history import HISTORY_SCAN, Histories
+from app.core.lines import Places
 from app.core.store import TaskStore
 
 PROBLEM = "application/problem+json"
@@ -40,7 +41,7 @@ def test_redis_not_answering_is_503_with_retry_after_and_no_traceback(client, mo
         raise error
 
     monkeypatch.setattr(TaskStore, "create", fail)
-    monkeypatch.setattr(TaskStore, "get", fail)
+    monkeypatch.setattr(Places, "read", fail)  # a status read: the task with its place in line
     for response in (client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {}}),
                      client.get(f"/api/v1/tasks/{uuid.uuid4()}")):
         assert response.status_code == 503 and response.headers["Retry-After"] == "5"
@@ -54,7 +55,7 @@ def test_any_other_redis_error_is_still_a_500_with_its_traceback_logged(client, 
     def fail(*args, **kwargs):
         raise redis.exceptions.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
 
-    monkeypatch.setattr(TaskStore, "get", fail)
+    monkeypatch.setattr(Places, "read", fail)
     response = client.get(f"/api/v1/tasks/{uuid.uuid4()}")
     assert response.status_code == 500 and "WRONGTYPE" not in response.get_data(as_text=True)
     assert any(r.exc_info for r in caplog.records if r.levelno == logging.ERROR)

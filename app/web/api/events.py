@@ -56,6 +56,7 @@ import redis
 from flask import Blueprint, Response, request
 
 from app.core.clock import now_ms
+from app.core.lines import Place
 from app.core.output import MAX_PAGE, Line, parse_id
 from app.core.states import TERMINAL, TaskStatus
 from app.core.task import Task
@@ -97,13 +98,13 @@ def events(task_id: str) -> Response:
     stream = TaskStream(streams.hub, streams.slots, task_id, slot, rt.config.sse_heartbeat,
                         rt.config.sse_max_minutes * 60)
     try:
-        snapshot = rt.service.snapshot(task_id)  # after the watch: a change from now on reaches the stream
+        snapshot, place = rt.service.snapshot_placed(task_id)  # after the watch: a change from now on reaches it
     except BaseException:
         stream.close()
         raise
     stream.stop_watching_client = on_hang_up(request.environ, stream.hang_up)
     stream.sock = direct_socket(request.environ)
-    response = Response(stream.run(snapshot, last_id), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
+    response = Response(stream.run(snapshot, last_id, place), content_type=EVENT_STREAM, headers=STREAM_HEADERS)
     response.call_on_close(stream.close)
     return response
 
@@ -188,18 +189,20 @@ class TaskStream:
             self.watch = None
             self.slots.release(self.slot)
 
-    def run(self, snapshot: Task | None, last_id: int | tuple[int, int] | None) -> Iterator[bytes]:
-        """The stream's chunks, starting from ``snapshot``; ends after the terminal event or at its lifetime.
-        ``last_id``: the client's (status seq, output line id), or a plain seq."""
+    def run(self, snapshot: Task | None, last_id: int | tuple[int, int] | None,
+            place: Place | None = None) -> Iterator[bytes]:
+        """The stream's chunks, starting from ``snapshot`` (``place``: its place in line); ends after the terminal
+        event or at its lifetime. ``last_id``: the client's (status seq, output line id), or a plain seq."""
         try:
-            yield from self._follow(snapshot, (last_id, 0) if isinstance(last_id, int) else last_id)
+            yield from self._follow(snapshot, (last_id, 0) if isinstance(last_id, int) else last_id, place)
         except redis.RedisError:  # a catch-up read of output: the client resumes from the last id it got
             yield RECONNECT
         finally:
             self.close()
 
-    def _follow(self, snapshot: Task | None, last_id: tuple[int, int] | None) -> Iterator[bytes]:
-        reading = Reading(snapshot) if snapshot is not None else None
+    def _follow(self, snapshot: Task | None, last_id: tuple[int, int] | None,
+                place: Place | None) -> Iterator[bytes]:
+        reading = Reading(snapshot, place=place) if snapshot is not None else None
         self.sent, self.status, self.line = -1, None, 0
         if snapshot is not None and last_id is not None:
             seq, line = last_id
@@ -318,6 +321,6 @@ def render(reading: Reading, now: int, line: int = 0) -> tuple[str, bytes]:
     cached = reading.rendered
     if cached is not None and cached[0] == reading.task.effective_status(now) and cached[1] == line:
         return cached[0], cached[2]
-    doc = status_document(reading.task, now)
+    doc = status_document(reading.task, now, reading.place)
     reading.rendered = (doc["status"], line, format_event(reading.task.seq, doc, line))
     return doc["status"], reading.rendered[2]

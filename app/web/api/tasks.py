@@ -163,9 +163,9 @@ def _key_reused_for_another_request(holder: Task, task_type: str, payload: dict[
 def status(task_id: str) -> Response:
     """The task's status document (one Redis read)."""
     rt = runtime()
-    task = rt.service.find(rt.members.current(), task_id)
+    task, place = rt.service.find_placed(rt.members.current(), task_id)
     now = now_ms()
-    doc = status_document(task, now)
+    doc = status_document(task, now, place)
     if doc["status"] == TaskStatus.EXPIRED:
         return json_response(doc, 410)
     return json_response(doc, 200, retry_after(task, now) if doc["status"] in ACTIVE else None)
