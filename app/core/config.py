@@ -25,7 +25,7 @@ LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # binds that listen on every interface
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
-                      "rate_limit", "max_active_tasks", "callback_secrets"})
+                      "rate_limit", "max_active_tasks", "callback_secrets", "token_secret", "cors_origins"})
 # The roles that run no processor code, so they get the WEB_ONLY settings too: the web, and the deliverer, which
 # signs callbacks with TASKPORT_CALLBACK_SECRETS (workers.delivery). A processor never holds a signing secret.
 TRUSTED_ROLES = frozenset({"web", "deliverer"})
@@ -57,6 +57,7 @@ HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry
 MEMORY_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}  # TASKPORT_REDIS_MAXMEMORY's, as redis.conf reads them
 WEBHOOK_SECRET_PREFIX = "whsec_"  # a Standard Webhooks secret: this, then the key's bytes in base64
 WEBHOOK_KEY_BYTES = (24, 64)  # the key lengths the Standard Webhooks specification recommends
+READ_TOKEN_PREFIX = "tpr."  # every read token starts so (app.web.tokens): no API key may, so the two are told apart
 
 
 def is_loopback(host: str) -> bool:
@@ -223,6 +224,12 @@ class Config:
     callback_max_age: int = _setting(
         "TASKPORT_CALLBACK_MAX_AGE", 86400, "seconds after its first attempt a failing callback is retried for "
         "(backoff 1 s, 5 s, 30 s... at most an hour apart) before it is given up")
+    token_secret: str = _setting(
+        "TASKPORT_TOKEN_SECRET", "", "secret that signs read tokens (every web host the same); unset = one generated "
+        "once and kept in Redis (`taskport tokens rotate` replaces it); changing it revokes every token")
+    cors_origins: str = _setting(
+        "TASKPORT_CORS_ORIGINS", "", "comma list of exact origins (https://app.example.com[:port]) whose pages may "
+        "call the task API cross-origin; unset = no CORS headers")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -269,6 +276,7 @@ class Config:
         self.redis_maxmemory_bytes  # noqa: B018
         _check_webhook(self.alert_webhook)
         self.callback_keys  # noqa: B018
+        self.cors_allowed  # noqa: B018
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
@@ -339,6 +347,8 @@ class Config:
             member, _, grant = rest.partition(":")
             if not sep or not key or not member or grant not in ("", HIGH_PRIORITY_GRANT):
                 raise ConfigError("TASKPORT_API_KEYS entries look like key:member or key:member:high")
+            if key.startswith(READ_TOKEN_PREFIX):
+                raise ConfigError(f"TASKPORT_API_KEYS: a key may not start with {READ_TOKEN_PREFIX} (read tokens do)")
             keys[key] = (member, grant == HIGH_PRIORITY_GRANT)
         return keys
 
@@ -357,6 +367,28 @@ class Config:
                                   f"of {low} to {high} random bytes>; entry {n} has {what}")
             secrets[member] = secret
         return secrets
+
+    @property
+    def cors_allowed(self) -> tuple[str, ...]:
+        """TASKPORT_CORS_ORIGINS: the exact origins (scheme://host[:port], lower case) whose pages may call the task
+        API cross-origin; ConfigError for an entry that is no origin (a path, a ``*``, another scheme)."""
+        origins: list[str] = []
+        for entry in filter(None, (e.strip() for e in self.cors_origins.split(","))):
+            try:
+                parts = urlsplit(entry)
+                port = parts.port  # ValueError when out of range or no number
+                usable = (parts.scheme in ("http", "https") and bool(parts.hostname) and "*" not in entry
+                          and parts.path == "" and not (parts.query or parts.fragment or parts.username)
+                          and entry.count("//") == 1 and port != 0 and not entry.endswith(":"))
+            except ValueError:
+                usable = False
+            if not usable:
+                raise ConfigError(f"TASKPORT_CORS_ORIGINS entries are exact origins like https://app.example.com or "
+                                  f"http://localhost:3000 (no path, no *), got {entry!r}")
+            default_port = (parts.scheme, port) in (("http", 80), ("https", 443))  # a browser's Origin leaves it out
+            origins.append(f"{parts.scheme}://{parts.netloc.lower().removesuffix(f':{port}')}" if default_port
+                           else entry.lower())
+        return tuple(dict.fromkeys(origins))
 
     @property
     def callback_hosts(self) -> frozenset[str]:

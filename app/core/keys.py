@@ -289,7 +289,7 @@ def housekeeping_lock(job: str) -> str:
 def all_static() -> list[str]:
     return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
             ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES, JOB_CLAIMANTS,
-            JOB_WAKE, UNQUEUED]
+            JOB_WAKE, UNQUEUED, TOKEN_SECRET]
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
@@ -308,3 +308,6 @@ def job_claims(worker: str) -> str:
 JOB_CLAIMANTS = f"{PREFIX}job-claimants"  # set: the RQ names of the workers that may hold a claim list
 JOB_WAKE = f"{PREFIX}job-wake"  # list of queue names, one per job queued: idle workers block on it (it holds no job)
 UNQUEUED = f"{PREFIX}unqueued-since"  # hash: PENDING task id -> ms the reconciler first found it with no job
+# string: the secret that signs read tokens (app.web.tokens) when TASKPORT_TOKEN_SECRET is unset: written once (SET NX)
+# by the first web process that needs it, replaced by `taskport tokens rotate`; it never expires
+TOKEN_SECRET = f"{PREFIX}token-secret"

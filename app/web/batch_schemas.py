@@ -21,6 +21,9 @@ class BatchSchema(Schema):
                        "every task of the batch has ended, whatever their outcomes"})
     callback = fields.Dict(keys=fields.String(), load_default=None, metadata={
         "description": '`{"url": "https://..."}`: a signed POST of the batch document once, when it is DONE'})
+    read_token = fields.Boolean(truthy={True}, falsy={False}, load_default=False, metadata={
+        "description": "true: the 202 carries `read_token`, a token reading this batch and its tasks (docs/api.md, "
+                       "Read tokens)"})
 
 
 class BatchTasksQuerySchema(HistoryQuerySchema):
