@@ -5,7 +5,13 @@ from __future__ import annotations
 from marshmallow import RAISE, Schema, fields, validate
 
 from app.core.batches import COUNTED, DONE, MAX_TASKS, RUNNING
-from app.web.schemas import CallbackStateSchema, HistoryQuerySchema, ItemsSchema, StatusDocumentSchema
+from app.web.schemas import (
+    CallbackStateSchema,
+    HistoryQuerySchema,
+    ItemsSchema,
+    ReadTokenSchema,
+    StatusDocumentSchema,
+)
 
 
 class BatchSchema(Schema):
@@ -74,6 +80,8 @@ class BatchAcceptedSchema(BatchDocumentSchema):
     """202 body of ``POST /batches``: the batch document and its tasks in submit order."""
 
     tasks = fields.List(fields.Nested(BatchEntrySchema))
+    read_token = fields.Nested(ReadTokenSchema, metadata={
+        "description": "only when the submit asked `read_token: true`: a token reading this batch and its tasks"})
 
 
 class BatchTasksPageSchema(Schema):
