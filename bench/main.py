@@ -38,6 +38,7 @@ from bench import (
     measure_watchers,
     measure_workers,
     overhead,
+    read_tokens,
     report,
     stored,
 )
@@ -47,7 +48,7 @@ from bench.stack import REPO, Stack
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
-PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead")
+PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead", "tokens")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -121,6 +122,9 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
         out["stored"] = phase("status reads by how many finished tasks are stored", lambda: stored.
                               status_by_stored(stack, args.conns, args.warmup, args.duration, args.rounds,
                                                args.stored_tasks), timings)
+    if "tokens" in only:
+        out["tokens"] = phase("status reads with a read token vs with an API key", lambda: read_tokens.measure(
+            stack, args.conns, args.warmup, args.duration, args.rounds), timings)
     if "peers" in only:
         peers_phase(stack, args, timings, out)
     if "watchers" in only:
@@ -171,6 +175,7 @@ ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("checkpoint", lambda out: report.checkpoint_rows(out["checkpoint"])),
     ("housekeeping", lambda out: report.housekeeping_rows(out["housekeeping"])),
     ("overhead", lambda out: overhead.rows(out["overhead"])),
+    ("tokens", lambda out: read_tokens.rows(out["tokens"])),
 ]
 
 
