@@ -11,13 +11,18 @@ every HTTP row. Also, in-process: the cost of one verification that finds no kep
 
 from __future__ import annotations
 
+import time
 import timeit
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from app.core.clock import now_ms
+from app.core.config import Config
 from app.core.store import TaskStore
+from app.web import create_app
 from app.web.auth import OPEN_MEMBER
 from app.web.tokens import TASK, Tokens
 from bench import report
@@ -29,6 +34,7 @@ KEY = "benchkey"
 TASKS = 1_000  # distinct tasks (pages), each read with its own token
 TARGET = 0.95  # issue 30: a status read with a token is at least 0.95× the speed of one with a key
 SIDES = ("key", "token", "query")
+IN_PROCESS_READS = 5_000
 
 
 def measure(stack: Stack, conns: int, warmup: float, duration: float, rounds: int) -> dict[str, Any]:
@@ -65,6 +71,7 @@ def measure(stack: Stack, conns: int, warmup: float, duration: float, rounds: in
     out: dict[str, Any] = {side: best(found) for side, found in runs.items()}
     out["tasks"] = TASKS
     out["first_verify_us"] = first_verify_us(tokens, minted)
+    out["in_process_us"] = in_process_us(config, conn, ids, minted)
     conn.flushall()
     conn.close()
     return out
@@ -85,10 +92,34 @@ def first_verify_us(tokens: Tokens, minted: list[str]) -> float:
     return round(spent / n * 1e6, 1)
 
 
+def in_process_us(config: Config, conn: redis.Redis, ids: list[str], minted: list[str],
+                  reads: int = IN_PROCESS_READS, rounds: int = 3) -> dict[str, float]:
+    """CPU µs per status read through the whole Flask app in this process (its test client, the stack's Redis),
+    with the key and with each task's token, alternating, the best of ``rounds``: the two paths' own cost, which
+    other processes on a busy machine do not skew (CPU time, not wall time)."""
+    client = create_app(config, conn=conn).test_client()
+    paths = [f"/api/v1/tasks/{task_id}" for task_id in ids]
+    sent = {"key": [(path, {"Authorization": f"Bearer {KEY}"}) for path in paths],
+            "token": [(path, {"Authorization": f"Bearer {t}"}) for path, t in zip(paths, minted, strict=True)],
+            "query": [(f"{path}?access_token={t}", {}) for path, t in zip(paths, minted, strict=True)]}
+    spent: dict[str, list[float]] = {side: [] for side in sent}
+    for _ in range(rounds):
+        for side, requests in sent.items():
+            started = time.process_time()
+            for n in range(reads):
+                path, headers = requests[n % len(requests)]
+                answer = client.get(path, headers=headers)
+                assert answer.status_code == 200, answer.get_data(as_text=True)
+            spent[side].append((time.process_time() - started) / reads * 1e6)
+    return {side: round(min(values), 1) for side, values in spent.items()}
+
+
 def rows(found: dict[str, Any]) -> list[report.Row]:
     key, token, query = found["key"], found["token"], found["query"]
     ratio = report._ratio(token["rps"], key["rps"])
     query_ratio = report._ratio(query["rps"], key["rps"])
+    cpu = found["in_process_us"]
+    cpu_ratio = report._ratio(cpu["key"], cpu["token"])
     measured = f"status GET /api/v1/tasks/{{id}} over {found['tasks']:,} tasks"
     return [
         report.Row(f"{measured}, each with its own read token (Authorization: Bearer) vs with the API key",
@@ -98,6 +129,12 @@ def rows(found: dict[str, Any]) -> list[report.Row]:
         report.Row(f"{measured}, the token as ?access_token= (EventSource's way) vs with the API key",
                    f"{query['rps']:,.0f} req/s, p99 {query['p99_ms']:.1f} ms",
                    f"{key['rps']:,.0f} req/s", f"{query_ratio:.2f}×"),
+        report.Row("CPU per status read in-process (the Flask app and its hooks, the stack's Redis), each task's "
+                   "token vs the API key: their cost without the machine's other load",
+                   f"{cpu['token']:.0f} µs", f"{cpu['key']:.0f} µs", f"{cpu_ratio:.2f}× the key's speed"),
+        report.Row("CPU per status read in-process, the token as ?access_token= vs the API key",
+                   f"{cpu['query']:.0f} µs", f"{cpu['key']:.0f} µs",
+                   f"{report._ratio(cpu['key'], cpu['query']):.2f}× the key's speed"),
         report.Row("one read token's first verification (itsdangerous HMAC-SHA256, in-process; later reads find it "
                    "kept)", f"{found['first_verify_us']:.1f} µs"),
     ]

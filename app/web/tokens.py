@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 from itsdangerous import BadData, URLSafeSerializer
@@ -95,7 +95,8 @@ def task_batches(conn: redis.Redis, task_id: str) -> set[str]:
     may read of it. Empty for an unknown or malformed id. One HMGET: only a batch token's task reads pay it."""
     if not is_task_id(task_id):
         return set()
-    counted, then_of = conn.hmget(keys.task(task_id), [keys.TaskField.BATCH, keys.TaskField.THEN_OF])
+    found = conn.hmget(keys.task(task_id), [keys.TaskField.BATCH, keys.TaskField.THEN_OF])
+    counted, then_of = cast(list[bytes | None], found)  # the client answers bytes
     return {*(counted.decode().split(",") if counted else ()), *((then_of.decode(),) if then_of else ())}
 
 
@@ -184,11 +185,11 @@ class Tokens:
     def _stored_secret(self) -> bytes:
         """The secret kept in Redis; the first process to find none stores one (SET NX: sent twice, or by two
         processes at once, the first value stays and every process reads that one)."""
-        stored: bytes | None = self.redis.get(keys.TOKEN_SECRET)
+        stored = cast(bytes | None, self.redis.get(keys.TOKEN_SECRET))  # the client answers bytes
         if stored is None:
             candidate = new_secret().encode()
             stored = candidate if self.redis.set(keys.TOKEN_SECRET, candidate, nx=True) else \
-                self.redis.get(keys.TOKEN_SECRET)
+                cast(bytes | None, self.redis.get(keys.TOKEN_SECRET))
         if stored is None:  # deleted between the two (by hand): the next request stores one
             raise redis.exceptions.ConnectionError("the token secret was deleted while it was stored")
         return stored

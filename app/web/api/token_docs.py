@@ -16,7 +16,8 @@ from app.web.schemas import ReadTokenSchema, TokenRequestSchema
 # The reads a read token may make (app.web.auth.TASK_READS, BATCH_READS): each takes the token as a second way in.
 READ_OPERATIONS = frozenset({"getTask", "getEvents", "getResult", "getResultFile", "getOutput", "getBatch",
                              "listBatchTasks", "getBatchEvents"})
-TOKEN_SECURITY = [{"readToken": []}, {"readTokenQuery": []}]
+TOKEN_SECURITY: list[dict[str, list[str]]] = [{"readToken": []}, {"readTokenQuery": []}]
+BATCH_ID: Any = "BatchId"  # a parameter component's name (app.web.api.batch_docs): apispec turns it into a $ref
 
 
 def token_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
@@ -53,4 +54,4 @@ def token_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     batch = _op("A read token for this batch: its document, pages, events, and its tasks' documents (GET only)", {
         **common, 404: _content(PROBLEM_JSON, "404: batch not found (unknown, someone else's or expired)", "Problem")},
         security, requestBody=body, operationId="createBatchToken")
-    spec.path(batch_path("{batch_id}", "/tokens"), parameters=["BatchId"], operations={"post": batch})
+    spec.path(batch_path("{batch_id}", "/tokens"), parameters=[BATCH_ID], operations={"post": batch})
