@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote_plus, urlencode
 
 from flask import Flask, g, request
 
@@ -27,6 +27,7 @@ OPEN_MEMBER = "public"
 PASSED_HOSTS_KEPT = 64  # distinct allowed Host headers remembered per app (see init_app)
 log = logging.getLogger(__name__)
 TOKEN_PARAM = "access_token"  # RFC 6750's query parameter
+ALONE = f"{TOKEN_PARAM}="
 # What a read token may call, with GET (or HEAD): its task's documents; a batch's token also the batch's own
 # documents, and these of each of its tasks. ``output.output`` is the live output's (GET /tasks/{id}/output).
 TASK_READS = frozenset({"tasks.status", "events.events", "tasks.result", "tasks.result_file", "output.output"})
@@ -113,14 +114,17 @@ def presented_token() -> str | None:
     if TOKEN_PARAM not in query:
         # the key path: two substring tests (no key starts with the prefix: app.core.config)
         return _bearer_token(header) if READ_TOKEN_PREFIX in header else None
-    pairs = parse_qsl(query, keep_blank_values=True)
-    sent = [value for name, value in pairs if name == TOKEN_PARAM]
+    if query.startswith(ALONE) and "&" not in query:  # an EventSource's URL: the token is the whole query
+        sent, rest = [unquote_plus(query[len(ALONE):])], ""
+    else:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        sent = [value for name, value in pairs if name == TOKEN_PARAM]
+        rest = urlencode([(name, value) for name, value in pairs if name != TOKEN_PARAM])
     if not sent:  # the text appeared elsewhere (another parameter's value)
         return _bearer_token(header)
     if len(sent) > 1 or header:
         raise BadRequest("send the read token once: in the Authorization header or in access_token, not both",
                          errors={TOKEN_PARAM: ["Send one token, in one place."]})
-    rest = urlencode([(name, value) for name, value in pairs if name != TOKEN_PARAM])
     environ["QUERY_STRING"] = rest
     request.query_string = rest.encode("latin-1")  # what werkzeug parses request.args from
     request.__dict__.pop("args", None)  # its cached parse of the old query string, if any
