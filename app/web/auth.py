@@ -15,7 +15,7 @@ import hmac
 import logging
 from urllib.parse import parse_qsl, unquote_plus, urlencode
 
-from flask import Flask, g, request
+from flask import Flask, Request, g, request
 
 from app.core.clock import now_ms
 from app.core.config import READ_TOKEN_PREFIX, Config
@@ -100,15 +100,16 @@ class Members:
             scope = self.tokens.verify(token, now_ms())
         except InvalidToken as exc:
             raise invalid_token(str(exc)) from None
-        g.taskport_caller = (scope.member, False)
-        g.taskport_scope = scope
+        ctx = g._get_current_object()  # type: ignore[attr-defined]
+        ctx.taskport_caller = (scope.member, False)
+        ctx.taskport_scope = scope
         return scope
 
 
-def presented_token() -> str | None:
-    """The read token this request carries (header or query), None when it carries none; 400 for one sent twice.
+def presented_token(req: Request) -> str | None:
+    """The read token ``req`` carries (header or query), None when it carries none; 400 for one sent twice.
     The ``access_token`` parameter is removed from the query string the views read."""
-    environ = request.environ
+    environ = req.environ
     header: str = environ.get("HTTP_AUTHORIZATION", "")
     query: str = environ.get("QUERY_STRING", "")
     if TOKEN_PARAM not in query:
@@ -126,8 +127,8 @@ def presented_token() -> str | None:
         raise BadRequest("send the read token once: in the Authorization header or in access_token, not both",
                          errors={TOKEN_PARAM: ["Send one token, in one place."]})
     environ["QUERY_STRING"] = rest
-    request.query_string = rest.encode("latin-1")  # what werkzeug parses request.args from
-    request.__dict__.pop("args", None)  # its cached parse of the old query string, if any
+    req.query_string = rest.encode("latin-1")  # what werkzeug parses request.args from
+    req.__dict__.pop("args", None)  # its cached parse of the old query string, if any
     return sent[0]
 
 
@@ -137,12 +138,12 @@ def _bearer_token(header: str) -> str | None:
     return value if scheme.lower() == "bearer" and value.startswith(READ_TOKEN_PREFIX) else None
 
 
-def check_scope(members: Members, scope: Scope) -> None:
-    """403 unless this request is a read ``scope`` allows; 404 for another task's or batch's id (as a foreign one)."""
-    if request.method not in READ_METHODS:
+def check_scope(members: Members, scope: Scope, req: Request) -> None:
+    """403 unless ``req`` is a read ``scope`` allows; 404 for another task's or batch's id (as a foreign one)."""
+    if req.method not in READ_METHODS:
         raise InsufficientScope("a read token may only read: send the member's API key for this")
-    endpoint = request.endpoint
-    args = request.view_args or {}
+    endpoint = req.endpoint
+    args = req.view_args or {}
     if endpoint in TASK_READS:
         task_id = args.get("task_id", "")
         if (task_id != scope.id) if scope.kind == TASK else (scope.id not in task_batches(members.tokens.redis,
@@ -172,12 +173,13 @@ def init_app(app: Flask, config: Config, members: Members) -> None:
 
     @app.before_request
     def _read_token() -> None:
-        token = presented_token()
-        if token is None or request.method == "OPTIONS":
+        req: Request = request._get_current_object()  # type: ignore[attr-defined]  # once: each proxy read costs
+        token = presented_token(req)
+        if token is None or req.method == "OPTIONS":
             return
-        if request.blueprint in NO_CREDENTIALS or request.endpoint == "static":
+        if req.blueprint in NO_CREDENTIALS or req.endpoint == "static":
             return
-        check_scope(members, members.use_token(token))
+        check_scope(members, members.use_token(token), req)
 
     if config.members:
         return
