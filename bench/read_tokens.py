@@ -2,11 +2,12 @@
 
 One gunicorn with API keys (``benchkey`` for the member ``public``, whose finished tasks bench.stored copies) and
 no rate limit (the limiter's cost is the same for both and is measured elsewhere); :data:`TASKS` finished tasks;
-the same load generator (bench.loadgen) reads them in alternating rounds: with ``Authorization: Bearer benchkey``,
-with ``Authorization: Bearer <the task's own read token>``, and with ``?access_token=<token>`` (what an
-EventSource sends). Each of the :data:`TASKS` pages polls with its own token, so each web process verifies each
-token once and then finds it among the ones it keeps (app.web.tokens.VERIFIED_KEPT). Best of ``rounds`` each, as
-every HTTP row. Also, in-process: the cost of one verification that finds no kept token (a token's first read).
+the same load generator (bench.loadgen) reads them in alternating rounds, each side opening one in turn: with
+``Authorization: Bearer benchkey``, with ``Authorization: Bearer <the task's own read token>``, and with
+``?access_token=<token>`` (what an EventSource sends). Each of the :data:`TASKS` pages polls with its own token, so
+each web process verifies each token once and then finds it among the ones it keeps (app.web.tokens.VERIFIED_KEPT).
+Best of ``rounds`` each, as every HTTP row. In-process: the CPU per read of each side through the app's WSGI
+callable (what a busy machine skews less), and the cost of one verification that finds no kept token.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def measure(stack: Stack, conns: int, warmup: float, duration: float, rounds: in
     try:
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
         for i in range(rounds):
-            for side in SIDES:
+            for side in SIDES[i % len(SIDES):] + SIDES[:i % len(SIDES)]:  # each side first in a round in turn
                 ids_file, bearers = {"key": (files["ids"], files["key"]), "token": (files["ids"], files["tokens"]),
                                      "query": (files["query_ids"], None)}[side]
                 runs[side].append(loadgen(config.port, "status", conns=conns, warmup=warmup if i == 0 else

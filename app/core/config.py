@@ -57,6 +57,7 @@ HIGH_PRIORITY_GRANT = HIGH_QUEUE  # the third field of a TASKPORT_API_KEYS entry
 MEMORY_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}  # TASKPORT_REDIS_MAXMEMORY's, as redis.conf reads them
 WEBHOOK_SECRET_PREFIX = "whsec_"  # a Standard Webhooks secret: this, then the key's bytes in base64
 WEBHOOK_KEY_BYTES = (24, 64)  # the key lengths the Standard Webhooks specification recommends
+MIN_TOKEN_SECRET = 32  # characters of a TASKPORT_TOKEN_SECRET: a guessable one would let anyone mint read tokens
 READ_TOKEN_PREFIX = "tpr."  # every read token starts so (app.web.tokens): no API key may, so the two are told apart
 
 
@@ -277,6 +278,9 @@ class Config:
         _check_webhook(self.alert_webhook)
         self.callback_keys  # noqa: B018
         self.cors_allowed  # noqa: B018
+        if self.token_secret and len(self.token_secret) < MIN_TOKEN_SECRET:
+            raise ConfigError(f"TASKPORT_TOKEN_SECRET must be at least {MIN_TOKEN_SECRET} characters (random: python -c "
+                              "'import secrets; print(secrets.token_urlsafe(32))')")
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "

@@ -138,6 +138,11 @@ def test_the_verified_tokens_kept_are_bounded(conn, tmp_path):
     assert len(t.signing().verified) == VERIFIED_KEPT
 
 
+def test_a_configured_secret_is_long_enough():
+    with pytest.raises(ConfigError, match="TASKPORT_TOKEN_SECRET must be at least 32"):
+        Config.from_env({"TASKPORT_TOKEN_SECRET": "short"})
+
+
 def test_a_key_may_not_start_with_the_token_prefix():
     with pytest.raises(ConfigError, match="tpr."):
         Config.from_env({"TASKPORT_API_KEYS": "tpr.abc:alice"})
