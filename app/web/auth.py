@@ -107,8 +107,9 @@ class Members:
 
 
 def presented_token(req: Request) -> str | None:
-    """The read token ``req`` carries (header or query), None when it carries none; 400 for one sent twice.
-    The ``access_token`` parameter is removed from the query string the views read."""
+    """The read token ``req`` carries (header or query), None when it carries none; 400 for two parameters. With
+    an Authorization header the header counts and the parameter is ignored. The ``access_token`` parameter is
+    removed from the query string the views read."""
     environ = req.environ
     header: str = environ.get("HTTP_AUTHORIZATION", "")
     query: str = environ.get("QUERY_STRING", "")
@@ -123,13 +124,13 @@ def presented_token(req: Request) -> str | None:
         rest = urlencode([(name, value) for name, value in pairs if name != TOKEN_PARAM])
     if not sent:  # the text appeared elsewhere (another parameter's value)
         return _bearer_token(header)
-    if len(sent) > 1 or header:
-        raise BadRequest("send the read token once: in the Authorization header or in access_token, not both",
-                         errors={TOKEN_PARAM: ["Send one token, in one place."]})
+    if len(sent) > 1:
+        raise BadRequest("send one access_token", errors={TOKEN_PARAM: ["Send one token."]})
     environ["QUERY_STRING"] = rest
     req.query_string = rest.encode("latin-1")  # what werkzeug parses request.args from
     req.__dict__.pop("args", None)  # its cached parse of the old query string, if any
-    return sent[0]
+    # An Authorization header (a key, or a token) is the credential; a parameter beside it is ignored
+    return _bearer_token(header) if header else sent[0]
 
 
 def _bearer_token(header: str) -> str | None:

@@ -257,10 +257,13 @@ def test_a_token_that_does_not_count_is_401_invalid_token(client):
     assert answer.headers["WWW-Authenticate"].startswith('Bearer error="invalid_token"')
 
 
-def test_the_token_once_in_header_and_query_is_400(client):
+def test_with_a_header_the_query_parameter_is_ignored_and_two_parameters_are_400(client):
     task_id = submit(client)["task_id"]
     token = mint(client, task_id)
-    answer = client.get(f"/api/v1/tasks/{task_id}?access_token={token}", headers=bearer(token))
+    assert client.get(f"/api/v1/tasks?access_token={token}", headers=ALICE).status_code == 200  # the key counts
+    assert client.get(f"/api/v1/tasks/{task_id}?access_token=tpr.bad", headers=bearer(token)).status_code == 200
+    assert client.delete(f"/api/v1/tasks/{task_id}?access_token=x", headers=bearer(token)).status_code == 403
+    answer = client.get(f"/api/v1/tasks/{task_id}?access_token={token}&access_token={token}")
     assert answer.status_code == 400 and "access_token" in answer.json["errors"]
 
 
