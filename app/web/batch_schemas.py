@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from marshmallow import RAISE, Schema, fields, validate
 
 from app.core.batches import COUNTED, DONE, MAX_TASKS, RUNNING
@@ -12,6 +14,15 @@ from app.web.schemas import (
     ReadTokenSchema,
     StatusDocumentSchema,
 )
+
+
+class StrictBoolean(fields.Boolean):
+    """true or false, and nothing else (marshmallow's Boolean takes 1 and "yes" too: the document says boolean)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if type(value) is not bool:
+            raise self.make_error("invalid", input=value)
+        return value
 
 
 class BatchSchema(Schema):
@@ -27,7 +38,7 @@ class BatchSchema(Schema):
                        "every task of the batch has ended, whatever their outcomes"})
     callback = fields.Dict(keys=fields.String(), load_default=None, metadata={
         "description": '`{"url": "https://..."}`: a signed POST of the batch document once, when it is DONE'})
-    read_token = fields.Boolean(truthy={True}, falsy={False}, load_default=False, metadata={
+    read_token = StrictBoolean(load_default=False, metadata={
         "description": "true: the 202 carries `read_token`, a token reading this batch and its tasks (docs/api.md, "
                        "Read tokens)"})
 

@@ -290,6 +290,12 @@ def test_a_batch_token_reads_the_batch_and_its_tasks_only(client):
     assert client.post(f"/api/v1/batches/{batch['batch_id']}/tokens", headers=ALICE).status_code == 201
 
 
+@pytest.mark.parametrize("value", [1, 0, "true", None, {}])
+def test_a_batch_s_read_token_is_true_or_false(client, value):
+    answer = client.post("/api/v1/batches", json={"tasks": [task_body()], "read_token": value}, headers=ALICE)
+    assert answer.status_code == 422 and "read_token" in answer.json["errors"]
+
+
 def test_a_task_token_does_not_read_a_batch_of_the_same_id_space(client):
     batch = client.post("/api/v1/batches", json={"tasks": [task_body()]}, headers=ALICE).json
     token = mint(client, batch["tasks"][0]["task_id"])
