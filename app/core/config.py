@@ -279,8 +279,8 @@ class Config:
         self.callback_keys  # noqa: B018
         self.cors_allowed  # noqa: B018
         if self.token_secret and len(self.token_secret) < MIN_TOKEN_SECRET:
-            raise ConfigError(f"TASKPORT_TOKEN_SECRET must be at least {MIN_TOKEN_SECRET} characters (random: python -c "
-                              "'import secrets; print(secrets.token_urlsafe(32))')")
+            raise ConfigError(f"TASKPORT_TOKEN_SECRET must be at least {MIN_TOKEN_SECRET} characters (random: "
+                              "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "

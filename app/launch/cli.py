@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.sentinel import MasterNotFoundError
 
-from app.core import audit, connection
+from app.core import audit, connection, tokensecret
 from app.core.config import Config, ConfigError
 from app.core.logs import setup_logging
 from app.core.process import port_in_use
@@ -265,13 +265,11 @@ def add_tokens_command(sub: Any) -> None:
 def cmd_tokens_rotate(args: argparse.Namespace) -> int:
     """``taskport tokens rotate``: a new stored secret (app.web.tokens.rotate); every web process takes it within
     SECRET_RECHECK seconds. TASKPORT_TOKEN_SECRET, when set, wins over the stored one: say so."""
-    from app.web.tokens import SECRET_RECHECK, rotate
-
     config = _operator_config()
     if config is None:
         return EXIT_FAILURE
-    rotate(connection.connect(config))
-    print(f"rotated: every web process refuses the read tokens minted before now within {SECRET_RECHECK:g} s")
+    tokensecret.rotate(connection.connect(config))
+    print(f"rotated: every web process refuses the read tokens minted before now within {tokensecret.RECHECK:g} s")
     if config.token_secret:
         print("taskport: note: TASKPORT_TOKEN_SECRET is set here, and where it is set it wins over the stored secret: "
               "web processes that have it keep their tokens; change that variable (and restart them) instead",

@@ -13,8 +13,10 @@ import pytest
 from app.core import keys
 from app.core.config import Config, ConfigError
 from app.core.logs import RedactTokenFilter
+from app.core.tokensecret import RECHECK as SECRET_RECHECK
+from app.core.tokensecret import rotate
 from app.web import create_app
-from app.web.tokens import BATCH, OPEN_KEY, SECRET_RECHECK, TASK, VERIFIED_KEPT, InvalidToken, Tokens, rotate
+from app.web.tokens import BATCH, OPEN_KEY, TASK, VERIFIED_KEPT, InvalidToken, Tokens
 
 KEYS = "ka:alice,kb:bob,kc:alice"
 ALICE, BOB, ALICE2 = ({"Authorization": f"Bearer {k}"} for k in ("ka", "kb", "kc"))
