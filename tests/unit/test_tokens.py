@@ -121,6 +121,22 @@ def test_rotation_revokes_within_the_recheck(conn, tmp_path, monkeypatch):
     assert t.verify(t.mint(TASK, "task-1", "ka", 60, NOW)["token"], NOW).id == "task-1"
 
 
+def test_taskport_tokens_rotate_replaces_the_stored_secret_and_says_when_the_variable_wins(conn, tmp_path,
+                                                                                           monkeypatch, capsys):
+    from app.launch.cli import main
+
+    first = tokens(conn, tmp_path).signing().secret
+    monkeypatch.setenv("REDIS_URL", "redis://fake")
+    monkeypatch.setattr("app.core.connection.connect", lambda config: conn)
+    assert main(["tokens", "rotate"]) == 0
+    out, err = capsys.readouterr()
+    assert "rotated" in out and "2 s" in out and not err
+    assert conn.get(keys.TOKEN_SECRET) not in (None, first)
+    monkeypatch.setenv("TASKPORT_TOKEN_SECRET", "s" * 40)
+    assert main(["tokens", "rotate"]) == 0
+    assert "TASKPORT_TOKEN_SECRET is set here" in capsys.readouterr().err
+
+
 def test_the_configured_secret_wins_over_the_stored_one_and_reads_no_redis(conn, tmp_path):
     t = tokens(conn, tmp_path, token_secret="s" * 40)
     token = t.mint(TASK, "task-1", "ka", 60, NOW)["token"]
