@@ -333,7 +333,8 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         202: {**_content(JSON, "accepted: the status document (PENDING), with `read_token` when asked", TASK_ACCEPTED,
                          True),
               "headers": {"Location": "Location", "Retry-After": "RetryAfter"}, "links": SUBMIT_LINKS},
-        403: _content(PROBLEM_JSON, "`priority: high` from an API key not granted it (key:member:high)", "Problem"),
+        403: _content(PROBLEM_JSON, "`priority: high` from an API key not granted it (key:member:high); or a read "
+                                    "token (`insufficient_scope`: a token only reads)", "Problem"),
         409: {**_content(PROBLEM_JSON, "duplicate: the dedup key is held by another task", "Duplicate"),
               "headers": {"Location": "Location", "X-Task-Deduplicated": {"schema": {"type": "string",
                                                                                       "enum": ["true"]}}}},
