@@ -45,8 +45,10 @@ def batch_body(first: int, size: int) -> bytes:
     return b'{"tasks":[' + ",".join(SUBMIT_BODY % n for n in range(first, first + size)).encode() + b"]}"
 
 
-def request_factory(kind: str, host: str, ids: list[str], base: int, size: int = 1) -> Callable[[int], bytes]:
-    """A function n -> the bytes of the n-th request of this kind (``size``: tasks per batch-submit)."""
+def request_factory(kind: str, host: str, ids: list[str], base: int, size: int = 1,
+                    bearers: list[str] | None = None) -> Callable[[int], bytes]:
+    """A function n -> the bytes of the n-th request of this kind (``size``: tasks per batch-submit; ``bearers``:
+    the ``Authorization: Bearer`` of a read, one for all or one per id, in the ids' order)."""
     head = f"Host: {host}\r\nUser-Agent: taskport-bench\r\n"
     if kind == "submit":
         def submit(n: int) -> bytes:
@@ -71,7 +73,8 @@ def request_factory(kind: str, host: str, ids: list[str], base: int, size: int =
         if not ids:
             raise SystemExit(f"--kind {kind} needs --ids FILE with task (or batch) ids")
         path = READ_PATHS[kind]
-        prebuilt = [f"GET {path % i} HTTP/1.1\r\n{head}\r\n".encode() for i in ids]
+        auth = [f"Authorization: Bearer {b}\r\n" for b in bearers] if bearers else [""]
+        prebuilt = [f"GET {path % i} HTTP/1.1\r\n{head}{auth[n % len(auth)]}\r\n".encode() for n, i in enumerate(ids)]
         return lambda n: prebuilt[n % len(prebuilt)]
     fixed = f"GET {PATHS[kind]} HTTP/1.1\r\n{head}\r\n".encode()
     return lambda n: fixed
@@ -175,9 +178,10 @@ class Client(asyncio.Protocol):
 
 
 async def drive(host: str, port: int, kind: str, conns: int, warmup: float, duration: float, ids: list[str],
-                base: int, size: int = 1) -> dict[str, object]:
+                base: int, size: int = 1, bearers: list[str] | None = None) -> dict[str, object]:
     t0 = time.perf_counter()
-    run = Run(request_factory(kind, f"{host}:{port}", ids, base, size), t0 + warmup, t0 + warmup + duration)
+    run = Run(request_factory(kind, f"{host}:{port}", ids, base, size, bearers), t0 + warmup,
+              t0 + warmup + duration)
     loop = asyncio.get_running_loop()
     for _ in range(conns):
         await loop.create_connection(lambda: Client(run), host, port)
@@ -234,10 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids", type=Path, help="file with one id a line (task ids, or batch ids for batch-status)")
     parser.add_argument("--base", type=int, default=0, help="first number in the unique submit payloads")
     parser.add_argument("--size", type=int, default=1000, help="tasks per request of --kind batch-submit")
+    parser.add_argument("--bearers", type=Path, help="file with the reads' Authorization: Bearer values: one for "
+                                                     "every id, or one a line in the order of --ids")
     args = parser.parse_args(argv)
     ids = args.ids.read_text().split() if args.ids else []
+    bearers = args.bearers.read_text().split() if args.bearers else None
     result = asyncio.run(drive(args.host, args.port, args.kind, args.conns, args.warmup, args.duration, ids,
-                               args.base, args.size))
+                               args.base, args.size, bearers))
     result["pid"] = os.getpid()
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

@@ -41,6 +41,7 @@ from bench import (
     output_live,
     overhead,
     ratelimit,
+    read_tokens,
     report,
     stored,
 )
@@ -51,7 +52,7 @@ RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
 PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead", "limits",
-         "output", "fair")
+         "output", "fair", "tokens")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -125,6 +126,9 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
         out["stored"] = phase("status reads by how many finished tasks are stored", lambda: stored.
                               status_by_stored(stack, args.conns, args.warmup, args.duration, args.rounds,
                                                args.stored_tasks), timings)
+    if "tokens" in only:
+        out["tokens"] = phase("status reads with a read token vs with an API key", lambda: read_tokens.measure(
+            stack, args.conns, args.warmup, args.duration, args.rounds), timings)
     if "peers" in only:
         peers_phase(stack, args, timings, out)
     if "watchers" in only:
@@ -188,6 +192,7 @@ ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("output", lambda out: output_live.rows(out["output"])),
     ("limits", lambda out: ratelimit.rows(out["limits"])),
     ("fair", lambda out: fair_ab.rows(out["fair"])),
+    ("tokens", lambda out: read_tokens.rows(out["tokens"])),
 ]
 
 

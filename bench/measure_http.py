@@ -43,11 +43,14 @@ STATUS_IDS = 20_000  # task ids the status rows cycle over
 
 
 def loadgen(port: int, kind: str, *, conns: int, warmup: float, duration: float, ids_file: str | None = None,
-            base: int = 0, env: dict[str, str] | None = None, size: int = BATCH_SIZE) -> dict[str, Any]:
+            base: int = 0, env: dict[str, str] | None = None, size: int = BATCH_SIZE,
+            bearers_file: str | None = None) -> dict[str, Any]:
     argv = [sys.executable, "-m", "bench.loadgen", "--port", str(port), "--kind", kind, "--conns", str(conns),
             "--warmup", str(warmup), "--duration", str(duration), "--base", str(base), "--size", str(size)]
     if ids_file:
         argv += ["--ids", ids_file]
+    if bearers_file:
+        argv += ["--bearers", bearers_file]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=warmup + duration + 60,
                           check=False)
     if done.returncode != 0:

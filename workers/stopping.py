@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 from rq.utils import now
+from rq.worker import WorkerStatus
 
 UNSUBSCRIBE_WAIT = 1.0  # seconds a stop waits for RQ's pubsub thread to end (RQ's own join timeout)
 
@@ -34,6 +35,8 @@ class GracefulStop:
         signal.signal(signal.SIGINT, self._stop_gracefully)
         signal.signal(signal.SIGTERM, self._stop_gracefully)
 
+    _waiting = False  # set while the worker blocks for work (workers.worker): the one place a stop may raise into
+
     def _stop_gracefully(self, signum: int, frame: FrameType | None) -> None:
         if self._stopping:
             return  # the stop is under way: a second signal is no reason to kill the run
@@ -42,7 +45,16 @@ class GracefulStop:
         worker._shutdown_requested_date = now()
         worker.handle_warm_shutdown_request()
         self._interrupt_run()
-        worker._shutdown()  # RQ's: stop after the current job, or at once (StopRequested) when idle
+        if self._waiting or worker.get_state() == WorkerStatus.BUSY:
+            worker._shutdown()  # RQ's: stop after the current job, or at once (StopRequested) when idle
+            return
+        # Between two steps of a take (the claim, reading its job, its log line): RQ would raise StopRequested
+        # into whatever runs, and a log call swallows it (logging's handleError) with a traceback, after which
+        # the worker ran the job it had claimed and then waited on forever. RQ's loop ends at its next turn
+        # instead, the job just taken run first (a warm stop); the take's loop checks the flag too.
+        worker._stop_requested = True
+        if worker.scheduler:
+            worker.stop_scheduler()
 
     def _interrupt_run(self) -> None:
         horse = getattr(self, "horse_pid", 0)

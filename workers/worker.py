@@ -31,7 +31,7 @@ from typing import Any, cast
 import redis
 from rq import Queue, SimpleWorker, worker_registration
 from rq import Worker as RQWorker
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import NoSuchJobError, StopRequested
 from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
 from rq.job_lifecycle import record_job_failure
@@ -185,13 +185,15 @@ class HonoursPauses:
                     beat_at = time.monotonic()
                 if worker.should_run_maintenance_tasks:
                     worker.run_maintenance_tasks()
+                if worker._stop_requested:  # asked to stop between two steps of this loop: take nothing more
+                    raise StopRequested()
                 result = self._take()
                 if result is not None or timeout is None:
                     break
                 left = None if max_idle_time is None else max_idle_time - (time.monotonic() - idle_since)
                 if left is not None and left <= 0:
                     break
-                self.claims.wait(WAKE_WAIT if left is None else max(0.01, min(WAKE_WAIT, left)))
+                self._wait_for_work(WAKE_WAIT if left is None else max(0.01, min(WAKE_WAIT, left)))
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 log.error("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
                           worker.name, exc, wait_on_error)
@@ -199,6 +201,17 @@ class HonoursPauses:
                 wait_on_error = min(wait_on_error * worker.exponential_backoff_factor, worker.max_connection_wait_time)
         worker.heartbeat()
         return result
+
+    def _wait_for_work(self, timeout: float) -> None:
+        """Block on the wake list; the one step where a stop raises StopRequested into the loop (GracefulStop)."""
+        worker: Any = self
+        worker._waiting = True
+        try:
+            if worker._stop_requested:  # asked to stop during the take just done
+                raise StopRequested()
+            self.claims.wait(timeout)
+        finally:
+            worker._waiting = False
 
     def _take(self) -> tuple[Job, Queue] | None:
         """One claim: the job taken and its queue, or None."""

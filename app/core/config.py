@@ -26,7 +26,7 @@ LOOPBACK = "127.0.0.1"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # binds that listen on every interface
 # Settings only the web process reads: API keys, operator credentials, where and to whom it answers.
 WEB_ONLY = frozenset({"api_keys", "dashboard_user", "dashboard_password", "host", "allowed_hosts", "allow_open",
-                      "rate_limit", "max_active_tasks", "callback_secrets"})
+                      "rate_limit", "max_active_tasks", "callback_secrets", "token_secret", "cors_origins"})
 # The roles that run no processor code, so they get the WEB_ONLY settings too: the web, and the deliverer, which
 # signs callbacks with TASKPORT_CALLBACK_SECRETS (workers.delivery). A processor never holds a signing secret.
 TRUSTED_ROLES = frozenset({"web", "deliverer"})
@@ -59,6 +59,8 @@ MAX_WEIGHT = 100  # the largest weight a TASKPORT_API_KEYS entry may give its me
 MEMORY_UNITS = {"kb": 1024, "mb": 1024**2, "gb": 1024**3}  # TASKPORT_REDIS_MAXMEMORY's, as redis.conf reads them
 WEBHOOK_SECRET_PREFIX = "whsec_"  # a Standard Webhooks secret: this, then the key's bytes in base64
 WEBHOOK_KEY_BYTES = (24, 64)  # the key lengths the Standard Webhooks specification recommends
+MIN_TOKEN_SECRET = 32  # characters of a TASKPORT_TOKEN_SECRET: a guessable one would let anyone mint read tokens
+READ_TOKEN_PREFIX = "tpr."  # every read token starts so (app.web.tokens): no API key may, so the two are told apart
 
 
 def is_loopback(host: str) -> bool:
@@ -242,6 +244,12 @@ class Config:
     rate_wait_max: float = _setting(
         "TASKPORT_RATE_WAIT_MAX", 5.0, "the longest wait a worker is held by ctx.limit, seconds: a longer wait puts "
         "the task back with a run_at instead (no attempt used)")
+    token_secret: str = _setting(
+        "TASKPORT_TOKEN_SECRET", "", "secret that signs read tokens (every web host the same); unset = one generated "
+        "once and kept in Redis (`taskport tokens rotate` replaces it); changing it revokes every token")
+    cors_origins: str = _setting(
+        "TASKPORT_CORS_ORIGINS", "", "comma list of exact origins (https://app.example.com[:port]) whose pages may "
+        "call the task API cross-origin; unset = no CORS headers")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
@@ -289,14 +297,22 @@ class Config:
         self.redis_maxmemory_bytes  # noqa: B018
         _check_webhook(self.alert_webhook)
         self.callback_keys  # noqa: B018
-        self.concurrency_limits  # noqa: B018 - concurrency and rate limits (app.core.limits)
-        self.rate_limit_table  # noqa: B018
-        if self.rate_wait_max < 0:
-            raise ConfigError("TASKPORT_RATE_WAIT_MAX must be 0 or more seconds")
+        self._validate_limits_and_tokens()
         if not self.members and not is_loopback(self.host) and not self.allow_open:
             raise ConfigError(
                 f"TASKPORT_HOST={self.host} with no TASKPORT_API_KEYS would let anyone who reaches the port read "
                 "and cancel every task: set TASKPORT_API_KEYS, bind 127.0.0.1, or set TASKPORT_ALLOW_OPEN=1")
+
+    def _validate_limits_and_tokens(self) -> None:
+        """The rules of concurrency and rate limits (app.core.limits), CORS and read tokens (app.web.tokens)."""
+        self.concurrency_limits  # noqa: B018
+        self.rate_limit_table  # noqa: B018
+        if self.rate_wait_max < 0:
+            raise ConfigError("TASKPORT_RATE_WAIT_MAX must be 0 or more seconds")
+        self.cors_allowed  # noqa: B018
+        if self.token_secret and len(self.token_secret) < MIN_TOKEN_SECRET:
+            raise ConfigError(f"TASKPORT_TOKEN_SECRET must be at least {MIN_TOKEN_SECRET} characters (random: "
+                              "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
 
     @classmethod
     def env_name(cls, name: str) -> str:
@@ -380,6 +396,8 @@ class Config:
                     or not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
                 raise ConfigError("TASKPORT_API_KEYS entries look like key:member, key:member:high, key:member:N "
                                   f"or key:member:high:N (N: a weight in fair dispatch, 1 to {MAX_WEIGHT})")
+            if key.startswith(READ_TOKEN_PREFIX):
+                raise ConfigError(f"TASKPORT_API_KEYS: a key may not start with {READ_TOKEN_PREFIX} (read tokens do)")
             keys[key] = (member, high, int(weight))
         return keys
 
@@ -398,6 +416,28 @@ class Config:
                                   f"of {low} to {high} random bytes>; entry {n} has {what}")
             secrets[member] = secret
         return secrets
+
+    @property
+    def cors_allowed(self) -> tuple[str, ...]:
+        """TASKPORT_CORS_ORIGINS: the exact origins (scheme://host[:port], lower case) whose pages may call the task
+        API cross-origin; ConfigError for an entry that is no origin (a path, a ``*``, another scheme)."""
+        origins: list[str] = []
+        for entry in filter(None, (e.strip() for e in self.cors_origins.split(","))):
+            try:
+                parts = urlsplit(entry)
+                port = parts.port  # ValueError when out of range or no number
+                usable = (parts.scheme in ("http", "https") and bool(parts.hostname) and "*" not in entry
+                          and parts.path == "" and not (parts.query or parts.fragment or parts.username)
+                          and entry.count("//") == 1 and port != 0 and not entry.endswith(":"))
+            except ValueError:
+                usable = False
+            if not usable:
+                raise ConfigError(f"TASKPORT_CORS_ORIGINS entries are exact origins like https://app.example.com or "
+                                  f"http://localhost:3000 (no path, no *), got {entry!r}")
+            default_port = (parts.scheme, port) in (("http", 80), ("https", 443))  # a browser's Origin leaves it out
+            origins.append(f"{parts.scheme}://{parts.netloc.lower().removesuffix(f':{port}')}" if default_port
+                           else entry.lower())
+        return tuple(dict.fromkeys(origins))
 
     @property
     def callback_hosts(self) -> frozenset[str]:

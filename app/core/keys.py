@@ -304,7 +304,7 @@ def housekeeping_lock(job: str) -> str:
 def all_static() -> list[str]:
     return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
             ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES, JOB_CLAIMANTS,
-            JOB_WAKE, UNQUEUED, *LIMIT_STATIC]
+            JOB_WAKE, UNQUEUED, TOKEN_SECRET, *LIMIT_STATIC]
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
@@ -369,3 +369,6 @@ def lines(queue: str) -> str:
     """hash: ``queue``'s line counters (app.core.lines.LinesField): per member the ids put in line and taken out,
     its weight; the head's takes in its turn; the queue's measured start rate."""
     return f"{PREFIX}lines:{queue}"
+# string: the secret that signs read tokens (app.web.tokens) when TASKPORT_TOKEN_SECRET is unset: written once (SET NX)
+# by the first web process that needs it, replaced by `taskport tokens rotate`; it never expires
+TOKEN_SECRET = f"{PREFIX}token-secret"

@@ -10,6 +10,7 @@ A line that concerns a task carries its id (log through :func:`task_logger`); ev
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import MutableMapping
@@ -43,6 +44,22 @@ def _task_id_in_library_line(record: logging.LogRecord) -> str:
         if found:
             return found.group(0)
     return NO_TASK
+
+
+# A read token in a query string (RFC 6750's access_token, app.web.auth), however it is encoded in a URL
+TOKEN_IN_QUERY = re.compile(r"(access_token=)[^&\s\"']*", re.IGNORECASE)
+REDACTED = r"\1[redacted]"
+
+
+class RedactTokenFilter(logging.Filter):
+    """Take read tokens out of every line: an ``access_token=...`` in a request line (gunicorn's access log), a
+    URL in an error, a library's debug line. The record's message is rendered once here, only when it has one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "access_token" in message.lower():
+            record.msg, record.args = TOKEN_IN_QUERY.sub(REDACTED, message), None
+        return True
 
 
 QUIET_PROCESSES = frozenset({"housekeeper"})
@@ -83,6 +100,7 @@ def make_handler(procname: str) -> logging.StreamHandler[TextIO]:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(UTCFormatter(FORMAT))
     handler.addFilter(TaskIdFilter(procname))
+    handler.addFilter(RedactTokenFilter())
     if procname in QUIET_PROCESSES:
         handler.addFilter(QuietLibraryFilter())
     handler.set_name(f"taskport-{procname}")

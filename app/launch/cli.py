@@ -8,6 +8,7 @@
                           Redis when REDIS_URL is unset (see app/launch/supervisor.py, docs/self-healing.md)
     taskport config       every setting's value in effect and where it came from (--defaults: the markdown table)
     taskport audit        the audit trail of task transitions (--task ID, --member M)
+    taskport tokens rotate  a new secret for read tokens: every token minted so far stops counting
 
 and the client commands (submit, status, result, cancel, retry, history, watch, schedules), whose home is
 taskport/cli.py.
@@ -31,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.sentinel import MasterNotFoundError
 
-from app.core import audit, connection
+from app.core import audit, connection, tokensecret
 from app.core.config import Config, ConfigError
 from app.core.logs import setup_logging
 from app.core.process import port_in_use
@@ -220,14 +221,9 @@ def add_audit_command(sub: Any) -> None:
 def cmd_audit(args: argparse.Namespace) -> int:
     """``taskport audit``: print the audit stream (app.core.audit reads it) of the Redis in REDIS_URL (or behind
     REDIS_SENTINELS), else of the embedded one ``taskport up`` runs on the data dir (TASKPORT_DATA_DIR)."""
-    config = Config.from_env()
-    if not config.external_redis:
-        embedded = EmbeddedRedis(config)
-        if not embedded.socket.exists():
-            print(f"taskport: error: no embedded Redis runs in {embedded.dir}: run this where `taskport up` runs (or "
-                  "set TASKPORT_DATA_DIR to its data dir), or set REDIS_URL to the service's Redis", file=sys.stderr)
-            return EXIT_FAILURE
-        config = replace(config, redis_url=embedded.url)
+    config = _operator_config()
+    if config is None:
+        return EXIT_FAILURE
     limit = max(1, min(args.limit, audit.MAX_LIMIT))
     try:
         page = audit.read(connection.connect(config), task_id=args.task, member=args.member, limit=limit)
@@ -241,6 +237,43 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(orjson.dumps(e).decode() if args.json else _audit_line(e))
     if page.next_cursor:
         print("(more: older entries exist; narrow with --task/--member or raise --limit)", file=sys.stderr)
+    return 0
+
+
+def _operator_config() -> Config | None:
+    """The Config of an operator command that talks to Redis itself: REDIS_URL (or REDIS_SENTINELS), else the
+    embedded Redis ``taskport up`` runs on the data dir (TASKPORT_DATA_DIR); None (said on stderr) when none runs."""
+    config = Config.from_env()
+    if not config.external_redis:
+        embedded = EmbeddedRedis(config)
+        if not embedded.socket.exists():
+            print(f"taskport: error: no embedded Redis runs in {embedded.dir}: run this where `taskport up` runs (or "
+                  "set TASKPORT_DATA_DIR to its data dir), or set REDIS_URL to the service's Redis", file=sys.stderr)
+            return None
+        config = replace(config, redis_url=embedded.url)
+    return config
+
+
+def add_tokens_command(sub: Any) -> None:
+    """Register ``taskport tokens rotate`` on the CLI's subparsers."""
+    p = sub.add_parser("tokens", help="read tokens (operators): rotate their secret")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("rotate", help="replace the secret kept in Redis: every read token minted so far stops "
+                                      "counting").set_defaults(run=cmd_tokens_rotate)
+
+
+def cmd_tokens_rotate(args: argparse.Namespace) -> int:
+    """``taskport tokens rotate``: a new stored secret (app.web.tokens.rotate); every web process takes it within
+    SECRET_RECHECK seconds. TASKPORT_TOKEN_SECRET, when set, wins over the stored one: say so."""
+    config = _operator_config()
+    if config is None:
+        return EXIT_FAILURE
+    tokensecret.rotate(connection.connect(config))
+    print(f"rotated: every web process refuses the read tokens minted before now within {tokensecret.RECHECK:g} s")
+    if config.token_secret:
+        print("taskport: note: TASKPORT_TOKEN_SECRET is set here, and where it is set it wins over the stored secret: "
+              "web processes that have it keep their tokens; change that variable (and restart them) instead",
+              file=sys.stderr)
     return 0
 
 
@@ -268,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_config)
     add_client_commands(sub)  # submit, status, result, cancel, retry, history, watch, schedules
     add_audit_command(sub)
+    add_tokens_command(sub)
     return parser
 
 

@@ -21,9 +21,10 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     """Build the Flask app. ``config`` defaults to the environment; ``conn`` lets tests pass fakeredis."""
     from app.core import processors
     from app.core.logs import setup_logging
-    from app.web import auth, dashboard, errors, limits, metrics
+    from app.web import auth, cors, dashboard, errors, limits, metrics
     from app.web.api import audit, batches, docs, events, health, page, schedules, tasks
     from app.web.api import metrics as metrics_api
+    from app.web.api import tokens as tokens_api
     from app.web.runtime import Runtime
     from app.web.webapp import TaskportFlask
 
@@ -37,11 +38,12 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
     rt.init_app(app)
     metrics.init_app(app, rt.redis)  # first, so its hooks time every request
     errors.init_app(app)
-    auth.init_app(app, config)
+    auth.init_app(app, config, rt.members)
+    cors.init_app(app, config)  # before the limiter: a preflight carries no key
     limits.init_app(app, config, rt.members, rt.redis)
     dashboard.init_app(app, config, rt.redis)
     for blueprint in (tasks.bp, events.bp, docs.bp, health.bp, metrics_api.bp, page.bp, audit.bp, schedules.bp,
-                      batches.bp):
+                      batches.bp, tokens_api.bp):
         app.register_blueprint(blueprint)
     from app.web.api import output  # a task's live output (GET /tasks/{id}/output)
     app.register_blueprint(output.bp)

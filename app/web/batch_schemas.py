@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from marshmallow import RAISE, Schema, fields, validate
 
 from app.core.batches import COUNTED, DONE, MAX_TASKS, RUNNING
-from app.web.schemas import CallbackStateSchema, HistoryQuerySchema, ItemsSchema, StatusDocumentSchema
+from app.web.schemas import (
+    CallbackStateSchema,
+    HistoryQuerySchema,
+    ItemsSchema,
+    ReadTokenSchema,
+    StatusDocumentSchema,
+)
+
+
+class StrictBoolean(fields.Boolean):
+    """true or false, and nothing else (marshmallow's Boolean takes 1 and "yes" too: the document says boolean)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if type(value) is not bool:
+            raise self.make_error("invalid", input=value)
+        return value
 
 
 class BatchSchema(Schema):
@@ -21,6 +38,9 @@ class BatchSchema(Schema):
                        "every task of the batch has ended, whatever their outcomes"})
     callback = fields.Dict(keys=fields.String(), load_default=None, metadata={
         "description": '`{"url": "https://..."}`: a signed POST of the batch document once, when it is DONE'})
+    read_token = StrictBoolean(load_default=False, metadata={
+        "description": "true: the 202 carries `read_token`, a token reading this batch and its tasks (docs/api.md, "
+                       "Read tokens)"})
 
 
 class BatchTasksQuerySchema(HistoryQuerySchema):
@@ -71,6 +91,8 @@ class BatchAcceptedSchema(BatchDocumentSchema):
     """202 body of ``POST /batches``: the batch document and its tasks in submit order."""
 
     tasks = fields.List(fields.Nested(BatchEntrySchema))
+    read_token = fields.Nested(ReadTokenSchema, metadata={
+        "description": "only when the submit asked `read_token: true`: a token reading this batch and its tasks"})
 
 
 class BatchTasksPageSchema(Schema):

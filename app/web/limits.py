@@ -32,7 +32,7 @@ from app.core.config import Config
 from app.core.keys import PREFIX
 from app.web.auth import Members
 
-LIMITED_BLUEPRINTS = frozenset({"tasks", "events", "schedules", "batches"})
+LIMITED_BLUEPRINTS = frozenset({"tasks", "events", "schedules", "batches", "tokens", "output"})
 LIMITER_RETRY_AFTER = "X-Taskport-Limiter-Retry-After"  # never sent: see the module docstring
 
 

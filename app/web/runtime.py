@@ -11,10 +11,11 @@ from redis import Redis
 from app.core.config import Config
 from app.core.connection import connect
 from app.core.results import ResultStore, result_store
-from app.web.auth import Members
+from app.web.auth import OPEN_MEMBER, Members
 from app.web.readiness import Readiness
 from app.web.service import TaskService
 from app.web.streams import Streams
+from app.web.tokens import Tokens
 
 EXTENSION = "taskport"
 
@@ -33,7 +34,8 @@ class Runtime:
         conn = conn if conn is not None else connect(config)
         service = TaskService(conn, config)
         streams = Streams(conn, service.store, config.max_streams_per_member, config.sse_poll)
-        return cls(config, conn, service, Members(config), result_store(config), streams)
+        members = Members(config, Tokens(conn, config, OPEN_MEMBER))
+        return cls(config, conn, service, members, result_store(config), streams)
 
     def readiness(self) -> Readiness:
         """What /readyz reports, read now (raises redis.RedisError while Redis is away)."""

@@ -209,3 +209,21 @@ class HistoryPageSchema(Schema):
 
     tasks = fields.List(fields.Nested(StatusDocumentSchema))
     next_cursor = fields.String(allow_none=True)
+
+
+class TokenRequestSchema(Schema):
+    """The body of ``POST /tasks/{id}/tokens`` and ``POST /batches/{id}/tokens``: none, or ``{"ttl": seconds}``."""
+
+    class Meta:
+        unknown = RAISE
+
+    ttl = fields.Integer(strict=True, validate=validate.Range(min=1, max=86400), load_default=3600, metadata={
+        "description": "seconds the token counts, 1 to 86400 (default 3600)"})
+
+
+class ReadTokenSchema(Schema):
+    """A read token (docs/api.md, Read tokens): send it as ``Authorization: Bearer <token>`` or
+    ``?access_token=<token>``."""
+
+    token = fields.String(metadata={"description": "opaque and URL-safe; starts with tpr."})
+    expires_at = fields.String(metadata={"description": "ISO 8601: after this the token answers 401"})

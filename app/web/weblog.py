@@ -6,7 +6,7 @@ from typing import Any
 
 from gunicorn.glogging import Logger as _GunicornBaseLogger
 
-from app.core.logs import FORMAT, TaskIdFilter, UTCFormatter
+from app.core.logs import FORMAT, RedactTokenFilter, TaskIdFilter, UTCFormatter
 
 LISTENING = "Listening at: %s (%s)"
 
@@ -23,6 +23,7 @@ class GunicornLogger(_GunicornBaseLogger):  # type: ignore[misc]
             for handler in log.handlers:
                 handler.setFormatter(UTCFormatter(FORMAT))
                 handler.addFilter(TaskIdFilter("web"))
+                handler.addFilter(RedactTokenFilter())  # the access log's request line carries ?access_token=
 
     def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
         # With --reuse-port each worker opens its own socket, so gunicorn's arbiter has none to name and

@@ -10,6 +10,8 @@ queues.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -95,6 +97,33 @@ def test_a_take_whose_answer_is_lost_does_not_lose_the_job(client, config, proxy
     # before the claim (RQ's pop): the id was gone with the answer, the task PENDING with no job anywhere
     assert client.get(f"/api/v1/tasks/{task_id}").get_json()["status"] == "COMPLETED"
     assert not any(redis_conn.llen(keys.job_claims(w.decode())) for w in redis_conn.smembers(keys.JOB_CLAIMANTS))
+
+
+def test_a_stop_that_lands_inside_a_take_runs_the_job_taken_and_then_stops(client, redis_conn, monkeypatch):
+    """SIGTERM between the claim and the job's start (here: inside the take's log line, where make test once saw it
+    land). RQ raised StopRequested into whatever ran there; inside a log call logging swallowed it with a
+    traceback and the worker, its job run, then waited on forever (SIGKILLed by its supervisor); outside one, the
+    worker left with the job on its claim list. Now a stop there is a flag: the job taken runs, then RQ's loop
+    ends (a warm stop), with nothing left claimed."""
+    r = client.post("/api/v1/tasks", json={"type": "demo.sleep", "payload": {"seconds": 0, "steps": 1}})
+    task_id = r.get_json()["task_id"]
+    worker = StoppableSimpleWorker(list(QUEUES), connection=redis_conn)
+    real_info = worker.log.info
+
+    def info(msg: str, *args: object, **kwargs: object) -> None:
+        if msg == "Worker %s: %s: %s" and task_id in args:  # the take's line: the job is claimed, not started
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_info(msg, *args, **kwargs)
+
+    monkeypatch.setattr(worker.log, "info", info)
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        worker.work(burst=False, logging_level="WARNING")  # returns only once the stop has ended the worker
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+    assert client.get(f"/api/v1/tasks/{task_id}").get_json()["status"] == "COMPLETED"
+    assert not redis_conn.llen(keys.job_claims(worker.name))
 
 
 def test_workers_stay_rq_workers_listed_on_their_queues_and_take_jobs_when_woken(

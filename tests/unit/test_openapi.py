@@ -112,7 +112,8 @@ def test_sse_and_file_responses_name_their_media_types(spec):
 def test_bodies_come_from_the_schemas(spec):
     schemas = spec["components"]["schemas"]
     submit = spec["paths"]["/api/v1/tasks"]["post"]
-    assert resolve(spec, submit["responses"]["202"])["content"][JSON]["schema"]["$ref"].endswith("/StatusDocument")
+    assert resolve(spec, submit["responses"]["202"])["content"][JSON]["schema"]["$ref"].endswith("/TaskAccepted")
+    assert set(schemas["TaskAccepted"]["properties"]) == {*schemas["StatusDocument"]["properties"], "read_token"}
     assert set(schemas["StatusDocument"]["properties"]) >= {"task_id", "status", "progress", "items", "error", "links"}
     assert set(schemas["Duplicate"]["properties"]) >= {"task_id", "status", "duplicate", "existing"}
     assert set(schemas["Result"]["properties"]) >= {"result", "failures", "error_code", "completed_at"}

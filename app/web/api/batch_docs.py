@@ -59,8 +59,8 @@ def batch_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         202: {**_content(JSON, "accepted: the batch document and its tasks in order", "BatchAccepted"),
               "headers": {"Location": {"description": "path of the batch", "schema": {"type": "string"}}},
               "links": LINKS},
-        400: "BadRequest", 403: _content(PROBLEM_JSON, "a task's `priority: high` from a key not granted it",
-                                         "Problem"),
+        400: "BadRequest", 403: _content(PROBLEM_JSON, "a task's `priority: high` from a key not granted it; or a "
+                                         "read token (`insufficient_scope`)", "Problem"),
         413: "PayloadTooLarge", 415: "UnsupportedMediaType",
         422: _content(PROBLEM_JSON, "a task (or `then`, or `callback`) failed validation, each field named by its "
                                     "task's index (`tasks.3.payload...`): nothing was stored", "Problem"),

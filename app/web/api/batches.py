@@ -81,6 +81,11 @@ def submit() -> Response:
     created, queued = _service().create(member, subs, then, callback_url)
     doc = batch_document(created.batch, now)
     doc["tasks"] = [{"task_id": e.task_id, "status": e.status, "duplicate": e.duplicate} for e in created.entries]
+    if data["read_token"]:
+        from app.web.api.tokens import read_token  # here: that module imports this one
+        from app.web.tokens import BATCH
+
+        doc["read_token"] = read_token(BATCH, created.batch.id, now=now)
     headers = {"Location": batch_path(created.batch.id)}
     unserved = [queue for queue in sorted(queued) if rt.service.unserved(queue, batch_id=created.batch.id)]
     if unserved:

@@ -55,7 +55,9 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 }
 DESCRIPTION = """Submit long-running work, then poll its status, stream its progress (SSE), fetch its result
 or cancel it. Errors are RFC 9457 problem details (`application/problem+json`). Timestamps are ISO 8601 UTC.
-Authentication is `Authorization: Bearer <api key>`; with no keys configured the service runs in open mode."""
+Authentication is `Authorization: Bearer <api key>`; with no keys configured the service runs in open mode.
+A read token (`POST /tasks/{id}/tokens`) reads one task, or one batch and its tasks, as `Authorization: Bearer
+<token>` or `?access_token=<token>`."""
 
 
 def sse_event(event: str, document: str, of: str) -> dict[str, Any]:
@@ -70,6 +72,7 @@ def sse_event(event: str, document: str, of: str) -> dict[str, Any]:
 
 SSE_EVENT = sse_event("status", "StatusDocument", "task")
 
+TASK_SUBMIT, TASK_ACCEPTED = "TaskSubmitRequest", "TaskAccepted"  # POST /tasks' own: with read_token (token_docs)
 UI_PATH = "/docs"
 OPENAPI_PATH = "/openapi.json"
 
@@ -146,9 +149,11 @@ def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
     _task_paths(spec, security)
     from app.web.api.batch_docs import batch_paths  # here: those modules build on this one's helpers
     from app.web.api.schedule_docs import schedule_paths
+    from app.web.api.token_docs import token_paths
 
     schedule_paths(spec, security)
     batch_paths(spec, security)
+    token_paths(spec, security)
     _other_paths(spec, operator)
     return spec
 
@@ -169,7 +174,9 @@ def _components(spec: APISpec) -> None:
                                    "description": "a task id; any other string answers 404"})
     for name, code, text, body in (
         ("BadRequest", 400, "the body is not JSON or not a JSON object", "Problem"),
-        ("Unauthorized", 401, "missing or unknown API key", "Problem"),
+        ("Unauthorized", 401, "missing or unknown API key; or a read token that does not count (expired, altered, its "
+                              "key removed, the secret rotated): `WWW-Authenticate: Bearer error=\"invalid_token\"`",
+         "Problem"),
         ("NotFound", 404, "task not found or expired (unknown, someone else's or gone)", "Problem"),
         ("TaskConflict", 409, "the task's state does not allow this", "TaskConflict"),
         ("PayloadTooLarge", 413, "the body is over TASKPORT_MAX_BODY bytes (with or without a Content-Length). "
@@ -282,7 +289,7 @@ def _submit_body() -> dict[str, Any]:
         examples[task_type] = {"summary": task_type,
                                "value": {"type": task_type, "payload": example_payload(task_type, proc.schema)}}
     return {"required": True, "description": "at most TASKPORT_MAX_BODY bytes (413 past it)",
-            "content": {JSON: {"schema": typed_body("SubmitRequest"), "examples": examples}}}
+            "content": {JSON: {"schema": typed_body(TASK_SUBMIT), "examples": examples}}}
 
 
 def _op(summary: str, responses: dict[str | int, Any], security: list[dict[str, list[str]]] | None = None,
@@ -291,6 +298,7 @@ def _op(summary: str, responses: dict[str | int, Any], security: list[dict[str, 
     if security is not None:
         op["security"] = security
         op["responses"].setdefault("401", "Unauthorized")
+        op["responses"].setdefault("403", "InsufficientScope")  # a read token outside its scope (token_docs)
         op["responses"].setdefault("429", "TooManyRequests")
         op["responses"].setdefault("503", "Unavailable")
         op["responses"].setdefault("500", "InternalError")
@@ -324,9 +332,11 @@ RESULT_LINKS = {"file": {"operationId": "getResultFile", "parameters": {
 
 def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     submit = _op("Submit a task", {
-        202: {**_content(JSON, "accepted: the status document (PENDING)", "StatusDocument", True),
+        202: {**_content(JSON, "accepted: the status document (PENDING), with `read_token` when asked", TASK_ACCEPTED,
+                         True),
               "headers": {"Location": "Location", "Retry-After": "RetryAfter"}, "links": SUBMIT_LINKS},
-        403: _content(PROBLEM_JSON, "`priority: high` from an API key not granted it (key:member:high)", "Problem"),
+        403: _content(PROBLEM_JSON, "`priority: high` from an API key not granted it (key:member:high); or a read "
+                                    "token (`insufficient_scope`: a token only reads)", "Problem"),
         409: {**_content(PROBLEM_JSON, "duplicate: the dedup key is held by another task", "Duplicate"),
               "headers": {"Location": "Location", "X-Task-Deduplicated": {"schema": {"type": "string",
                                                                                       "enum": ["true"]}}}},

@@ -53,6 +53,7 @@ def submit() -> Response:
     rt = runtime()
     member = rt.members.current()
     body = _json_body()
+    wants_token = _wants_read_token(body)
     now = now_ms()
     sub = load_submission(body, rt.members, rt.config, now)
     dedup_key = _dedup_key(sub.dedup_key)
@@ -61,7 +62,13 @@ def submit() -> Response:
     location = {"Location": task_path(outcome.task_id)}
     if outcome.created:
         assert outcome.task is not None
-        return json_response(status_document(outcome.task, now), 202, _accepted(outcome.task, now))
+        doc = status_document(outcome.task, now)
+        if wants_token:
+            from app.web.api.tokens import read_token  # here: that module builds on this one
+            from app.web.tokens import TASK
+
+            doc["read_token"] = read_token(TASK, outcome.task_id, now=now)
+        return json_response(doc, 202, _accepted(outcome.task, now))
     if outcome.task is not None and _key_reused_for_another_request(outcome.task, sub.type, sub.payload):
         raise ValidationFailed({IDEMPOTENCY_KEY: ["Used within the deduplication window for a different request."]},
                                "this Idempotency-Key was used for a request with another type or payload")
@@ -69,6 +76,18 @@ def submit() -> Response:
     message = "an identical task was submitted within the deduplication window"
     raise Duplicate(message, headers={**location, "X-Task-Deduplicated": "true"}, task_id=outcome.task_id,
                     status=TaskStatus.DUPLICATE, duplicate=True, message=message, existing=existing)
+
+
+def _wants_read_token(body: dict[str, Any]) -> bool:
+    """The submit's ``read_token`` (taken out of the body: it asks for a token, it is no part of the task); 422
+    unless a boolean. A batch's tasks take none: the batch's own ``read_token`` covers them."""
+    wanted = body.pop(READ_TOKEN, False)
+    if not isinstance(wanted, bool):
+        raise ValidationFailed({READ_TOKEN: ["Not a valid boolean."]})
+    return wanted
+
+
+READ_TOKEN = "read_token"
 
 
 def _accepted(task: Task, now: int) -> dict[str, str]:
