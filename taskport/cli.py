@@ -98,7 +98,8 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("submit", parents=[common, waiting], help="submit a task (and --wait for it)")
     p.add_argument("type", help="the task type, e.g. orders.split")
     p.add_argument("--payload", default="{}", help="the payload: JSON text, or @FILE to read it from a file")
-    p.add_argument("--wait", action="store_true", help="follow the task with a progress bar until it ends")
+    p.add_argument("--wait", action="store_true",
+                   help="follow the task with a progress bar (and its output lines) until it ends")
     p.add_argument("--idempotency-key", metavar="K", help="dedup key: a repeat within the window is a duplicate")
     p.add_argument("--priority", choices=QUEUES, help="queue (default: the type's own)")
     later = p.add_mutually_exclusive_group()
@@ -336,10 +337,12 @@ def _operator_post(url: str, user: str, password: str, path: str) -> dict[str, A
 
 
 def _follow(client: Client, task_id: str, args: argparse.Namespace, err: Console) -> int:
-    """Follow the task (a progress bar on stderr unless --json), then print its outcome."""
+    """Follow the task (a progress bar on stderr, the task's output lines with it, unless --json), then print its
+    outcome."""
     from taskport import render
 
-    follow = client.follow(task_id, timeout=args.timeout, max_attempts=args.max_attempts)
+    on_output = None if args.json else lambda line: render.output_line(line, err)  # the task's output, as it comes
+    follow = client.follow(task_id, timeout=args.timeout, max_attempts=args.max_attempts, on_output=on_output)
     last = _last(follow) if args.json else render.progress(follow, err)
     assert last is not None  # follow yields at least one document or raises
     if last["status"] != TaskStatus.COMPLETED:

@@ -11,6 +11,12 @@
         else:
             if done["error_code"] == 10001: ...                # partial failure, see docs/api.md
 
+A backend that holds the key can hand a frontend (or another program) a read token for one task instead:
+
+    token = tp.read_token(task["task_id"], ttl=600)["token"]      # or submit(..., read_token=True)
+    with Client("http://127.0.0.1:8000", token=token) as reader:  # may read that task, and nothing else
+        reader.wait(task["task_id"], on_output=lambda line: print(line["text"]))
+
 Documents are returned as the plain JSON dicts of docs/api.md (status document, result document).
 Errors are the typed exceptions of :mod:`taskport.errors`. The schedule and batch calls are mixed in from
 modules of their own (:mod:`taskport.schedules`, :mod:`taskport.batches`).
@@ -48,6 +54,7 @@ from taskport.errors import (
     StillRunning,
     StreamFailed,
     TaskExpired,
+    TaskportError,
     Unavailable,
     problem_class,
 )
@@ -61,27 +68,35 @@ DEFAULT_POLL = 1.0  # seconds between polls when the service gives no Retry-Afte
 STREAM_READ_TIMEOUT = 45.0
 STREAM_RECONNECTS = 3  # consecutive failed (re)connections before the stream is given up
 HISTORY_PAGE = 50
+OUTPUT_EVENT = "output"  # the event of a task's stream that carries one line of its output
+OUTPUT_PAGE = 1000  # lines per GET /tasks/{id}/output: the service's largest page
 
 
 @dataclass(frozen=True)
 class Event:
-    """One event of a stream (``status`` of a task's, ``batch`` of a batch's): its ``id`` (the write sequence)
-    and the document."""
+    """One event of a stream (``status`` of a task's, ``batch`` of a batch's, and ``output`` when asked for):
+    its ``id`` (what ``Last-Event-ID`` resumes from: the write sequence, a number, or an opaque text once a
+    task has output), the document (of an ``output`` event, the line ``{"id", "at", "text"}``) and its
+    ``event``."""
 
-    id: int | None
+    id: int | str | None
     doc: Doc
+    event: str = "status"
 
 
 class Client(BatchCalls, ScheduleCalls):
     """A session with one taskport service. ``url`` and ``api_key`` default to ``TASKPORT_URL`` and
     ``TASKPORT_API_KEY`` (see :mod:`taskport.settings`); ``timeout`` bounds each ordinary request.
-    Close it, or use it as a context manager."""
+    ``token``: a read token (:meth:`read_token`) sent instead of any key, for a program that may only read
+    one task (or one batch): its status, events, result, file and output. Close it, or use it as a context
+    manager."""
 
     def __init__(
         self,
         url: str | None = None,
         api_key: str | None = None,
         *,
+        token: str | None = None,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -94,8 +109,9 @@ class Client(BatchCalls, ScheduleCalls):
         self._sleep = sleep
         self._clock = clock
         headers = {"Accept": "application/json", "User-Agent": "taskport-client"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        credential = token or api_key  # a token given is what this session may do, whatever the key
+        if credential:
+            headers["Authorization"] = f"Bearer {credential}"
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
     def __enter__(self) -> Client:
@@ -111,7 +127,8 @@ class Client(BatchCalls, ScheduleCalls):
 
     def submit(self, type: str, payload: dict[str, Any] | None = None, *, idempotency_key: str | None = None,
                priority: str | None = None, run_at: str | datetime | None = None, delay: float | None = None,
-               after: Sequence[str] | None = None, callback: Callback | None = None) -> Doc:
+               after: Sequence[str] | None = None, callback: Callback | None = None,
+               read_token: bool = False) -> Doc:
         """Submit a task; returns its status document (PENDING). A duplicate within the dedup window
         raises :class:`DuplicateTask`, whose ``existing`` is the earlier task's status document.
 
@@ -120,7 +137,8 @@ class Client(BatchCalls, ScheduleCalls):
         with ``waiting_for`` until then, FAILED -6 if one of them ends otherwise. ``callback``: a URL, or
         ``{"url": ..., "events": [...]}``, the service POSTs the status document to (signed) when the task
         ends in one of ``events`` (default all four terminal statuses); a URL it may not call is
-        :class:`InvalidRequest` naming ``callback.url``."""
+        :class:`InvalidRequest` naming ``callback.url``. ``read_token``: the answer also carries
+        ``read_token`` (``{"token", "expires_at"}``, as :meth:`read_token` makes) to hand a frontend."""
         body: dict[str, Any] = {"type": type, "payload": payload if payload is not None else {}}
         if priority:
             body["priority"] = priority
@@ -132,6 +150,8 @@ class Client(BatchCalls, ScheduleCalls):
             body["after"] = list(after)
         if callback is not None:
             body["callback"] = callback_body(callback)
+        if read_token:
+            body["read_token"] = True
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         response = self._request("POST", f"{API}/tasks", json=body, headers=headers)
         if response.status_code == 202:
@@ -175,6 +195,37 @@ class Client(BatchCalls, ScheduleCalls):
                 raise
         return target
 
+    def output(self, task_id: str, after: str | None = None, *, limit: int | None = None) -> Doc:
+        """One page of the task's output lines, oldest first: ``{"lines": [{"id", "at", "text"}], "next"}``,
+        the lines after the line ``after`` (an id from an earlier page; None: from the first). Pass ``next``
+        back as ``after``; it is None once the task has ended and every line was served."""
+        params: dict[str, Any] = {}
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        response = self._request("GET", _task_path(task_id, "/output"), params=params)
+        if response.status_code == 200:
+            return _json(response)
+        if response.status_code == 410:
+            raise TaskExpired(task_id, _json(response))
+        self._raise(response)
+
+    def read_token(self, task_id: str, ttl: int | None = None) -> Doc:
+        """A read token for the task: ``{"token", "expires_at"}``, valid ``ttl`` seconds (1 to 86,400; the
+        service's default 3,600). Whoever holds it may read that task (status, events, result, file, output)
+        and nothing else: hand it to a page instead of the key. An EXPIRED task raises :class:`TaskExpired`."""
+        response = self._request("POST", _task_path(task_id, "/tokens"), json=_ttl_body(ttl))
+        if response.status_code == 410:
+            raise TaskExpired(task_id, _json(response))
+        return self._created(response)
+
+    def batch_read_token(self, batch_id: str, ttl: int | None = None) -> Doc:
+        """A read token for the batch, as :meth:`read_token`: it reads the batch document, its tasks, its events,
+        and every document of its tasks."""
+        path = f"{API}/batches/{quote(str(batch_id), safe='')}/tokens"
+        return self._created(self._request("POST", path, json=_ttl_body(ttl)))
+
     def cancel(self, task_id: str) -> None:
         """Cancel a PENDING or PROCESSING task. An ended task raises :class:`Conflict` (``task_status``)."""
         response = self._request("DELETE", _task_path(task_id))
@@ -211,38 +262,46 @@ class Client(BatchCalls, ScheduleCalls):
 
     # -- following a task -------------------------------------------------------------------------
 
-    def events(self, task_id: str, last_event_id: int | None = None, *,
-               reconnects: int = STREAM_RECONNECTS) -> Iterator[Event]:
+    def events(self, task_id: str, last_event_id: int | str | None = None, *,
+               reconnects: int = STREAM_RECONNECTS, output: bool = False) -> Iterator[Event]:
         """The task's Server-Sent Events, until its terminal (or EXPIRED) event.
 
         A dropped connection is reopened with ``Last-Event-ID`` (the id of the last event received), so
         the service sends only what changed since; after ``reconnects`` consecutive failures
-        :class:`StreamFailed` is raised. An expired task yields its EXPIRED document once.
+        :class:`StreamFailed` is raised. An expired task yields its EXPIRED document once. With ``output``
+        the task's output lines come too, as events ``output`` (the line as ``doc``).
         """
-        yield from self._stream(_task_stream(task_id), last_event_id, reconnects, None, lambda: None)
+        yield from self._stream(_task_stream(task_id, output), last_event_id, reconnects, None, lambda: None)
 
     def follow(self, task_id: str, *, timeout: float | None = None, max_attempts: int | None = None,
-               sse: bool = True) -> Iterator[Doc]:
+               sse: bool = True, on_output: Callable[[Doc], None] | None = None) -> Iterator[Doc]:
         """Status documents of the task as it changes, ending with its terminal one.
 
         The event stream first (when ``sse``); if it cannot be opened or keeps failing, polling that
         waits as the service's ``Retry-After`` says. Every poll and every stream connection is an
         attempt; after ``max_attempts`` attempts, or ``timeout`` seconds, :class:`StillRunning` is
         raised: the task may still finish, check later. With neither limit it follows to the end.
+
+        ``on_output`` sees each line of the task's output once, in order (``{"id", "at", "text"}``): from
+        the stream as they come, read from :meth:`output` after each poll, and the rest before the
+        terminal document is yielded.
         """
-        yield from self._follow(_task_stream(task_id), lambda: self._status(task_id), timeout=timeout,
-                                max_attempts=max_attempts, sse=sse)
+        lines = None if on_output is None else _Output(lambda after: self.output(task_id, after), on_output)
+        yield from self._follow(_task_stream(task_id, lines is not None), lambda: self._status(task_id),
+                                timeout=timeout, max_attempts=max_attempts, sse=sse, lines=lines)
 
     def wait(self, task_id: str, *, timeout: float | None = None, max_attempts: int | None = None,
-             sse: bool = False, on_update: Callable[[Doc], None] | None = None) -> Doc:
+             sse: bool = False, on_update: Callable[[Doc], None] | None = None,
+             on_output: Callable[[Doc], None] | None = None) -> Doc:
         """Wait for the task to end and return its result document (as :meth:`result`).
 
-        Polls (honouring ``Retry-After``) unless ``sse``; ``on_update`` sees every status document.
+        Polls (honouring ``Retry-After``) unless ``sse``; ``on_update`` sees every status document, and
+        ``on_output`` every output line (as :meth:`follow`).
         Raises :class:`TaskFailed` (``code``: the business or service code), :class:`TaskCancelled`,
         :class:`TaskExpired`, or :class:`StillRunning` when ``timeout``/``max_attempts`` ran out.
         """
         last: Doc = {}
-        for doc in self.follow(task_id, timeout=timeout, max_attempts=max_attempts, sse=sse):
+        for doc in self.follow(task_id, timeout=timeout, max_attempts=max_attempts, sse=sse, on_output=on_output):
             last = doc
             if on_update is not None:
                 on_update(doc)
@@ -253,14 +312,20 @@ class Client(BatchCalls, ScheduleCalls):
     # -- internals --------------------------------------------------------------------------------
 
     def _follow(self, stream: Stream, read: Callable[[], tuple[Doc, float | None]], *, timeout: float | None,
-                max_attempts: int | None, sse: bool) -> Iterator[Doc]:
-        """What :meth:`follow` does, for any stream (a task's, a batch's): ``read`` is its one status read."""
+                max_attempts: int | None, sse: bool, lines: _Output | None = None) -> Iterator[Doc]:
+        """What :meth:`follow` does, for any stream (a task's, a batch's): ``read`` is its one status read,
+        ``lines`` the output lines to hand on (a task's, when asked for)."""
         stop_at = None if timeout is None else self._clock() + timeout
         watch = _Watch(stream.id, max_attempts, stop_at, self._clock, stream.kind)
         if sse:
             try:
                 for event in self._stream(stream, None, STREAM_RECONNECTS, stop_at, watch.attempt):
+                    if event.event == OUTPUT_EVENT and lines is not None:
+                        lines.line(event.doc)
+                        continue
                     watch.last = event.doc
+                    if stream.ends(event.doc) and lines is not None:
+                        lines.catch_up(event.doc)
                     yield event.doc
                     if stream.ends(event.doc):
                         return
@@ -268,9 +333,10 @@ class Client(BatchCalls, ScheduleCalls):
             except StreamFailed:
                 pass  # fall back to polling below
             watch.check_time()
-        yield from self._poll(stream, read, watch)
+        yield from self._poll(stream, read, watch, lines)
 
-    def _poll(self, stream: Stream, read: Callable[[], tuple[Doc, float | None]], watch: _Watch) -> Iterator[Doc]:
+    def _poll(self, stream: Stream, read: Callable[[], tuple[Doc, float | None]], watch: _Watch,
+              lines: _Output | None = None) -> Iterator[Doc]:
         while True:
             watch.attempt()
             try:
@@ -279,6 +345,8 @@ class Client(BatchCalls, ScheduleCalls):
                 retry_after = exc.retry_after
             else:
                 watch.last = doc
+                if lines is not None:
+                    lines.catch_up(doc if stream.ends(doc) else None)
                 yield doc
                 if stream.ends(doc):
                     return
@@ -286,7 +354,7 @@ class Client(BatchCalls, ScheduleCalls):
             self._sleep(watch.clamp(retry_after or DEFAULT_POLL))
             watch.check_time()
 
-    def _stream(self, stream: Stream, last_id: int | None, reconnects: int, stop_at: float | None,
+    def _stream(self, stream: Stream, last_id: int | str | None, reconnects: int, stop_at: float | None,
                 before_connect: Callable[[], None]) -> Iterator[Event]:
         """The events of ``stream`` until its last document, reopened with ``Last-Event-ID`` after a drop."""
         failures = 0
@@ -297,7 +365,7 @@ class Client(BatchCalls, ScheduleCalls):
                     failures = 0
                     last_id = event.id if event.id is not None else last_id
                     yield event
-                    if stream.ends(event.doc):
+                    if event.event == stream.event and stream.ends(event.doc):
                         return
                 reason = f"the stream ended before the {stream.kind} did"
                 delay = 0.0
@@ -312,7 +380,12 @@ class Client(BatchCalls, ScheduleCalls):
                 raise StreamFailed(f"event stream of {stream.kind} {stream.id}: {reason}")
             self._sleep(min(delay or 0.2 * failures, _remaining(stop_at, self._clock)))
 
-    def _connection(self, stream: Stream, last_id: int | None, stop_at: float | None) -> Iterator[Event]:
+    def _created(self, response: httpx.Response) -> Doc:
+        if response.status_code == 201:
+            return _json(response)
+        self._raise(response)
+
+    def _connection(self, stream: Stream, last_id: int | str | None, stop_at: float | None) -> Iterator[Event]:
         headers = {} if last_id is None else {"Last-Event-ID": str(last_id)}
         read = min(STREAM_READ_TIMEOUT, max(0.01, _remaining(stop_at, self._clock)))
         timeout = httpx.Timeout(self.timeout, read=read)
@@ -326,8 +399,8 @@ class Client(BatchCalls, ScheduleCalls):
                 response.read()
                 self._raise(response)
             for sse in source.iter_sse():
-                if sse.event == stream.event:
-                    yield Event(int(sse.id) if sse.id.isdigit() else None, json.loads(sse.data))
+                if sse.event == stream.event or (stream.output and sse.event == OUTPUT_EVENT):
+                    yield Event(_event_id(sse.id), json.loads(sse.data), sse.event)
 
     def _status(self, task_id: str) -> tuple[Doc, float | None]:
         response = self._request("GET", _task_path(task_id))
@@ -373,10 +446,45 @@ class Stream:
     path: str
     event: str
     ends: Callable[[Doc], bool]
+    output: bool = False  # its ``output`` events are wanted too
 
 
-def _task_stream(task_id: str) -> Stream:
-    return Stream("task", task_id, _task_path(task_id, "/events"), "status", lambda doc: doc["status"] in TERMINAL)
+def _task_stream(task_id: str, output: bool = False) -> Stream:
+    return Stream("task", task_id, _task_path(task_id, "/events"), "status", lambda doc: doc["status"] in TERMINAL,
+                  output)
+
+
+class _Output:
+    """The output lines of one :meth:`Client.follow`: each handed to ``on_line`` once, in order, whether the
+    stream brought it or a page of ``read(after)`` (GET /tasks/{id}/output) did. Output never decides how a
+    follow ends: a page that cannot be read is left to the next poll, or, once the task ended, dropped."""
+
+    def __init__(self, read: Callable[[str | None], Doc], on_line: Callable[[Doc], None]) -> None:
+        self.read = read
+        self.on_line = on_line
+        self.after: str | None = None  # the id of the last line handed on
+
+    def line(self, line: Doc) -> None:
+        if line["id"] == self.after:
+            return  # the same line again (a stream resumed at it)
+        self.after = line["id"]
+        self.on_line(line)
+
+    def catch_up(self, ended: Doc | None) -> None:
+        """The lines not yet handed on: while the task runs, full page after full page; once it has ended
+        (``ended``, its terminal document), every page up to ``next: null`` (none for an EXPIRED task: its
+        output went with it)."""
+        if ended is not None and ended["status"] == TaskStatus.EXPIRED:
+            return
+        while True:
+            try:
+                page = self.read(self.after)
+            except TaskportError:
+                return
+            for line in page["lines"]:
+                self.line(line)
+            if page["next"] is None or not page["lines"] or (ended is None and len(page["lines"]) < OUTPUT_PAGE):
+                return
 
 
 class _Watch:
@@ -409,6 +517,17 @@ class _Watch:
 
     def clamp(self, delay: float) -> float:
         return min(delay, _remaining(self.stop_at, self.clock))
+
+
+def _event_id(raw: str) -> int | str | None:
+    """An event's id as ``Last-Event-ID`` sends it back: a number (a status write's sequence), else the text."""
+    if not raw:
+        return None
+    return int(raw) if raw.isascii() and raw.isdigit() else raw
+
+
+def _ttl_body(ttl: int | None) -> dict[str, Any] | None:
+    return None if ttl is None else {"ttl": ttl}
 
 
 def _remaining(stop_at: float | None, clock: Callable[[], float]) -> float:

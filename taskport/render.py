@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -44,9 +45,31 @@ def resumed(doc: Doc) -> str:
     return f"{times} time{'' if times == 1 else 's'} from a checkpoint"
 
 
+def queued(doc: Doc) -> str:
+    """``queued: 3 ahead, starts ~12:01:05`` (local time) for a PENDING task in its queue, ``queued: next`` when
+    none is ahead, no time until the queue has a measured rate; an empty string for any other document."""
+    place = doc.get("queue") if doc.get("status") == TaskStatus.PENDING else None
+    if not place:
+        return ""
+    position = place.get("position") or 0
+    text = f"queued: {position} ahead" if position else "queued: next"
+    start = place.get("estimated_start")
+    if start:
+        text += f", starts ~{datetime.fromisoformat(start.replace('Z', '+00:00')).astimezone():%H:%M:%S}"
+    return text
+
+
 def progress(docs: Iterable[Doc], console: Console) -> Doc | None:
-    """Show a live bar (percent, status, item counts, message) while ``docs`` come; return the last."""
-    return _bar(docs, console, TaskStatus.PENDING.value, lambda doc: (counts(doc), doc.get("message") or ""))
+    """Show a live bar (percent, status, item counts, and the message, or the place in line while the task
+    waits in its queue) while ``docs`` come; return the last."""
+    return _bar(docs, console, TaskStatus.PENDING.value,
+                lambda doc: (counts(doc), queued(doc) or doc.get("message") or ""))
+
+
+def output_line(line: Doc, console: Console) -> None:
+    """One line of a task's output, as the processor wrote it: above a live bar on a terminal (rich keeps the bar
+    last), as it comes in a pipe."""
+    console.print(line["text"], markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 def batch_progress(docs: Iterable[Doc], console: Console) -> Doc | None:
@@ -74,6 +97,7 @@ def status(doc: Doc, console: Console | None = None) -> None:
     rows = [("task", doc["task_id"]), ("type", doc["type"]), ("status", doc["status"]),
             ("progress", f"{doc['progress']}%"), ("message", doc.get("message") or ""), ("items", counts(doc)),
             ("error", f"{error['code']}: {error['message']}" if error else ""), ("resumed", resumed(doc)),
+            ("queue", queued(doc).removeprefix("queued: ")),
             ("created", doc.get("created_at") or ""), ("updated", doc.get("updated_at") or ""),
             ("expires", doc.get("expires_at") or "")]
     for name, value in rows:

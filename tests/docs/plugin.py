@@ -8,7 +8,8 @@ harness's ``Up``, as ``up_factory`` starts them):
 
 - ``docs_stack`` for the walkthrough, the clients page and README: a plain `make up`, plus a callback secret
   for the member ``public`` and ``TASKPORT_CALLBACK_ALLOW_HOSTS=127.0.0.1``, so a receiver on loopback can be
-  called back (the walkthrough says so where it starts one);
+  called back (the walkthrough says so where it starts one), and ``TASKPORT_CORS_ORIGINS`` listing the
+  frontend origin of the clients page (``FRONTEND_ORIGIN``: it says so);
 - ``processors_stack`` for the processor guide, started as that page says: ``PYTHONPATH=$PWD/src
   TASKPORT_PROCESSORS=mypkg.tasks``, with the guide's own module written to ``src/mypkg/tasks.py``.
 
@@ -42,6 +43,7 @@ PAGES = {"docs/walkthrough.md": "docs_stack", "docs/clients.md": "docs_stack",
          "docs/processors.md": "processors_stack", "README.md": "docs_stack"}
 BLOCK_TIMEOUT = 150.0  # the longest block waits for a once-a-minute schedule to fire
 COLUMNS = "150"
+FRONTEND_ORIGIN = "http://localhost:3000"  # the origin of docs/clients.md's "A frontend on its own origin"
 START_TIMEOUT = 90.0
 
 
@@ -83,7 +85,7 @@ def reader_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def docs_stack(reader_dir: Path) -> Iterator[DocStack]:
-    yield from _start(reader_dir, "docs-stack")
+    yield from _start(reader_dir, "docs-stack", TASKPORT_CORS_ORIGINS=FRONTEND_ORIGIN)
 
 
 @pytest.fixture(scope="session")

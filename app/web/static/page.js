@@ -12,11 +12,13 @@ import { localTime, tick, timeOf } from "/static/times.mjs";
 const BILL_UNPAID = 10001;
 const RERUNNABLE = ["FAILED", "CANCELLED"]; // a task in these statuses can run again (POST /tasks/{id}/retry)
 const HISTORY_PAGE = 10;
+const OUTPUT_SHOWN = 500; // output lines kept on the page (the oldest go first); the API keeps up to 10,000
 const $ = (id) => document.getElementById(id);
 const examples = new Map();
 let watcher = null; // the current watchTask handle
 let current = null; // the last status document shown
 let announced = { status: null, decile: -1 };
+let outputCount = 0; // output lines of the watched task received so far
 const pages = { cursors: [null], index: 0 };
 const rowDocs = new WeakMap(); // history row -> the latest status document it shows
 
@@ -108,6 +110,27 @@ function resetTaskView() {
   const link = $("download");
   if (link.href.startsWith("blob:")) URL.revokeObjectURL(link.href);
   announced = { status: null, decile: -1 };
+  $("output").replaceChildren();
+  $("output-box").hidden = true;
+  outputCount = 0;
+}
+
+// One line of the task's output, at the end of the list; the list keeps the newest OUTPUT_SHOWN and stays
+// scrolled to the end unless the reader scrolled up to read.
+function showOutput(line) {
+  const list = $("output");
+  const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 8;
+  const item = document.createElement("li");
+  item.textContent = line.text;
+  item.title = line.at;
+  item.dataset.id = line.id;
+  list.append(item);
+  while (list.childElementCount > OUTPUT_SHOWN) list.firstElementChild.remove();
+  outputCount += 1;
+  $("output-count").textContent = outputCount > OUTPUT_SHOWN ? `(the last ${OUTPUT_SHOWN} of ${outputCount} lines)`
+    : `(${outputCount} line${outputCount === 1 ? "" : "s"})`;
+  $("output-box").hidden = false;
+  if (atEnd) list.scrollTop = list.scrollHeight;
 }
 
 function watch(doc) {
@@ -119,6 +142,10 @@ function watch(doc) {
   $("task-title").scrollIntoView({ block: "nearest" });
   watcher = watchTask(doc.task_id, {
     onProgress: render,
+    onOutput: showOutput,
+    onQueued: (queue) => { // a fresher place than the stream's first document (render shows each document's)
+      if (current && current.status === "PENDING") $("queue-place").replaceChildren(...placeInLine(queue));
+    },
     onMode: (mode) => {
       $("mode").textContent = mode === "stream" ? "live (event stream)" : "polling (as Retry-After says)";
       $("mode").dataset.mode = mode;
@@ -202,6 +229,8 @@ function showWaiting(doc) {
   const ids = entries.filter((entry) => !isReason(entry));
   const reasons = entries.filter(isReason);
   $("runs-at").replaceChildren(...(runAt ? ["runs at ", timeOf(doc.run_at)] : []));
+  const queue = pending && doc.queue; // in its queue: its place in line, and when it should start
+  $("queue-place").replaceChildren(...(queue ? placeInLine(queue) : []));
   if (waitsForBatch(doc)) {
     $("waiting-for").replaceChildren("waiting for its batch: ", batchButton(doc.batch_id));
   } else {
@@ -209,8 +238,17 @@ function showWaiting(doc) {
     $("waiting-for").replaceChildren(...(ids.length ? [waitingCount(ids)] : []), ...links,
                                      ...reasons.map((reason, i) => (ids.length || i ? "; " : "") + reason));
   }
-  $("waiting").hidden = !runAt && !entries.length;
+  $("waiting").hidden = !runAt && !entries.length && !queue;
 }
+
+// "3 tasks ahead, starts 7 Dec 2026, 12:01:05 (in 40 s)": position counts the tasks that start before it;
+// the estimate is null until its queue has a measured rate.
+function placeInLine(queue) {
+  const start = queue.estimated_start ? [", starts ", timeOf(queue.estimated_start)] : [];
+  return [aheadText(queue.position), ...start];
+}
+
+const aheadText = (n) => (n === 0 ? "next in line" : `${n} task${n === 1 ? "" : "s"} ahead`);
 
 // An entry of `waiting_for` that is a reason, not a task id: a concurrency limit's ("concurrency: <type> <key>
 // <value> 2/2", docs/api.md#limits), shown as it is.
@@ -225,6 +263,7 @@ const waitingCount = (ids) => `waiting for ${ids.length} task${ids.length === 1 
 function statusLine(doc) {
   if (doc.status !== "PENDING") return doc.status;
   if (doc.run_at) return doc.status + " · " + runsAt(doc.run_at);
+  if (doc.queue) return doc.status + " · " + aheadText(doc.queue.position);
   if (waitsForBatch(doc)) return doc.status + " · waiting for its batch";
   const reason = (doc.waiting_for || []).find(isReason);
   if (reason) return doc.status + " · " + reason;

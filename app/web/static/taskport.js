@@ -6,10 +6,16 @@
  *                      (taskport.mjs re-exports this file; `import "/static/taskport.js"` also works)
  *
  * watchTask follows a task over its event stream, read with fetch() so the API key can be sent as an
- * Authorization header (EventSource cannot send headers); if the stream cannot be opened it polls the
- * status, waiting as the service's Retry-After says, for at most `maxAttempts` reads and `deadline` ms.
- * When the limit is reached the outcome is "still running: check the history later", not an error.
- * watchBatch follows a batch (submitBatch) the same way until it is DONE.
+ * Authorization header (EventSource cannot send headers); with a read token (`token`, minted by a backend
+ * that holds the key) it opens an EventSource whose URL carries it as `?access_token=` (RFC 6750). If the
+ * stream cannot be opened it polls the status, waiting as the service's Retry-After says, for at most
+ * `maxAttempts` reads and `deadline` ms. When the limit is reached the outcome is "still running: check the
+ * history later", not an error. It also hands on the task's output lines (`onOutput`) and its place in line
+ * while it waits (`onQueued`). watchBatch follows a batch (submitBatch) the same way until it is DONE.
+ *
+ * Cross-origin: `configure({baseUrl: "https://tasks.example.com", token})` from a page on another origin
+ * that the service lists in TASKPORT_CORS_ORIGINS. Requests carry no cookies; the token or key travels in
+ * the Authorization header (or the stream's query), never in a credential mode.
  * Problem+json answers become TaskportError objects (status, type, title, detail, errors).
  * Docs: docs/clients.md.
  */
@@ -26,7 +32,12 @@
   });
   const BATCH_DONE = "DONE"; // a batch's status once none of its tasks is PENDING or PROCESSING (else RUNNING)
   const STREAM_RECONNECTS = 3; // a stream that dropped is reopened (with Last-Event-ID) this many times
-  const defaults = { baseUrl: "", apiKey: "", fetch: null };
+  const defaults = { baseUrl: "", apiKey: "", token: "", fetch: null };
+  const OUTPUT_PAGE = 1000; // lines per GET /tasks/{id}/output, the service's largest page
+  // A stream carries a waiting task's place in line in its first document only (tasks ahead of it starting are
+  // no change of its own): while it shows the task queued, onQueued gets a fresh place from a status read this
+  // often.
+  const QUEUE_REFRESH = 5000;
 
   /** An error answer of the service (RFC 9457 problem details), or status 0 when there was no answer. */
   class TaskportError extends Error {
@@ -49,7 +60,8 @@
     }
   }
 
-  /** Set defaults for every call: {baseUrl, apiKey, fetch}. */
+  /** Set defaults for every call: {baseUrl (another origin's service, e.g. "https://tasks.example.com"),
+   * apiKey, token (a read token from your backend: sent instead of a key), fetch}. */
   function configure(options) {
     Object.assign(defaults, options || {});
     return { ...defaults };
@@ -63,8 +75,17 @@
 
   function headersOf(s, extra) {
     const h = { Accept: "application/json", ...(extra || {}) };
-    if (s.apiKey) h.Authorization = "Bearer " + s.apiKey;
+    const credential = s.token || s.apiKey; // a read token, when given, is what this call may do
+    if (credential) h.Authorization = "Bearer " + credential;
     return h;
+  }
+
+  // The service's absolute URL of `path` (a path of the API, or an absolute URL it sent): the page's own origin
+  // when no baseUrl is set.
+  function urlOf(s, path) {
+    if (/^[a-z][a-z0-9+.-]*:/i.test(path)) return path;
+    const base = s.baseUrl || (global.location ? global.location.origin : "");
+    return base.replace(/\/+$/, "") + path;
   }
 
   function taskPath(id, suffix) {
@@ -74,7 +95,7 @@
   async function call(s, method, path, init) {
     const doFetch = s.fetch || global.fetch.bind(global);
     try {
-      return await doFetch(s.baseUrl + path, { method, ...init });
+      return await doFetch(urlOf(s, path), { method, ...init });
     } catch (e) {
       if (e && e.name === "AbortError") throw e;
       throw new TaskportError(0, { title: "network error", detail: String((e && e.message) || e) }, null);
@@ -139,6 +160,33 @@
     const response = await call(s, "GET", taskPath(id, "/result"), { headers: headersOf(s) });
     if (response.status === 200) return response.json();
     return failWith(response);
+  }
+
+  /** GET /tasks/{id}/result/file: the result file of a COMPLETED task as a Blob (its name is the result's
+   * `result.file.name`). Rejects as getResult. Cross-origin too: the bytes are fetched with the token or key. */
+  async function getResultFile(id, options) {
+    const s = settingsOf(options);
+    const response = await call(s, "GET", taskPath(id, "/result/file"), { headers: headersOf(s, { Accept: "*/*" }) });
+    if (response.status === 200) return response.blob();
+    return failWith(response);
+  }
+
+  /** The absolute URL of the task's result file, for a plain link (`<a href download>`): with a token it
+   * carries it as `?access_token=` (a link cannot send a header; the token then shows in the browser's
+   * history, so keep its ttl short). With a key nothing is added: fetch the bytes with getResultFile. */
+  function resultFileUrl(id, options) {
+    const s = settingsOf(options);
+    const url = urlOf(s, taskPath(id, "/result/file"));
+    return s.token ? url + "?access_token=" + encodeURIComponent(s.token) : url;
+  }
+
+  /** GET /tasks/{id}/output: one page of the task's output lines, oldest first, after the line `after` (an id
+   * from an earlier page or line; none: from the first). Resolves to {lines: [{id, at, text}], next}: pass
+   * `next` back as `after`; it is null once the task has ended and every line was served. */
+  async function getOutput(id, query, options) {
+    const q = query || {};
+    return jsonCall(settingsOf(options), "GET", taskPath(id, "/output") + queryOf({ after: q.after, limit: q.limit }), 200,
+      undefined, q.signal);
   }
 
   /** DELETE /tasks/{id}. Resolves to true; an ended task rejects with status 409 and `taskStatus`. */
@@ -308,15 +356,24 @@
    *   onStillRunning(doc, {attempts})       the limit ran out: still running, check the history later
    *   onError(taskportError)                the service refused (404, 401, ...) or could not be reached
    *   onMode(mode)                          "stream" or "polling", when it changes
+   *   onQueued(queue)                       a PENDING document that waits in its queue: {position (tasks that
+   *                                         start before it), estimated_start (ISO 8601, or null: no rate yet)}
+   *   onOutput(line)                        each line of the task's output once, in order: {id, at, text}
    * Options: {maxAttempts = 60, deadline (ms, default none), sse = true, pollInterval = 1000 (ms, when the
-   *   service sends no Retry-After), apiKey, baseUrl}. Every status read and every stream connection is
-   *   an attempt. Returns {stop(), done}: `done` resolves to the outcome, one of taskport.OUTCOMES.
+   *   service sends no Retry-After), apiKey, token, baseUrl}. `token` (a read token) may also sit beside the
+   *   handlers: watchTask(id, {token, onOutput}). With a token the stream is an EventSource, the token in its
+   *   URL. Every status read and every stream connection is an attempt (output pages are not).
+   *   Returns {stop(), done}: `done` resolves to the outcome, one of taskport.OUTCOMES.
    */
   function watchTask(id, handlers, options) {
+    const h = handlers || {};
+    const o = h.token && !(options && options.token) ? { ...(options || {}), token: h.token } : options;
     return follow({
       events: taskPath(id, "/events"), event: "status", ends: (doc) => TERMINAL.includes(doc.status),
       read: (s, signal) => readStatus(id, s, signal), finish: (doc, s, emit) => finishTask(id, doc, s, emit),
-    }, handlers, options);
+      output: typeof h.onOutput === "function" ? (after, s, signal) => getOutput(id, { after, signal }, s) : null,
+      queued: true,
+    }, h, o);
   }
 
   /**
@@ -355,13 +412,15 @@
   // What watchTask and watchBatch share: the event stream at `target.events` (documents in `target.event`
   // events, reopened with Last-Event-ID after a drop) until `target.ends(doc)`, polling `target.read` when it
   // cannot be opened, within the limits; then `target.finish(doc, settings, emit)` gives the outcome.
+  // `target.output(after, settings, signal)`, when the caller wants output lines, reads a page of them: the
+  // stream's `output` events hand them on as they come, and this reads what polling (or the end) still owes.
   function follow(target, handlers, options) {
     const h = handlers || {};
     const o = { maxAttempts: 60, deadline: null, sse: true, pollInterval: 1000, ...(options || {}) };
     const s = settingsOf(o);
     const controller = new AbortController();
     const until = o.deadline ? Date.now() + o.deadline : Infinity;
-    const state = { attempts: 0, last: null, mode: null, timedOut: false };
+    const state = { attempts: 0, last: null, mode: null, timedOut: false, outputAfter: null };
     let deadlineTimer = null;
     if (until !== Infinity) {
       deadlineTimer = setTimeout(() => { state.timedOut = true; controller.abort(); }, o.deadline);
@@ -369,7 +428,87 @@
     const emit = (name, ...args) => { if (typeof h[name] === "function") h[name](...args); };
     const setMode = (mode) => { if (state.mode !== mode) { state.mode = mode; emit("onMode", mode); } };
     const exhausted = () => state.attempts >= o.maxAttempts || Date.now() >= until;
-    const seen = (doc) => { state.last = doc; emit("onProgress", doc); return target.ends(doc); };
+    const seen = (doc) => {
+      state.last = doc;
+      emit("onProgress", doc);
+      if (doc.status === "PENDING" && doc.queue) {
+        emit("onQueued", doc.queue);
+        if (state.mode === "stream") refreshPlace();
+      }
+      return target.ends(doc);
+    };
+    const queuedNow = () => state.last && state.last.status === "PENDING" && state.last.queue;
+
+    // While the stream shows the task waiting in its queue: its place again, every QUEUE_REFRESH ms, for onQueued
+    // alone (the stream's documents stay what onProgress sees). Not an attempt; a failed read is skipped.
+    let placeTimer = null;
+    function refreshPlace() {
+      if (!target.queued || typeof h.onQueued !== "function" || placeTimer !== null) return;
+      placeTimer = setTimeout(async () => {
+        try {
+          const { doc } = await target.read(s, controller.signal);
+          if (queuedNow() && doc.status === "PENDING" && doc.queue) emit("onQueued", doc.queue);
+        } catch (e) {
+          // the stream (or polling) says what matters
+        }
+        placeTimer = null;
+        if (queuedNow() && state.mode === "stream" && !controller.signal.aborted) refreshPlace();
+      }, QUEUE_REFRESH);
+    }
+    const line = (output) => {
+      if (output.id === state.outputAfter) return; // the same line again (a stream resumed at it)
+      state.outputAfter = output.id;
+      emit("onOutput", output);
+    };
+
+    // The output lines the stream has not brought: one full page after another while the task runs, every
+    // page up to `next: null` once it has ended. A failed read leaves them to the next poll (or drops them at
+    // the end): output never decides an outcome.
+    async function readOutput(ended) {
+      if (!target.output) return;
+      try {
+        for (;;) {
+          const page = await target.output(state.outputAfter, s, controller.signal);
+          page.lines.forEach(line);
+          if (page.next === null || !page.lines.length || (!ended && page.lines.length < OUTPUT_PAGE)) return;
+        }
+      } catch (e) {
+        if (e.name === "AbortError") throw e;
+      }
+    }
+
+    // With a read token: an EventSource (it cannot send headers, so the token rides in the query, RFC 6750).
+    // The browser reopens a dropped one itself with Last-Event-ID; each reopening is an attempt, and after
+    // STREAM_RECONNECTS in a row polling takes over. A stream the service refused (401, 404, 410...) cannot
+    // say why: polling reads the answer and reports it. Resolves to the last document, or null.
+    function eventSource() {
+      return new Promise((resolve, reject) => {
+        let source = null;
+        let drops = 0;
+        const end = (doc) => {
+          source.close();
+          controller.signal.removeEventListener("abort", stopped);
+          resolve(doc);
+        };
+        const stopped = () => { source.close(); reject(new DOMException("stopped", "AbortError")); };
+        controller.signal.addEventListener("abort", stopped, { once: true });
+        state.attempts += 1;
+        source = new global.EventSource(urlOf(s, target.events) + "?access_token=" + encodeURIComponent(s.token));
+        source.onopen = () => setMode("stream");
+        source.addEventListener(target.event, (event) => {
+          drops = 0;
+          const doc = JSON.parse(event.data);
+          if (seen(doc)) end(doc);
+        });
+        if (target.output) source.addEventListener("output", (event) => line(JSON.parse(event.data)));
+        source.onerror = () => {
+          if (source.readyState === global.EventSource.CLOSED) return end(null);
+          drops += 1; // CONNECTING: the browser reopens it
+          if (drops > STREAM_RECONNECTS || exhausted()) return end(null);
+          state.attempts += 1;
+        };
+      });
+    }
 
     async function stream() {
       let lastId = null;
@@ -401,8 +540,13 @@
         setMode("stream");
         let last = null;
         const feed = sseParser((event) => {
-          if (event.event !== target.event || last) return;
-          if (event.id !== null) lastId = event.id;
+          if (last) return;
+          if (event.id !== null) lastId = event.id; // one id resumes the documents and the output alike
+          if (event.event === "output" && target.output) {
+            line(JSON.parse(event.data));
+            return;
+          }
+          if (event.event !== target.event) return;
           drops = 0;
           const doc = JSON.parse(event.data);
           if (seen(doc)) last = doc;
@@ -436,6 +580,7 @@
         try {
           const { doc, retryAfter } = await target.read(s, controller.signal);
           if (seen(doc)) return doc;
+          await readOutput(false);
           if (retryAfter) delay = retryAfter * 1000;
         } catch (e) {
           if (e.name === "AbortError") throw e;
@@ -451,7 +596,9 @@
 
     async function run() {
       let doc = null;
-      if (o.sse && typeof ReadableStream !== "undefined" && typeof TextDecoder !== "undefined") {
+      if (o.sse && s.token && typeof global.EventSource === "function") {
+        doc = await eventSource();
+      } else if (o.sse && typeof ReadableStream !== "undefined" && typeof TextDecoder !== "undefined") {
         try {
           doc = await stream();
         } catch (e) {
@@ -463,6 +610,7 @@
         emit("onStillRunning", state.last, { attempts: state.attempts });
         return OUTCOMES.STILL_RUNNING;
       }
+      if (doc.status !== "EXPIRED") await readOutput(true); // what the stream did not bring before it ended
       return target.finish(doc, s, emit);
     }
 
@@ -476,13 +624,16 @@
       }
       emit("onError", e);
       return OUTCOMES.ERROR;
-    }).finally(() => clearTimeout(deadlineTimer));
+    }).finally(() => {
+      clearTimeout(deadlineTimer);
+      clearTimeout(placeTimer);
+    });
     return { stop: () => controller.abort(), done };
   }
 
   global.taskport = Object.freeze({
     configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
     OUTCOMES, sseParser, createSchedule, listSchedules, getSchedule, updateSchedule, deleteSchedule,
-    submitBatch, getBatch, listBatchTasks, watchBatch, cancelBatch,
+    submitBatch, getBatch, listBatchTasks, watchBatch, cancelBatch, getResultFile, resultFileUrl, getOutput,
   });
 })(typeof globalThis !== "undefined" ? globalThis : window);

@@ -6,6 +6,6 @@ const taskport = globalThis.taskport;
 export const {
   configure, submitTask, getTask, getResult, cancelTask, retryTask, listHistory, watchTask, TaskportError, TERMINAL,
   OUTCOMES, sseParser, createSchedule, listSchedules, getSchedule, updateSchedule, deleteSchedule,
-  submitBatch, getBatch, listBatchTasks, watchBatch, cancelBatch,
+  submitBatch, getBatch, listBatchTasks, watchBatch, cancelBatch, getResultFile, resultFileUrl, getOutput,
 } = taskport;
 export default taskport;
