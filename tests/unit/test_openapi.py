@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 from typing import Any
@@ -229,3 +230,27 @@ def test_the_status_document_lists_exactly_the_fields_the_server_sends(app, spec
     assert set(sent) | {"queue"} == set(schema["properties"]) and sent["resumed"] == 0  # queue: the status read's
     read = client.get(f"/api/v1/tasks/{sent['task_id']}").get_json()
     assert set(read) == set(schema["properties"]) and read["resumed"] == 0
+
+
+CALLBACK_SECRET = "public:whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+
+
+@pytest.mark.parametrize("secrets", ["", CALLBACK_SECRET], ids=["no-secrets", "secrets"])
+def test_callback_is_offered_only_where_a_member_may_use_it(config, conn, secrets: str) -> None:
+    """Without TASKPORT_CALLBACK_SECRETS every callback is refused (422), so no request schema has one (fuzz ST202:
+    a schema-valid submit with a callback was refused); the answers still carry theirs (null)."""
+    app = create_app(dataclasses.replace(config, callback_secrets=secrets), conn=conn)
+    spec = app.test_client().get("/api/v1/openapi.json").get_json()
+    schemas = spec["components"]["schemas"]
+    inputs = {name: "callback" in schemas[name]["properties"] for name in docs.CALLBACK_INPUTS}
+    assert inputs == dict.fromkeys(docs.CALLBACK_INPUTS, bool(secrets))
+    assert all(("callback" in schemas[name]["properties"]) for name in ("StatusDocument", "Batch"))
+    assert ("Callback" in schemas) == ("BatchCallback" in schemas) == bool(secrets)
+    refs = {ref for ref in all_refs(spec) if ref.startswith("#/components/")}
+    assert all(resolve(spec, {"$ref": ref}) for ref in refs)
+    if not secrets:  # the body the server refuses is invalid by the document, and its 422 documented
+        answer = app.test_client().post("/api/v1/tasks", json={"type": "demo.sleep", "callback": {
+            "url": "https://example.com/hook"}})
+        assert answer.status_code == 422 and list(answer.get_json()["errors"]) == ["callback.url"]
+        assert schemas["SubmitRequest"]["additionalProperties"] is False
+        assert "422" in spec["paths"]["/api/v1/tasks"]["post"]["responses"]

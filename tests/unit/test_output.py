@@ -186,7 +186,8 @@ def test_get_output_pages_with_after_and_limit_then_next_is_null(app, client, st
 
 
 @pytest.mark.parametrize(("query", "field"), [("after=x", "after"), ("after=-1", "after"), ("limit=0", "limit"),
-                                              ("limit=1001", "limit"), ("after=99999999999999999999", "after")])
+                                              ("limit=1001", "limit"), ("after=99999999999999999999", "after"),
+                                              ("after=", "after"), ("limit=", "limit")])  # empty: no id (fuzz ST201)
 def test_get_output_names_a_bad_query_parameter(client, store: TaskStore, query: str, field: str) -> None:
     task_id = started(store)
     answer = client.get(f"/api/v1/tasks/{task_id}/output?{query}")

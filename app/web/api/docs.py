@@ -102,7 +102,8 @@ def openapi_bytes(app: Flask) -> bytes:
             cached = app.extensions.get(EXTENSION)
             if cached is None:
                 rt = app.extensions[RUNTIME]
-                spec = build_spec(bool(rt.members.keys), operator=bool(rt.config.dashboard_password))
+                spec = build_spec(bool(rt.members.keys), operator=bool(rt.config.dashboard_password),
+                                  callbacks=bool(rt.config.callback_keys))
                 cached = app.extensions[EXTENSION] = orjson.dumps(spec.to_dict())
     return cached  # type: ignore[no-any-return]
 
@@ -136,11 +137,13 @@ class _Names:
         return self.names[cls]
 
 
-def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
+def build_spec(keys_configured: bool, operator: bool = True, callbacks: bool = True) -> APISpec:
     """The whole document: components first (so nested schemas reuse them), then every path.
 
     ``operator``: whether the operator routes (/rq, /api/v1/audit) are served (an operator password is set);
-    without it they answer 404 to everyone and are left out, so the document lists only what is served."""
+    without it they answer 404 to everyone and are left out, so the document lists only what is served.
+    ``callbacks``: whether any member may ask for callbacks (TASKPORT_CALLBACK_SECRETS is set); without it no
+    request schema has ``callback`` (:func:`without_callbacks`)."""
     spec = APISpec(title="taskport", version="1", openapi_version="3.0.3",
                    plugins=[MarshmallowPlugin(schema_name_resolver=_Names())],
                    info={"description": DESCRIPTION})
@@ -155,7 +158,26 @@ def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
     batch_paths(spec, security)
     token_paths(spec, security)
     _other_paths(spec, operator)
+    if not callbacks:
+        without_callbacks(spec)
     return spec
+
+
+# The request schemas that take a ``callback`` (a task's, a batch's, a schedule's task's), and its components.
+CALLBACK_INPUTS = ("SubmitRequest", TASK_SUBMIT, "BatchRequest", "ScheduleTask")
+CALLBACK_COMPONENTS = ("Callback", "BatchCallback")
+
+
+def without_callbacks(spec: APISpec) -> None:
+    """Take ``callback`` out of the request schemas when no member has a signing secret: the server would refuse
+    every one (422, "Callbacks are not enabled for you"), so the document must not offer it. Those schemas
+    allow no other property, so a body with one is invalid by the document too, and its 422 the documented
+    ValidationFailed. The status and batch documents keep their ``callback`` (null)."""
+    schemas = spec.components.schemas
+    for name in CALLBACK_INPUTS:
+        del schemas[name]["properties"]["callback"]
+    for name in CALLBACK_COMPONENTS:
+        del schemas[name]
 
 
 def _components(spec: APISpec) -> None:
