@@ -106,6 +106,7 @@ def test_every_answer_conforms_to_the_document(server: RedisServer, tmp_path: Pa
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=MAX_TIME * 3 + 60)
         report = done.stdout[-20000:] + done.stderr[-5000:]
+        print(done.stdout[done.stdout.rfind("SUMMARY"):])  # the figures (cases, failures, dropped): pytest -s or -rP
         assert done.returncode == 0, f"schemathesis found problems:\n{report}\n{stack.log_tails(20)}"
     finally:
         stack.teardown()
