@@ -54,7 +54,8 @@ test-faults: $(DEV_STAMP)
 test-browser: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/browser
 
-# Two schemathesis runs (with API keys, in open mode) against a real stack: tests/fuzz/test_contract.py.
+# Two schemathesis runs (with API keys, in open mode) against a real stack, each `--checks all` with the examples,
+# coverage, fuzzing and stateful phases: tests/fuzz/test_contract.py.
 test-fuzz: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests/fuzz
 

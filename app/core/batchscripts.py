@@ -28,8 +28,8 @@ from app.core.waitscripts import REPLAY
 # batch_done(b, bid, cur, task, task_id, now, done): batch ``bid`` (key ``b``, ``cur`` its fields as batch_sync
 # reads them) has no unfinished task: done now; the first time, its then task released and its callback due.
 # batch_sync(task, task_id, before, now, done): after a script's writes, each of the task's batches moves by
-# the difference from ``before``; ``done`` = {delayed = key, due = key} where the script may end a batch (the
-# transition), nil elsewhere (a start, a progress write or a run again never leaves a batch with no
+# the difference from ``before``; ``done`` = {delayed = key, due = key, waiting = key} where the script may end a
+# batch (the transition), nil elsewhere (a start, a progress write or a run again never leaves a batch with no
 # unfinished task).
 SYNC = SIBLING + ("""
 local function batch_state(task_key)
@@ -44,6 +44,7 @@ local function batch_done(b, bid, cur, task_key, task_id, now, done)
     local then_key = sibling(task_key, task_id, cur[4])
     if redis.call('HGET', then_key, @status) == $PENDING then
       redis.call('HDEL', then_key, @waiting, @waiting_for)
+      redis.call('ZREM', done.waiting, cur[4])
       redis.call('HSET', then_key, @updated_at, now)
       redis.call('ZADD', done.delayed, now, cur[4])
       redis.call('PUBLISH', then_key .. '__EVENTS_TAIL__', redis.call('HINCRBY', then_key, @seq, 1))
@@ -134,6 +135,7 @@ BATCH = Script(
         "batch": "hash: the new batch's record",
         "batch_tasks": "list: the batch's task ids in order",
         "callbacks_due": "sorted set: callback deliveries (the batch's, when it is done at once)",
+        "waiting_tasks": "sorted set: PENDING tasks waiting for other tasks -> ms they began (keys.WAITING)",
     },
     args={
         "batch_id": "the new batch's id",
@@ -248,7 +250,8 @@ redis.call('PEXPIRE', batch_tasks, ttl)
 if counts[$PENDING] + counts[$PROCESSING] == 0 then
   local cur = redis.call('HMGET', batch, %expires_at, %pending, %processing, %then_task_id, %then_released,
                          %callback_url, %callback_fired)
-  batch_done(batch, batch_id, cur, blocks[1].task, blocks[1].id, created_ms, {delayed = delayed, due = callbacks_due})
+  batch_done(batch, batch_id, cur, blocks[1].task, blocks[1].id, created_ms, {delayed = delayed, due = callbacks_due,
+                                                                                  waiting = waiting_tasks})
 end
 answer[#answer + 1] = redis.call('HGETALL', batch)  -- as written here: a worker may start a task right after
 return answer

@@ -9,7 +9,8 @@ commands ``job_from..job_to`` of ARGV (``job_to`` excluded) on the command keys 
 id, or nil): the task waits for that batch instead (a ``then``). ``args`` (a table, or nil): where those
 positions point instead of ARGV (the batch create rebuilds each task's from a template and its differences).
 Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
-It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys)
+It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys, among
+them ``waiting_tasks``, keys.WAITING, which a task that waits for others joins)
 and the ``replay`` and ``audit_entry`` functions. A script creating many tasks (the batch create) calls
 ``fold_start()`` first (``fold``: see app.core.waitscripts.REPLAY): each ``create`` then collects its writes to
 the keys every task shares (the history, the expiry index, the counters; its job's queue entry; the audit
@@ -105,8 +106,10 @@ local function create(t)
   end
   if t.hold then
     redis.call('HSET', t.task, @waiting, 1, @waiting_for, t.hold)
+    redis.call('ZADD', waiting_tasks, created_ms, t.id)
   elseif #waiting > 0 then
     redis.call('HSET', t.task, @waiting, #waiting, @waiting_for, table.concat(waiting, ','))
+    redis.call('ZADD', waiting_tasks, created_ms, t.id)
   elseif t.run_at ~= '' then
     redis.call('ZADD', delayed, t.run_at, t.id)
   else

@@ -93,7 +93,7 @@ def _release(store: TaskStore, jobs: JobQueue, task_id: str, task: Any, dep_id: 
     job_keys, job_args = lua.replay(commands)
     answer = store.run_script(RELEASE.name, *RELEASE.call(
         keys={"task": keys.task(task_id), "dependents": keys.dependents(dep_id), "delayed": keys.DELAYED,
-              "events": keys.events(task_id)},
+              "events": keys.events(task_id), "waiting_tasks": keys.WAITING},
         args={"task_id": task_id, "dep_id": dep_id, "now_ms": now, "job_argc": len(job_args)},
         rest_keys=job_keys, rest=job_args, record_ms=store.config.call_record_ms))
     return 1 if answer[0] == 1 else 0

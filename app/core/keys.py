@@ -304,7 +304,7 @@ def housekeeping_lock(job: str) -> str:
 def all_static() -> list[str]:
     return [EXPIRY, RUNNING, MEMBERS, ACTIVE, STORED_BYTES, STATS, FAILURES, SLOW_WARNED, ALERT_SENT, AUDIT,
             ORPHAN_SWEEP, LAYOUT, SCHEDULES_DUE, DELAYED, SETTLED, CALLBACKS_DUE, PAUSED_QUEUES, JOB_CLAIMANTS,
-            JOB_WAKE, UNQUEUED, TOKEN_SECRET, *LIMIT_STATIC]
+            JOB_WAKE, UNQUEUED, TOKEN_SECRET, *LIMIT_STATIC, *BACKLOG_STATIC]
 
 
 # set: the names of the RQ queues operators paused (``taskport pause QUEUE``): workers take no job from them
@@ -372,3 +372,9 @@ def lines(queue: str) -> str:
 # string: the secret that signs read tokens (app.web.tokens) when TASKPORT_TOKEN_SECRET is unset: written once (SET NX)
 # by the first web process that needs it, replaced by `taskport tokens rotate`; it never expires
 TOKEN_SECRET = f"{PREFIX}token-secret"
+
+# sorted set: the PENDING tasks that wait for other tasks (``after``, or a batch's ``then``: TaskField.WAITING) ->
+# the ms they began waiting. Kept by the scripts that set or clear WAITING (create, release, a batch done, run
+# again) and by every transition out of PENDING; only /metrics reads it (app.core.backlog: one ZCARD).
+WAITING = f"{PREFIX}waiting"
+BACKLOG_STATIC = [WAITING]  # the backlog's fixed keys (all_static lists them)

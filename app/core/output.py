@@ -22,6 +22,7 @@ MARKER = "…"  # ends a line cut at TASKPORT_OUTPUT_MAX_LINE_BYTES
 MAX_PAGE = 1000  # lines one read returns at most (the route's limit; a stream's catch-up reads)
 MAX_SEND = 1000  # lines one EMIT call carries at most (Lua's unpack has a limit near 8,000)
 MAX_ID = 2**63 - 1  # a Redis integer
+ID_DIGITS = 18  # digits of an id a client sends back (a line id, an event id): 10^18 - 1 is within MAX_ID
 
 
 class Line(NamedTuple):
@@ -75,8 +76,9 @@ def lines_of(first: int, raws: Sequence[bytes]) -> list[Line]:
 
 
 def parse_id(raw: str) -> int | None:
-    """A line id (or cursor) as sent by a client: None when it is not one (ASCII digits, within 2^63 - 1)."""
-    if raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= MAX_ID:
+    """A line id (or cursor) as sent by a client: None when it is not one (ASCII digits, :data:`ID_DIGITS` at most,
+    as the document's patterns say: a 19-digit string may be past 2^63 - 1, where the pattern cannot tell)."""
+    if raw.isascii() and raw.isdigit() and len(raw) <= ID_DIGITS:
         return int(raw)
     return None
 

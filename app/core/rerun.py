@@ -49,7 +49,7 @@ def rerun(store: TaskStore, task_id: str, job_id: str, job: Sequence[Command], b
               "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id), "output": keys.output(task_id),
               "expiry": keys.EXPIRY,
               "delayed": keys.DELAYED, "events": keys.events(task_id), "stats": keys.STATS, "active": keys.ACTIVE,
-              "batch_head": keys.BATCH_HEAD, "stored_bytes": keys.STORED_BYTES},
+              "batch_head": keys.BATCH_HEAD, "stored_bytes": keys.STORED_BYTES, "waiting_tasks": keys.WAITING},
         args={"expected": ",".join(sorted(RERUNNABLE)), "task_id": task_id, "now_ms": t,
               "expiry_ms": t + c.task_ttl * 1000, "key_ttl_s": c.task_ttl + c.tombstone_ttl,
               "message": RERUN_MESSAGE, "budget": max(int(budget), 1), "job_id": job_id,

@@ -23,6 +23,7 @@ from app.core.waitscripts import REPLAY
 from app.core.waitscripts import SCRIPTS as WAIT_SCRIPTS
 
 _STORED_BYTES = "hash: member -> bytes its tasks hold (payloads, results, checkpoints: TaskField.STORED summed)"
+_WAITING_TASKS = "sorted set: PENDING tasks waiting for other tasks -> ms they began (keys.WAITING)"
 _BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches' keys are built from it (batchscripts)"
 
 # The audit trail, one fragment for every script that changes a task's status: each calls audit(task key,
@@ -93,6 +94,7 @@ SUBMIT = Script(
         "stored_bytes": _STORED_BYTES,
         "delayed": "sorted set: PENDING task id -> run_at (a task whose run_at is ahead waits here, unqueued)",
         "settled": "list: ended tasks whose dependents are to be released or failed (workers.deferred)",
+        "waiting_tasks": _WAITING_TASKS,
     },
     args={
         "task_id": "the new task's id",
@@ -298,6 +300,7 @@ TRANSITION = Script(
         "settled": "list: ended tasks whose dependents are to be released or failed (the task, when it has any)",
         "callbacks_due": "sorted set: callback deliveries to attempt (the task's, when it has a callback for the "
                          "status it enters; its batch's, when this ends the batch)",
+        "waiting_tasks": _WAITING_TASKS + " (a task leaving PENDING leaves it; its batch's then task, released)",
         "batch_head": _BATCH_HEAD,
         "stored_bytes": _STORED_BYTES,
         **LIMIT_KEYS,
@@ -376,7 +379,10 @@ if unfinished[status] and not unfinished[new_status] then
   if member and redis.call('HINCRBY', active, member, -1) <= 0 then redis.call('HDEL', active, member) end
   if cur[4] then redis.call('LPUSH', settled, task_id) end  -- the tasks that run after it learn of its end
 end
-if status == $PENDING then redis.call('ZREM', delayed, task_id) end
+if status == $PENDING then  -- it leaves PENDING (a move to PENDING comes from PROCESSING): it waits no more
+  redis.call('ZREM', delayed, task_id)
+  redis.call('ZREM', waiting_tasks, task_id)
+end
 if run_at_ms ~= '' then redis.call('ZADD', delayed, run_at_ms, task_id) end
 replay(first_command, first_field, 1)
 account(task, cur[10], cur[9], held_bytes(task, {payload, result, checkpoint, cursor}))
@@ -386,7 +392,7 @@ if cur[7] and string.find(',' .. (cur[8] or '') .. ',', ',' .. new_status .. ','
   redis.call('ZADD', callbacks_due, now_ms, 't:' .. task_id .. ':' .. seq .. ':' .. new_status)
 end
 redis.call('PUBLISH', events, seq)
-batch_sync(task, task_id, before, now_ms, {delayed = delayed, due = callbacks_due})
+batch_sync(task, task_id, before, now_ms, {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
 audit(task, task_id, status)
 return {1, status}
 """.replace("__CALLBACK_PENDING__", CallbackState.PENDING))
@@ -414,6 +420,7 @@ RERUN = Script(
         "output": "list: the task's live output (dropped: the new run's lines follow, their ids still going up)",
         "expiry": "sorted set: the expiry index (the task's new deadline)",
         "delayed": "sorted set: tasks waiting for their run_at (the task leaves it: it runs now)",
+        "waiting_tasks": _WAITING_TASKS + " (the task leaves it, or joins it again: a then task whose batch runs)",
         "events": "channel: the task's events",
         "stats": "hash: the counters (stat)",
         "active": "hash: member -> its unfinished tasks (see SUBMIT)",
@@ -460,6 +467,7 @@ redis.call('EXPIRE', task, key_ttl_s)
 redis.call('EXPIRE', payload, key_ttl_s)
 redis.call('ZADD', expiry, expiry_ms, task_id)
 redis.call('ZREM', delayed, task_id)
+redis.call('ZREM', waiting_tasks, task_id)
 redis.call('HINCRBY', stats, stat, 1)
 redis.call('HINCRBY', active, member, 1)
 account(task, member, cur[6], held_bytes(task, {payload, result, checkpoint, cursor}))
@@ -468,6 +476,7 @@ if batch_of_then and redis.call('EXISTS', batch_of_then) == 1
     and redis.call('HGET', batch_of_then, %then_released) ~= '1' then
   -- a then task whose batch still runs: back to waiting for it, released (once) when the batch ends
   redis.call('HSET', task, @waiting, 1, @waiting_for, cur[7])
+  redis.call('ZADD', waiting_tasks, now_ms, task_id)
   redis.call('HDEL', task, @job)  -- queued under its own id when released (app.core.jobs.delayed_job_id)
 else
   replay(first_command, first_command + tonumber(job_argc), 1)

@@ -95,14 +95,19 @@ RELEASE = Script(
     "release",
     once=LATE,
     keys={"task": "hash: the waiting task's record", "dependents": "set: the tasks that run after dep_id",
-          "delayed": "sorted set: PENDING task id -> run_at", "events": "channel: the waiting task's events"},
+          "delayed": "sorted set: PENDING task id -> run_at", "events": "channel: the waiting task's events",
+          "waiting_tasks": "sorted set: PENDING tasks waiting for other tasks (keys.WAITING: it leaves it with the "
+                           "last, or when it is no longer PENDING)"},
     args={"task_id": "the waiting task's id", "dep_id": "the task it ran after, which completed", "now_ms": "now",
           "job_argc": "how many ARGV entries the job's commands take"},
     rest_keys=_COMMANDS, rest=_JOB,
     body=REPLAY + """
 redis.call('SREM', dependents, task_id)
 local cur = redis.call('HMGET', task, @status, @waiting_for, @run_at)
-if cur[1] ~= $PENDING then return {0, cur[1] or ''} end
+if cur[1] ~= $PENDING then
+  redis.call('ZREM', waiting_tasks, task_id)  -- its transition took it out already: the fallback, as PROMOTE's
+  return {0, cur[1] or ''}
+end
 local list = ',' .. (cur[2] or '') .. ','
 local at = string.find(list, ',' .. dep_id .. ',', 1, true)
 if not at then return {0, cur[1]} end
@@ -111,6 +116,7 @@ local left = redis.call('HINCRBY', task, @waiting, -1)
 redis.call('HSET', task, @waiting_for, string.sub(list, 2, -2), @updated_at, now_ms)
 if left <= 0 then
   redis.call('HDEL', task, @waiting, @waiting_for)
+  redis.call('ZREM', waiting_tasks, task_id)
   if cur[3] and tonumber(cur[3]) > tonumber(now_ms) then redis.call('ZADD', delayed, cur[3], task_id)
   else replay(first_command, first_command + tonumber(job_argc), 1) end
 end

@@ -33,7 +33,7 @@ from rq import Queue, Worker
 from rq.registry import CanceledJobRegistry
 from rq.utils import as_text
 
-from app.core import keys, limits
+from app.core import backlog, keys, limits
 from app.core.indexes import RunningIndex
 from app.core.states import QUEUES
 from app.core.stats import Stats
@@ -251,11 +251,53 @@ class LimitsCollector:
         return families
 
 
+class BacklogCollector:
+    """What waits, for autoscalers and operators (app.core.backlog: one read-only script per scrape): each queue's
+    oldest waiting job's age, the tasks waiting for their time or for other tasks, the callback deliveries due.
+    The tasks waiting for a concurrency slot are LimitsCollector's ``taskport_concurrency_parked``."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.redis = conn
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            now = backlog.read(self.redis)
+        except redis.RedisError:
+            return  # RedisCollector reports taskport_redis_up 0
+        yield from self._families(now)
+
+    def _families(self, now: backlog.Backlog | None = None) -> list[Metric]:
+        oldest = GaugeMetricFamily(
+            "taskport_queue_oldest_age_seconds",
+            "seconds the oldest job waiting in an RQ queue has waited since it was queued (0: none waits); jobs "
+            "of tasks no longer PENDING are passed over", labels=["queue"])
+        waiting = GaugeMetricFamily(
+            "taskport_tasks_waiting", "PENDING tasks not queued yet: run_at = waiting for their time (a run_at, a "
+            "retry's backoff), after = waiting for other tasks (after, a batch's then)", labels=["reason"])
+        due = GaugeMetricFamily("taskport_callbacks_due",
+                                "callback deliveries to attempt: now (due, not attempted yet) or later (a retry's "
+                                "backoff)", labels=["when"])
+        families: list[Metric] = [oldest, waiting, due]
+        if now is None:
+            return families
+        for name, age in now.oldest_age.items():
+            oldest.add_metric([name], age)
+        waiting.add_metric(["run_at"], now.delayed)
+        waiting.add_metric(["after"], now.after)
+        due.add_metric(["now"], now.callbacks_due_now)
+        due.add_metric(["later"], now.callbacks_due_later)
+        return families
+
+
 def init_app(app: Flask, conn: redis.Redis) -> CollectorRegistry:
     """Give the app its metrics registry and request hooks; register this first so it times everything."""
     registry = CollectorRegistry()
     registry.register(RedisCollector(conn))
     registry.register(LimitsCollector(conn))
+    registry.register(BacklogCollector(conn))
     http = HttpMetrics()
     registry.register(http)
     app.wsgi_app = http.wrap(app.wsgi_app)  # type: ignore[method-assign,assignment]  # Flask's middleware idiom

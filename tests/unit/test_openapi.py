@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 from typing import Any
@@ -229,3 +230,62 @@ def test_the_status_document_lists_exactly_the_fields_the_server_sends(app, spec
     assert set(sent) | {"queue"} == set(schema["properties"]) and sent["resumed"] == 0  # queue: the status read's
     read = client.get(f"/api/v1/tasks/{sent['task_id']}").get_json()
     assert set(read) == set(schema["properties"]) and read["resumed"] == 0
+
+
+CALLBACK_SECRET = "public:whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+CALLBACK_BODIES = (("/api/v1/tasks", "post"), ("/api/v1/batches", "post"), ("/api/v1/schedules", "post"),
+                   ("/api/v1/schedules/{schedule_id}", "patch"))
+
+
+def properties_reached(spec: dict[str, Any], node: Any, seen: set[int] | None = None) -> set[str]:
+    """Every property name of every object schema ``node`` reaches, references followed."""
+    seen = set() if seen is None else seen
+    node = resolve(spec, node)
+    if id(node) in seen:
+        return set()
+    seen.add(id(node))
+    names: set[str] = set()
+    if isinstance(node, dict):
+        names |= set(node.get("properties", {}))
+        for value in node.values():
+            names |= properties_reached(spec, value, seen)
+    elif isinstance(node, list):
+        for value in node:
+            names |= properties_reached(spec, value, seen)
+    return names
+
+
+@pytest.mark.parametrize("secrets", ["", CALLBACK_SECRET], ids=["no-secrets", "secrets"])
+def test_callback_is_offered_only_where_a_member_may_use_it(config, conn, secrets: str) -> None:
+    """Without TASKPORT_CALLBACK_SECRETS every callback is refused (422), so no request body offers one (fuzz ST202:
+    a schema-valid submit with a callback was refused); the answers still carry theirs (null): the status, batch
+    and schedule documents (fuzz ST108, had the schedule's task lost it)."""
+    app = create_app(dataclasses.replace(config, callback_secrets=secrets), conn=conn)
+    spec = app.test_client().get("/api/v1/openapi.json").get_json()
+    for path, method in CALLBACK_BODIES:
+        body = spec["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+        assert ("callback" in properties_reached(spec, body)) == bool(secrets), (path, method)
+        answer = spec["paths"][path][method]["responses"]
+        assert "callback" in properties_reached(spec, answer), (path, method)
+    schemas = spec["components"]["schemas"]
+    assert ("BatchCallback" in schemas) == bool(secrets)
+    assert all(resolve(spec, {"$ref": ref}) for ref in all_refs(spec) if ref.startswith("#/components/"))
+    if not secrets:  # the body the server refuses is invalid by the document, and its 422 documented
+        answer = app.test_client().post("/api/v1/tasks", json={"type": "demo.sleep", "callback": {
+            "url": "https://example.com/hook"}})
+        assert answer.status_code == 422 and list(answer.get_json()["errors"]) == ["callback.url"]
+        assert schemas["SubmitRequest"]["additionalProperties"] is False
+        assert "422" in spec["paths"]["/api/v1/tasks"]["post"]["responses"]
+
+
+def test_an_id_a_client_sends_back_has_the_digits_the_server_takes(spec) -> None:
+    """18 digits: a 19-digit id may be past 2^63 - 1, which the server refuses (fuzz ST202 on Last-Event-ID)."""
+    events = spec["paths"]["/api/v1/tasks/{task_id}/events"]["get"]["parameters"]
+    (last_id,) = [p["schema"]["pattern"] for p in events if p["name"] == "Last-Event-ID"]
+    output = spec["paths"]["/api/v1/tasks/{task_id}/output"]["get"]["parameters"]
+    (after,) = [p["schema"]["pattern"] for p in output if p["name"] == "after"]
+    for good in ("9" * 18, "1-" + "9" * 18):
+        assert re.fullmatch(last_id, good)
+    for bad in ("9" * 19, "1-" + "9" * 19):
+        assert not re.fullmatch(last_id, bad)
+    assert re.fullmatch(after, "9" * 18) and not re.fullmatch(after, "1" + "0" * 18)

@@ -186,7 +186,9 @@ def test_get_output_pages_with_after_and_limit_then_next_is_null(app, client, st
 
 
 @pytest.mark.parametrize(("query", "field"), [("after=x", "after"), ("after=-1", "after"), ("limit=0", "limit"),
-                                              ("limit=1001", "limit"), ("after=99999999999999999999", "after")])
+                                              ("limit=1001", "limit"), ("after=99999999999999999999", "after"),
+                                              ("after=", "after"), ("limit=", "limit"),  # empty: no id (fuzz ST201)
+                                              ("after=1000000000000000000", "after")])  # 19 digits: past the pattern
 def test_get_output_names_a_bad_query_parameter(client, store: TaskStore, query: str, field: str) -> None:
     task_id = started(store)
     answer = client.get(f"/api/v1/tasks/{task_id}/output?{query}")
@@ -287,7 +289,8 @@ def test_a_stream_sends_lines_as_output_events_with_ids_that_resume_both(client,
         response.close()
 
 
-@pytest.mark.parametrize("bad", ["1-x", "1-", "-1", "1-2-3", "1-99999999999999999999"])
+@pytest.mark.parametrize("bad", ["1-x", "1-", "-1", "1-2-3", "1-99999999999999999999",
+                                 "1-9788113097998108426"])  # 19 digits past 2^63 - 1 (fuzz ST202: the pattern took it)
 def test_a_last_event_id_that_no_stream_sent_is_422(client, web_store: TaskStore, bad: str) -> None:
     task_id = started(web_store)
     answer = client.get(f"/api/v1/tasks/{task_id}/events", headers={"Last-Event-ID": bad})

@@ -73,6 +73,7 @@ def sse_event(event: str, document: str, of: str) -> dict[str, Any]:
 SSE_EVENT = sse_event("status", "StatusDocument", "task")
 
 TASK_SUBMIT, TASK_ACCEPTED = "TaskSubmitRequest", "TaskAccepted"  # POST /tasks' own: with read_token (token_docs)
+SCHEDULE_TASK_INPUT = "ScheduleTaskInput"  # a schedule's task as create and update take it, without callbacks
 UI_PATH = "/docs"
 OPENAPI_PATH = "/openapi.json"
 
@@ -102,7 +103,8 @@ def openapi_bytes(app: Flask) -> bytes:
             cached = app.extensions.get(EXTENSION)
             if cached is None:
                 rt = app.extensions[RUNTIME]
-                spec = build_spec(bool(rt.members.keys), operator=bool(rt.config.dashboard_password))
+                spec = build_spec(bool(rt.members.keys), operator=bool(rt.config.dashboard_password),
+                                  callbacks=bool(rt.config.callback_keys))
                 cached = app.extensions[EXTENSION] = orjson.dumps(spec.to_dict())
     return cached  # type: ignore[no-any-return]
 
@@ -136,11 +138,13 @@ class _Names:
         return self.names[cls]
 
 
-def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
+def build_spec(keys_configured: bool, operator: bool = True, callbacks: bool = True) -> APISpec:
     """The whole document: components first (so nested schemas reuse them), then every path.
 
     ``operator``: whether the operator routes (/rq, /api/v1/audit) are served (an operator password is set);
-    without it they answer 404 to everyone and are left out, so the document lists only what is served."""
+    without it they answer 404 to everyone and are left out, so the document lists only what is served.
+    ``callbacks``: whether any member may ask for callbacks (TASKPORT_CALLBACK_SECRETS is set); without it no
+    request schema has ``callback`` (:func:`without_callbacks`)."""
     spec = APISpec(title="taskport", version="1", openapi_version="3.0.3",
                    plugins=[MarshmallowPlugin(schema_name_resolver=_Names())],
                    info={"description": DESCRIPTION})
@@ -155,7 +159,40 @@ def build_spec(keys_configured: bool, operator: bool = True) -> APISpec:
     batch_paths(spec, security)
     token_paths(spec, security)
     _other_paths(spec, operator)
+    if not callbacks:
+        without_callbacks(spec)
     return spec
+
+
+# The request schemas that take a ``callback`` (a task's, a batch's, a schedule's task's), and its components.
+CALLBACK_INPUTS = ("SubmitRequest", TASK_SUBMIT, "BatchRequest", SCHEDULE_TASK_INPUT)
+CALLBACK_COMPONENTS = ("BatchCallback",)  # Callback stays: the schedule document's task has it
+
+
+def without_callbacks(spec: APISpec) -> None:
+    """Take ``callback`` out of the request schemas when no member has a signing secret: the server would refuse
+    every one (422, "Callbacks are not enabled for you"), so the document must not offer it. Those schemas
+    allow no other property, so a body with one is invalid by the document too, and its 422 the documented
+    ValidationFailed. The answers keep their ``callback`` (null): the status, batch and schedule documents; so a
+    schedule's task as create and update take it becomes a component of its own."""
+    schemas = spec.components.schemas
+    schemas[SCHEDULE_TASK_INPUT] = copy.deepcopy(schemas["ScheduleTask"])
+    schemas["ScheduleTaskRequest"] = _repointed(schemas["ScheduleTaskRequest"], "ScheduleTask", SCHEDULE_TASK_INPUT)
+    for name in CALLBACK_INPUTS:
+        del schemas[name]["properties"]["callback"]
+    for name in CALLBACK_COMPONENTS:
+        del schemas[name]
+
+
+def _repointed(node: Any, old: str, new: str) -> Any:
+    """``node`` with every reference to component ``old`` made one to ``new``."""
+    if isinstance(node, dict):
+        if node.get("$ref") == ref(old)["$ref"]:
+            return {**node, "$ref": ref(new)["$ref"]}
+        return {key: _repointed(value, old, new) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_repointed(value, old, new) for value in node]
+    return node
 
 
 def _components(spec: APISpec) -> None:
@@ -373,7 +410,7 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
     }, security, operationId="getEvents",
         parameters=[_header("Last-Event-ID", "resume: only states and output lines after this id are sent",
-                            pattern="^([0-9]{1,18}(-[0-9]{1,19})?)?$")])
+                            pattern="^([0-9]{1,18}(-[0-9]{1,18})?)?$")])
     spec.path(task_path("{task_id}", "/events"), parameters=[TASK_ID], operations={"get": events})
     output_paths(spec, security, _op, TASK_ID)
 

@@ -57,7 +57,7 @@ from flask import Blueprint, Response, request
 
 from app.core.clock import now_ms
 from app.core.lines import Place
-from app.core.output import MAX_PAGE, Line, parse_id
+from app.core.output import ID_DIGITS, MAX_PAGE, Line, parse_id
 from app.core.states import TERMINAL, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, status_document
@@ -75,7 +75,6 @@ KEEP_ALIVE = b": keep-alive\n\n"
 RECONNECT = b": reconnect\n\n"  # the stream reached its lifetime: resume with Last-Event-ID
 FINAL = TERMINAL | {TaskStatus.EXPIRED}
 MIN_INTERVAL = 0.01  # seconds: a floor for the configured intervals, so a zero never busy-loops
-MAX_EVENT_ID = 2**63 - 1  # seq is a Redis integer
 FULL_RETRY_AFTER = 10  # seconds: a hint for a member at its stream cap (streams end as tasks end)
 LAST_EVENT_ID = "Last-Event-ID"
 
@@ -115,9 +114,9 @@ def last_event_id() -> int | None:
     if not raw:
         return None
     # isascii first: str.isdigit() is true for "²", which int() rejects; the length check keeps int()
-    # away from its digit limit and the value within a Redis integer.
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= MAX_EVENT_ID):
-        raise ValidationFailed({LAST_EVENT_ID: ["must be an event id this stream sent (an integer 0 to 2^63-1)"]})
+    # away from its digit limit and the value within a Redis integer, as the document's pattern says.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= ID_DIGITS):
+        raise ValidationFailed({LAST_EVENT_ID: [f"must be an event id this stream sent (at most {ID_DIGITS} digits)"]})
     return int(raw)
 
 

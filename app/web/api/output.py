@@ -46,19 +46,20 @@ def next_cursor(page: Page, after: int) -> str | None:
 
 
 def _query() -> tuple[int, int]:
-    """(after, limit) from the query string; 422 naming whichever is not valid."""
+    """(after, limit) from the query string; 422 naming whichever is not valid (an empty value too: the document's
+    patterns refuse it, so ``?after=`` is not read as no ``after``)."""
     errors: dict[str, list[str]] = {}
     after = 0
-    raw_after = request.args.get("after", "")
-    if raw_after != "":
+    raw_after = request.args.get("after")
+    if raw_after is not None:
         parsed = parse_id(raw_after)
         if parsed is None:
             errors["after"] = ["must be a line id from this task's output (or 0)"]
         else:
             after = parsed
     limit = MAX_PAGE
-    raw_limit = request.args.get("limit", "")
-    if raw_limit != "":
+    raw_limit = request.args.get("limit")
+    if raw_limit is not None:
         number = parse_id(raw_limit)
         if number is None or not 1 <= number <= MAX_PAGE:
             errors["limit"] = [f"must be an integer from 1 to {MAX_PAGE}"]

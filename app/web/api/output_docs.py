@@ -42,7 +42,7 @@ def output_paths(spec: APISpec, security: list[dict[str, list[str]]], op: Any, t
     spec.components.schema("OutputPage", PAGE)
     query = [
         {"in": "query", "name": "after", "required": False, "description": "the id of the last line read (0: none)",
-         "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}},
+         "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"}},
         {"in": "query", "name": "limit", "required": False, "description": f"lines at most (1 to {MAX_PAGE})",
          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": MAX_PAGE}},
     ]
