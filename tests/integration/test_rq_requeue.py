@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rq import Queue
 
 from app.core import keys
@@ -42,8 +43,10 @@ def failed_again(api: Api, task_id: str, attempts: int) -> dict[str, Any]:
                       message=f"task {task_id} to run again and fail again")
 
 
-def test_rq_requeue_of_one_job_and_of_all_runs_the_tasks_again_with_one_failed_entry_each(stack: Stack,
-                                                                                         api: Api) -> None:
+@pytest.mark.parametrize("worker_class", ["simple", "fork"])
+def test_rq_requeue_of_one_job_and_of_all_runs_the_tasks_again_with_one_failed_entry_each(stack: Stack, api: Api,
+                                                                                         worker_class: str) -> None:
+    stack.configure(worker_class=worker_class)
     [worker] = stack.start_worker()
     first, second = fail(api), fail(api)
     wait_until(lambda: failed_ids(stack) == sorted([first, second]), message="both jobs in the failed registry")
