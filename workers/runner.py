@@ -71,6 +71,7 @@ from workers.context import TaskContext
 from workers.exceptions import RateDeferred, TaskCancelled, TaskError, TaskInterrupted
 from workers.heartbeat import Heartbeat, discard, needed_folders
 from workers.ratelimit import RateLimiter
+from workers.requeued import requeued_from_failed, run_requeued
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,14 @@ class RunEnd:
     def describe(self) -> str:
         """The text RQ keeps as the failure's ``exc_string`` (rq-dashboard's "Exception Info")."""
         return f"task FAILED with code {self.code}: {self.message}"
+
+
+class Refused(RunEnd):
+    """A requeue from RQ's failed registry that could not run the task again (workers.requeued): its job is filed
+    back in the failed registry with why."""
+
+    def describe(self) -> str:
+        return f"requeue refused: {self.message}"
 
 
 COMPLETED = RunEnd(TaskStatus.COMPLETED)
@@ -123,8 +132,7 @@ class Runner:
             return None
         started = claim.started
         if started is None:
-            tlog.info("delivery ignored: task is %s", claim.status or "gone")
-            return None
+            return self._not_started(task_id, claim.status, tlog)
         task = started.task
         resume = Resume.parse(started.checkpoint, started.cursor)
         tlog.info("started %s, attempt %d of %d%s", task.type, task.attempts, task.max_attempts,
@@ -145,6 +153,17 @@ class Runner:
                 return None
             finally:
                 self.current = None
+
+    def _not_started(self, task_id: str, status: str, tlog: logging.LoggerAdapter) -> RunEnd | None:
+        """A delivery that found its task not PENDING: ignored, unless RQ's own tools put its job back from the
+        failed registry (workers.requeued): then the task runs again, or the job is filed back saying why not."""
+        job = get_current_job()
+        if not requeued_from_failed(job):
+            tlog.info("delivery ignored: task is %s", status or "gone")
+            return None
+        assert job is not None
+        why = run_requeued(self.store, self.jobs, self.results, task_id, status, job.id, tlog)
+        return None if why is None else Refused(TaskStatus.FAILED, message=why)
 
     def _context(self, task: Task, run_id: str, resume: Resume | None, tlog: logging.LoggerAdapter) -> TaskContext:
         """The run's context: resumed from ``resume``, in the result folder of the run that saved it."""

@@ -250,6 +250,13 @@ class JobQueue:
         pipe.delete(*(Job.key_for(i) for i in job_ids), *(Result.get_key(i) for i in job_ids))
         pipe.execute()
 
+    def forget_failed(self, queue: str, job_id: str) -> None:
+        """Drop job ``job_id`` from ``queue``'s failed registry, with its hash and result record, when it is
+        there (a task run again: its newer job files its own failure). A job found elsewhere (a run still ending
+        after a cancel) is left to its worker. Safe twice: the second finds nothing."""
+        if self.redis.zrem(self.queues[queue].failed_job_registry.key, job_id):
+            self.redis.delete(Job.key_for(job_id), Result.get_key(job_id))
+
     def remove(self, *job_ids: str) -> list[str]:
         """Drop queued (or retry-scheduled) jobs so they never start (two round trips at most, however many);
         return the ids found in no queue or schedule: taken by a worker meanwhile (left to it), or gone.

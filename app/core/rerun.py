@@ -14,19 +14,24 @@ releases it once when it ends (app.core.batchscripts), queued then under its own
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from app.core import keys, lua, scripts
+from app.core import keys, lua, processors, scripts
 from app.core.answers import ActiveCapReached
 from app.core.clock import now_ms
+from app.core.jobs import JobQueue, rerun_job_id
 from app.core.keys import STAT_RERUN
+from app.core.logs import task_logger
 from app.core.lua import Command
+from app.core.results import ResultStore, StoreUnavailable, remove_runs
 from app.core.states import RERUNNABLE
 from app.core.store import TaskStore
 from app.core.task import Task
 
 RERUN_MESSAGE = "queued to run again"
+log = logging.getLogger(__name__)
 
 
 class Rerun(NamedTuple):
@@ -63,3 +68,31 @@ def rerun(store: TaskStore, task_id: str, job_id: str, job: Sequence[Command], b
         task = Task.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)), task_id)
         return Rerun(task.status, task)
     return Rerun(answer[1].decode())
+
+
+def run_again(store: TaskStore, jobs: JobQueue, results: ResultStore, task: Task) -> Rerun:
+    """The whole run-again of ``task`` (FAILED or CANCELLED), for every caller: ``POST .../retry``, rq-dashboard's
+    Requeue (app.web.rerun) and a job RQ's own ``rq requeue`` put back (workers.requeued). It is queued as
+    :func:`app.core.jobs.rerun_job_id`, with its processor's budget; once the compare-and-set won, the folders
+    the failed runs left are removed (listed before it, so the new run's folder is never among them), and the
+    job of the delivery that ended it leaves RQ's failed registry: one failed entry per task, the newest.
+    Raises ActiveCapReached, writing nothing, at the member's cap of unfinished tasks."""
+    earlier = earlier_runs(results, task.id)
+    ended_job = store.job_id(task.id)  # read before the rerun records the new job in its place
+    job_id = rerun_job_id(task.id, task.seq)
+    proc = processors.get(task.type)
+    done = rerun(store, task.id, job_id, jobs.requeue_commands(task, job_id), budget=proc.retries + 1 if proc else 1)
+    if done.task is not None:
+        remove_runs(results, task.id, earlier)
+        jobs.forget_failed(task.priority, ended_job)
+    return done
+
+
+def earlier_runs(results: ResultStore, task_id: str) -> list[str]:
+    """The runs of the task that have a folder now: the failed ones, to remove once the rerun won."""
+    try:
+        return results.runs(task_id)
+    except StoreUnavailable as exc:
+        task_logger(log, task_id).warning("could not remove the failed runs' files (the new run prunes them, or "
+                                          "the orphan sweep): %s", exc)
+        return []

@@ -161,7 +161,7 @@ START = Script(
           "stall_ms": "the stall timeout (ms): a slot holder's heartbeat older than it lapses"},
     body=SYNC + OWN_TASK + LIMITS + """
 local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch, @attempts, @seq, @resumed, @type,
-                       @member, @created_at, @limited)
+                       @member, @created_at, @limited, @started_at)
 local status = cur[1]
 if status == $PROCESSING and cur[3] == run_id then
   -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
@@ -188,8 +188,12 @@ end
 local before = cur[4] and batch_state(task)
 local log, saved = redis.call('GET', checkpoint), redis.call('GET', cursor)
 local seq = (tonumber(cur[6]) or 0) + 1  -- the counters in the one HSET: a delivery's commands (bench/README.md)
-local fields = {@status, $PROCESSING, @run_id, run_id, @started_at, now_ms, @updated_at, now_ms, @message, '',
+local fields = {@status, $PROCESSING, @run_id, run_id, @updated_at, now_ms, @message, '',
                 @attempts, (tonumber(cur[5]) or 0) + 1, @seq, seq}
+if not cur[12] then  -- the task's first start: a resume or a retry keeps it (a run again resets it, RERUN)
+  fields[#fields + 1] = @started_at
+  fields[#fields + 1] = now_ms
+end
 if lk then
   fields[#fields + 1] = @slot
   fields[#fields + 1] = lk

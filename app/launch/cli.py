@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.sentinel import MasterNotFoundError
 
-from app.core import audit, connection, tokensecret
+from app.core import audit, connection, processors, tokensecret
 from app.core.config import Config, ConfigError
 from app.core.logs import setup_logging
 from app.core.process import port_in_use
@@ -107,7 +107,7 @@ def _worker_flags(config: Config) -> list[str]:
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Replace this process with gunicorn (so signals and the pid are gunicorn's own)."""
-    config = Config.from_env()  # fail here, readably, on a bad environment
+    config = loaded_config()  # fail here, readably, on a bad environment
     # no connection yet: only refuses an unset REDIS_URL, which gunicorn would print as tracebacks
     connection.connect(config)
     host = config.local_host
@@ -130,7 +130,21 @@ def cmd_role(args: argparse.Namespace) -> int:
     ``ROLE_MAINS``, in this process: from here on its signal handling and its exit code are that main's."""
     os.nice(ROLE_NICENESS.get(args.command, 0))
     role_main = pkgutil.resolve_name(ROLE_MAINS[args.command])
-    return int(role_main(Config.from_env(), name=args.name))
+    return int(role_main(loaded_config(), name=args.name))
+
+
+def loaded_config() -> Config:
+    """The environment's Config, its processor modules imported: a bad value, or a ``TASKPORT_PROCESSORS`` module
+    that cannot be imported, is one line and exit 2 here, before anything connects or starts. Found later, in a
+    gunicorn worker or a role under ``taskport up``, it was a traceback per restart until supervisor gave up."""
+    config = Config.from_env()
+    try:
+        processors.load(config.processor_modules)
+    except ProcessorLoadError as exc:
+        if exc.name in config.processor_modules:
+            raise ConfigError(f"TASKPORT_PROCESSORS: {exc}") from None
+        raise
+    return config
 
 
 # What `taskport config` never prints: the secrets (shown as set or unset), and the secret parts of URLs.
@@ -200,7 +214,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     """Run web, workers and scheduler under supervisor, with an embedded Redis unless REDIS_URL is set."""
     from app.launch.supervisor import Launcher
 
-    config = Config.from_env()
+    config = loaded_config()
     config = replace(config, data_dir=Path(config.data_dir).resolve())
     setup_logging(config, "up")
     if port_in_use(config.port):

@@ -15,7 +15,8 @@ Choices: an empty ``TASKPORT_DASHBOARD_PASSWORD`` turns the dashboard off (404 "
 before any credential check); wrong or missing credentials get 401 with ``WWW-Authenticate: Basic``;
 ``RQ_DASHBOARD_DISABLE_DELETE`` hides deleting and emptying. Requeueing a taskport job runs its task
 again when it is FAILED or CANCELLED, and is otherwise refused with a 409 saying why (app.web.requeue);
-any other job is requeued by RQ. Compacting a queue is refused (403): RQ's compact moves the whole queue
+any other job is requeued by RQ. The icon its pages link (``/static/favicon.ico``) is taskport's SVG.
+Compacting a queue is refused (403): RQ's compact moves the whole queue
 through a temporary key, so a crash midway loses its jobs and jobs submitted meanwhile jump ahead, and
 taskport removes the jobs of ended tasks itself.
 
@@ -82,6 +83,7 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
     hooks[:] = [hook for hook in hooks if hook is not rq_dashboard.web.push_rq_connection]
     app.redis_conn = conn  # type: ignore[attr-defined]  # what setup_rq_connection would set, minus the connect
     requeue.wrap(app, BLUEPRINT)  # a taskport job's Requeue runs its task again, or says why not
+    app.add_url_rule(f"{app.static_url_path}/favicon.ico", "favicon", _icon)  # what its pages link
     views = app.view_functions
     views[f"{BLUEPRINT}.compact_queue"] = _refuse_compact
     views[f"{BLUEPRINT}.job_info"] = _escaped(views[f"{BLUEPRINT}.job_info"])
@@ -91,6 +93,12 @@ def init_app(app: Flask, config: Config, conn: redis.Redis) -> None:
             views[endpoint] = _with_connection(view, conn)
     app.before_request(functools.partial(_guard, config.dashboard_user, config.dashboard_password,
                                          mutating_endpoints(app)))
+
+
+def _icon() -> Response:
+    """rq-dashboard's pages link ``/static/favicon.ico`` (its base template), a file taskport has not: its own
+    icon (the SVG the task page names) answers there, with its type, so a browser shows it."""
+    return current_app.send_static_file("favicon.svg")
 
 
 def displayed_url(config: Config) -> str:

@@ -1,12 +1,12 @@
 """rq-dashboard's Requeue (one job, or all of a queue's failed jobs) on a taskport job: the task runs again
 through the run-again path (:func:`app.web.rerun.run_again`), or the operator is told why not.
 
-RQ's own requeue would put the job back on its queue, and the runner would drop the delivery at once (its
-task is not PENDING): a silent no-op. So for a job of ``workers.runner.run_task`` the task is run again when
-it is FAILED or CANCELLED (its stale job leaves the failed registry: the task has a job of its own now), and
-otherwise the answer is a 409 problem naming the task and its status (the job stays where it is). Any other
-job is RQ's to requeue, as before. The dashboard's guards (credentials, POST only, same origin) run before
-these views, as before every dashboard view.
+RQ's own requeue would put the job back on its queue, where the worker runs the task again too when it can
+(workers.requeued: what ``rq requeue`` relies on), but would answer "OK" before knowing whether it can. So for a
+job of ``workers.runner.run_task`` the task is run again here, when it is FAILED or CANCELLED (its stale job
+leaves the failed registry: the task has a job of its own now), and otherwise the answer is a 409 problem
+naming the task and its status (the job stays where it is). Any other job is RQ's to requeue, as before. The
+dashboard's guards (credentials, POST only, same origin) run before these views, as before every dashboard view.
 """
 
 from __future__ import annotations

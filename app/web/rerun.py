@@ -1,25 +1,27 @@
 """Run a FAILED or CANCELLED task again: the steps of ``POST /api/v1/tasks/{id}/retry`` (the member's own
 task) and of rq-dashboard's Requeue on a taskport job (an operator's, any member's task).
 
-The state change itself is one compare-and-set (:func:`app.core.rerun.rerun`); once it has won, the folders
-the failed runs left are removed from the result store (a FAILED or CANCELLED task has no result file to keep,
-and the new run would prune them anyway: a store that is down only logs a warning). Those folders are listed
-before the compare-and-set, so the folder of the new run, which may start as soon as it is queued, is never
-among them; a rerun that lost removes nothing. Nothing here knows about HTTP beyond the typed errors of
-:mod:`app.web.errors`.
+The state change itself is one compare-and-set (:func:`app.core.rerun.rerun`, through
+:func:`app.core.rerun.run_again`, which a worker's delivery of a job ``rq requeue`` put back runs too); once it
+has won, the folders the failed runs left are removed from the result store (a FAILED or CANCELLED task has no
+result file to keep, and the new run would prune them anyway: a store that is down only logs a warning). Those
+folders are listed before the compare-and-set, so the folder of the new run, which may start as soon as it is
+queued, is never among them; a rerun that lost removes nothing. The job of the delivery that ended the task
+leaves RQ's failed registry then: one failed entry per task, the newest. Nothing here knows about HTTP beyond
+the typed errors of :mod:`app.web.errors`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from app.core import processors
 from app.core.answers import ActiveCapReached
 from app.core.clock import now_ms
 from app.core.jobs import rerun_job_id
 from app.core.logs import task_logger
-from app.core.rerun import Rerun, rerun
-from app.core.results import ResultStore, StoreUnavailable, remove_runs
+from app.core.rerun import Rerun
+from app.core.rerun import run_again as rerun_task
+from app.core.results import ResultStore
 from app.core.states import MISSING_PAYLOAD, RERUNNABLE, TaskStatus
 from app.core.task import Task
 from app.web.errors import AppError, Conflict, task_not_found
@@ -38,18 +40,14 @@ def run_again(service: TaskService, results: ResultStore, task: Task) -> Task:
         return task
     if status not in RERUNNABLE:
         raise refusal(status)
-    earlier = _earlier_runs(results, task.id)
-    job_id = rerun_job_id(task.id, task.seq)
-    proc = processors.get(task.type)
     try:
-        done = rerun(service.store, task.id, job_id, service.jobs.requeue_commands(task, job_id),
-                     budget=proc.retries + 1 if proc else 1)
+        done = rerun_task(service.store, service.jobs, results, task)
     except ActiveCapReached as exc:
         raise over_active_cap(exc) from None
     if done.task is None:
         return _not_done(task, done)
-    remove_runs(results, task.id, earlier)
-    task_logger(log, task.id).info("run again (was %s, %d attempts so far) as job %s", status, task.attempts, job_id)
+    task_logger(log, task.id).info("run again (was %s, %d attempts so far) as job %s", status, task.attempts,
+                                   rerun_job_id(task.id, task.seq))
     return done.task
 
 
@@ -69,13 +67,3 @@ def _not_done(task: Task, done: Rerun) -> Task:
     if not done.status:
         raise task_not_found()
     raise refusal(done.status, task.status)
-
-
-def _earlier_runs(results: ResultStore, task_id: str) -> list[str]:
-    """The runs of the task that have a folder now: the failed ones, to remove once the rerun won."""
-    try:
-        return results.runs(task_id)
-    except StoreUnavailable as exc:
-        task_logger(log, task_id).warning("could not remove the failed runs' files (the new run prunes them, or "
-                                          "the orphan sweep): %s", exc)
-        return []

@@ -57,6 +57,15 @@ def test_the_dashboard_reads_the_apps_redis(client):
     assert [job["id"] for job in jobs["jobs"]] == [task_id]
 
 
+def test_the_icon_the_dashboard_links_is_served(client):
+    """rq-dashboard's pages link /static/favicon.ico (its base template): the app's own icon answers there."""
+    page = client.get("/rq/", headers=basic("ops", "s3cret")).get_data(as_text=True)
+    assert 'href="/static/favicon.ico"' in page
+    with client.get("/static/favicon.ico") as r, client.get("/static/favicon.svg") as svg:
+        assert (r.status_code, r.mimetype) == (200, "image/svg+xml")
+        assert r.get_data() == svg.get_data()
+
+
 OPERATOR = basic("ops", "s3cret")
 SAME_ORIGIN = {**OPERATOR, "Origin": "http://localhost"}  # the test client's host
 

@@ -117,6 +117,16 @@ def test_sleep_items_and_failures(ctx: TaskContext):
     assert ctx.error_code == 10002
 
 
+def test_sleep_progress_moves_through_the_items(ctx: TaskContext, report: Recorder):
+    """With items, the steps are the first half of the progress and the items the second (it sat at 99 from the
+    first item on: the steps had reached it, and progress never goes down)."""
+    run("demo.sleep", {"seconds": 0, "steps": 4, "items": 8}, ctx)
+    steps = [p for p, message, _ in report.calls if message.startswith("step")]
+    items = [p for p, message, _ in report.calls if message.startswith("item")]
+    assert steps[:4] == [12, 25, 37, 50]
+    assert items[0] <= 56 and items[-1] == 99 and items == sorted(items) and len(set(items)) >= 7, items
+
+
 def test_sleep_fail_code_fails_at_the_end(ctx: TaskContext):
     with pytest.raises(TaskError) as caught:
         run("demo.sleep", {"items": 2, "fail_code": 10042}, ctx)

@@ -222,3 +222,23 @@ def test_a_start_sent_again_by_the_same_run_is_answered_again_and_counts_once(st
     assert first is not None and again is not None and again.task.attempts == 1
     assert again.payload == first.payload
     assert store.start(new.task_id, "run-2").started is None  # another delivery still does nothing
+
+
+def test_started_at_is_the_first_start_a_resume_and_a_retry_keep_it_and_a_run_again_resets_it(store, conn):
+    """It was overwritten at each resume: a task interrupted after an hour showed a start of a minute ago."""
+    new = new_task()
+    create(store, new)
+    run_id = started(store, new)
+    first = store.get(new.task_id).started_at
+    conn.hset(keys.task(new.task_id), "started_at", first - 3_600_000)  # the first run began an hour ago
+    first -= 3_600_000
+    assert store.interrupted(new.task_id, run_id, "a worker stop", [], "job-r")
+    run_id = started(store, new)  # the resume
+    assert store.get(new.task_id).started_at == first
+    assert store.retry(new.task_id, run_id, "again")
+    run_id = started(store, new)  # the retry
+    assert store.get(new.task_id).started_at == first
+    assert store.fail(new.task_id, run_id, 10001, "bill unpaid")
+    assert rerun(store, new.task_id, "job-a", (), 1).task.started_at is None
+    started(store, new)
+    assert store.get(new.task_id).started_at > first

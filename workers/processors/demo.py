@@ -3,9 +3,10 @@
 Its payload is fixed by the API contract ("Built-in task types").
 
 It sleeps ``seconds`` in ``steps`` equal steps (cancellable within ``SLEEP_SLICE``), reporting progress
-after each step; then processes ``items`` items of ``item_seconds`` each, failing those in ``fail_items``
-with 10002; then, with ``fail_code`` set, fails the whole task with that code. With ``output`` true it emits one
-output line (``ctx.emit``) per step and per item.
+after each step (with items, the steps are the first half of the progress, the items the second: a progress
+that never goes down would otherwise sit at 99 through the items); then processes ``items`` items of
+``item_seconds`` each, failing those in ``fail_items`` with 10002; then, with ``fail_code`` set, fails the
+whole task with that code. With ``output`` true it emits one output line (``ctx.emit``) per step and per item.
 
 It resumes where a stopped run left off: the steps by its cursor (the last step done), the items by the
 context's checkpoint (workers.checkpoint).
@@ -24,6 +25,7 @@ from workers.exceptions import ItemError, TaskError
 MAX_SECONDS = 3600
 MAX_ITEMS = 100000
 MAX_ITEM_SECONDS = 60
+PROGRESS_STEPS = 100  # with items, the progress moves this many times through them (a call per item would cost)
 
 
 class SleepSchema(Schema):
@@ -46,23 +48,26 @@ def sleep(payload: dict, ctx: TaskContext) -> dict:
     seconds = _plain_number(payload["seconds"])
     steps = payload["steps"]
     done = (ctx.cursor or {}).get("step", 0)
+    count = payload["items"]
     for step in range(done + 1, steps + 1):
         ctx.sleep(seconds / steps)
         ctx.save_cursor({"step": step})
-        ctx.progress(step, steps, f"step {step} of {steps}")
+        ctx.progress(step, 2 * steps if count else steps, f"step {step} of {steps}")
         if payload["output"]:
             ctx.emit(f"step {step} of {steps}")
-    count = payload["items"]
     if count:
         failing, pause, emits = set(payload["fail_items"]), payload["item_seconds"], payload["output"]
-        ctx.each(range(count), lambda index: _item(index, failing, pause, ctx, emits))
+        every = max(1, count // PROGRESS_STEPS)
+        ctx.each(range(count), lambda index: _item(index, failing, pause, ctx, emits, count, every))
     if payload["fail_code"] is not None:
         code = payload["fail_code"]
         raise TaskError(code, f"demo failure requested with code {code}")
     return {"slept": seconds, "items": count}
 
 
-def _item(index: int, failing: set[int], pause: float, ctx: TaskContext, emits: bool) -> int:
+def _item(index: int, failing: set[int], pause: float, ctx: TaskContext, emits: bool, count: int, every: int) -> int:
+    if index % every == 0:  # the second half of the progress (the context's own, index of count, is never more)
+        ctx.progress(count + index, 2 * count)
     if pause:
         ctx.sleep(pause)
     if emits:
