@@ -52,7 +52,7 @@ class BatchCalls:
                     sse: bool) -> Iterator[Doc]: ...
 
     def submit_batch(self, tasks: Iterable[Mapping[str, Any]], then: Mapping[str, Any] | None = None,
-                     callback: Callback | None = None) -> Doc:
+                     callback: Callback | None = None, *, read_token: bool = False) -> Doc:
         """Submit ``tasks`` (1 to 1,000 submit bodies: ``{"type", "payload", ...}``, as ``POST /tasks`` takes)
         as one batch, all or nothing; returns the batch document with ``tasks``: ``{"task_id", "status",
         "duplicate"}`` per task, in order (a task whose dedup key is held is that earlier task, ``duplicate``).
@@ -60,8 +60,11 @@ class BatchCalls:
         ``then``: one more submit body, queued once every task of the batch has ended (whatever its outcome);
         its processor reads the batch and its tasks' results from its context. ``callback``: a URL (or
         ``{"url": ...}``; a batch's takes no ``events``) the service POSTs the batch document to, signed, once
-        the batch is DONE."""
+        the batch is DONE. ``read_token``: the answer also carries ``read_token`` (``{"token", "expires_at"}``, as
+        :meth:`batch_read_token` makes), for a frontend that reads the batch and its tasks."""
         body: dict[str, Any] = {"tasks": [dict(task) for task in tasks]}
+        if read_token:
+            body["read_token"] = True
         if then is not None:
             body["then"] = dict(then)
         if callback is not None:

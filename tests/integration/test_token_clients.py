@@ -56,6 +56,23 @@ def test_a_token_client_reads_its_task_and_its_output_and_nothing_else(stack: St
         assert second.status(task["task_id"])["status"] == "COMPLETED"
 
 
+def test_a_batch_token_from_submit_batch_reads_the_batch_and_its_tasks_only(stack: Stack, backend: Client) -> None:
+    batch = backend.submit_batch([{"type": "demo.sleep", "payload": {"seconds": 0, "steps": 1, "items": i + 1}}
+                                  for i in range(3)], read_token=True)
+    other = backend.submit("demo.sleep", {"seconds": 0}, idempotency_key=uuid.uuid4().hex)
+    assert set(batch["read_token"]) == {"token", "expires_at"}
+    with Client(stack.base_url, token=batch["read_token"]["token"]) as reader:
+        assert reader.batch(batch["batch_id"])["size"] == 3
+        ids = [doc["task_id"] for doc in reader.batch_tasks(batch["batch_id"])]
+        assert ids == [task["task_id"] for task in batch["tasks"]]
+        assert all(reader.status(task_id)["task_id"] == task_id for task_id in ids)
+        with pytest.raises(NotFound):
+            reader.status(other["task_id"])
+        with pytest.raises(ProblemError) as exc:
+            reader.cancel(ids[0])
+        assert exc.value.status == 403
+
+
 def test_polling_with_a_token_hands_on_the_same_lines(stack: Stack, backend: Client) -> None:
     task = backend.submit("demo.sleep", with_output(1.5, 5), read_token=True, idempotency_key=uuid.uuid4().hex)
     lines: list[str] = []
