@@ -212,11 +212,9 @@ class HttpMetrics:
         return [requests, latency]
 
 
-class LimitsCollector:
-    """Concurrency and rate limits at scrape time (app.core.limits): slots held and tasks parked per limit, and
-    each rate limit's tokens taken, waited for and refused. Labels are bounded by the declarations: a
-    concurrency limit is its type and key kind (``demo.sleep member``), never a member or a payload value; a
-    rate limit is its name (one series each, so name them in config or code, not from payloads)."""
+class ReadAtScrape:
+    """A collector whose families come from one read of Redis at scrape time (``_read``); none when Redis fails
+    (RedisCollector reports ``taskport_redis_up`` 0); ``describe`` gives the families empty."""
 
     def __init__(self, conn: redis.Redis) -> None:
         self.redis = conn
@@ -226,12 +224,29 @@ class LimitsCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            use, rates = limits.in_use(self.redis), self.redis.hgetall(keys.RATE_STATS)
+            read = self._read()
         except redis.RedisError:
-            return  # RedisCollector reports taskport_redis_up 0
-        yield from self._families(use, rates)
+            return
+        yield from self._families(read)
 
-    def _families(self, use: dict[str, limits.LimitUse] | None = None, rates: Any = None) -> list[Metric]:
+    def _read(self) -> Any:
+        raise NotImplementedError
+
+    def _families(self, read: Any = None) -> list[Metric]:
+        raise NotImplementedError
+
+
+class LimitsCollector(ReadAtScrape):
+    """Concurrency and rate limits at scrape time (app.core.limits): slots held and tasks parked per limit, and
+    each rate limit's tokens taken, waited for and refused. Labels are bounded by the declarations: a
+    concurrency limit is its type and key kind (``demo.sleep member``), never a member or a payload value; a
+    rate limit is its name (one series each, so name them in config or code, not from payloads)."""
+
+    def _read(self) -> tuple[dict[str, limits.LimitUse], Any]:
+        return limits.in_use(self.redis), self.redis.hgetall(keys.RATE_STATS)
+
+    def _families(self, read: tuple[dict[str, limits.LimitUse], Any] | None = None) -> list[Metric]:
+        use, rates = read or (None, None)
         held = GaugeMetricFamily("taskport_concurrency_slots_held",
                                  "slots of a concurrency limit held now (runs, and released tasks not started yet)",
                                  labels=["limit"])
@@ -251,23 +266,13 @@ class LimitsCollector:
         return families
 
 
-class BacklogCollector:
+class BacklogCollector(ReadAtScrape):
     """What waits, for autoscalers and operators (app.core.backlog: one read-only script per scrape): each queue's
     oldest waiting job's age, the tasks waiting for their time or for other tasks, the callback deliveries due.
     The tasks waiting for a concurrency slot are LimitsCollector's ``taskport_concurrency_parked``."""
 
-    def __init__(self, conn: redis.Redis) -> None:
-        self.redis = conn
-
-    def describe(self) -> Iterable[Metric]:
-        return self._families()
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            now = backlog.read(self.redis)
-        except redis.RedisError:
-            return  # RedisCollector reports taskport_redis_up 0
-        yield from self._families(now)
+    def _read(self) -> backlog.Backlog:
+        return backlog.read(self.redis)
 
     def _families(self, now: backlog.Backlog | None = None) -> list[Metric]:
         oldest = GaugeMetricFamily(

@@ -13,6 +13,7 @@ import pytest
 from rq import Worker
 
 from app.core import keys
+from bench.ratelimit import most_in
 from tests.integration.harness import Api, Stack, started_stack, wait_until
 
 MODULE = "tests.userprocs.limits"
@@ -31,17 +32,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def api(stack: Stack) -> Iterator[Api]:
     with Api(stack.base_url) as client:
         yield client
-
-
-def most_in(times: list[float], window: float) -> int:
-    """The most uses in any window of ``window`` s (each window starting at a use)."""
-    times = sorted(times)
-    most, end = 0, 0
-    for start, t in enumerate(times):
-        while end < len(times) and times[end] < t + window:
-            end += 1
-        most = max(most, end - start)
-    return most
 
 
 def test_20_a_second_on_4_workers_stays_within_20_a_second_plus_one_bucket(api: Api, stack: Stack) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from app.core import keys
 from app.core.config import Config
+from bench.ratelimit import most_in
 from tests.integration.harness import Api, wait_until
-from tests.integration.test_rate_limits import most_in
 from tests.scale.bed import Bed
 from tests.scale.cluster import API_KEY, START_TIMEOUT, WORKER_HOSTS, Cluster
 from tests.scale.netns import run_inside
