@@ -12,6 +12,8 @@ flask-cors writes the headers (the Fetch standard's rules, as a well-kept librar
 - **``Vary: Origin`` on every answer of those routes**, allowed origin or not (flask-cors adds it only when more
   than one origin is configured): a shared cache must not hand one origin's answer to another.
 - No credentials mode: tokens travel in the ``Authorization`` header or the query, never in cookies.
+- A request without ``Origin`` (curl, a backend) gets no ``Access-Control-*`` header: flask-cors' ``always_send``
+  would send them to every request of a configured route.
 
 Unset ``TASKPORT_CORS_ORIGINS``: nothing is installed, and no answer carries a CORS header (as before).
 """
@@ -64,4 +66,4 @@ def init_app(app: Flask, config: Config) -> None:
 
     CORS(app, resources={CORS_PATHS.pattern: {}}, origins=origins, methods=METHODS, allow_headers=ALLOW_HEADERS,
          expose_headers=EXPOSE_HEADERS, max_age=MAX_AGE, supports_credentials=False, vary_header=True,
-         send_wildcard=False, automatic_options=False)
+         send_wildcard=False, automatic_options=False, always_send=False)

@@ -6,10 +6,11 @@ shared by the pages, where the ``<!-- file: ... -->`` blocks of every page are w
 (``tests/docs/pages.py``). The stacks are ``taskport up`` runs on free ports in temp data dirs (the
 harness's ``Up``, as ``up_factory`` starts them):
 
-- ``docs_stack`` for the walkthrough, the clients page and README: a plain `make up`, plus a callback secret
-  for the member ``public`` and ``TASKPORT_CALLBACK_ALLOW_HOSTS=127.0.0.1``, so a receiver on loopback can be
-  called back (the walkthrough says so where it starts one), and ``TASKPORT_CORS_ORIGINS`` listing the
-  frontend origin of the clients page (``FRONTEND_ORIGIN``: it says so);
+- ``docs_stack`` for the walkthrough and README: a plain `make up`, plus a callback secret for the member
+  ``public`` and ``TASKPORT_CALLBACK_ALLOW_HOSTS=127.0.0.1``, so a receiver on loopback can be called back (the
+  walkthrough says so where it starts one);
+- ``clients_stack`` for the clients page: the same, and ``TASKPORT_CORS_ORIGINS`` listing the frontend origin of
+  its "A frontend on its own origin" (``FRONTEND_ORIGIN``: it says so);
 - ``processors_stack`` for the processor guide, started as that page says: ``PYTHONPATH=$PWD/src
   TASKPORT_PROCESSORS=mypkg.tasks``, with the guide's own module written to ``src/mypkg/tasks.py``.
 
@@ -39,7 +40,7 @@ from tests.integration.harness import Up
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Each page and the stack it runs against, in the order `make test-docs` names them.
-PAGES = {"docs/walkthrough.md": "docs_stack", "docs/clients.md": "docs_stack",
+PAGES = {"docs/walkthrough.md": "docs_stack", "docs/clients.md": "clients_stack",
          "docs/processors.md": "processors_stack", "README.md": "docs_stack"}
 BLOCK_TIMEOUT = 150.0  # the longest block waits for a once-a-minute schedule to fire
 COLUMNS = "150"
@@ -85,7 +86,14 @@ def reader_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def docs_stack(reader_dir: Path) -> Iterator[DocStack]:
-    yield from _start(reader_dir, "docs-stack", TASKPORT_CORS_ORIGINS=FRONTEND_ORIGIN)
+    yield from _start(reader_dir, "docs-stack")
+
+
+@pytest.fixture(scope="session")
+def clients_stack(reader_dir: Path) -> Iterator[DocStack]:
+    """docs/clients.md's: as the docs' own, with TASKPORT_CORS_ORIGINS listing its frontend's origin (the
+    walkthrough shows the headers of the default configuration, which has no CORS)."""
+    yield from _start(reader_dir, "clients-stack", TASKPORT_CORS_ORIGINS=FRONTEND_ORIGIN)
 
 
 @pytest.fixture(scope="session")

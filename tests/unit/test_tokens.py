@@ -379,6 +379,13 @@ def test_a_not_allowed_origin_gets_no_allow_origin(client):
     assert answer.status_code == 200 and "Access-Control-Allow-Origin" not in answer.headers
 
 
+def test_a_request_without_origin_gets_no_cors_header(client):
+    """curl, a backend: not a cross-origin call (flask-cors' always_send would answer it with the origins)."""
+    answer = client.post("/api/v1/tasks", json={"type": "demo.sleep"}, headers=ALICE)
+    assert answer.status_code == 202 and not [h for h in answer.headers.keys() if h.startswith("Access-Control-")]
+    assert "Origin" in answer.headers["Vary"]  # a shared cache still keys on it
+
+
 def test_an_allowed_origin_s_answers_carry_cors_and_expose_headers(client):
     answer = client.post("/api/v1/tasks", json={"type": "demo.sleep"}, headers={**ALICE, "Origin": ORIGIN})
     assert answer.headers["Access-Control-Allow-Origin"] == ORIGIN
