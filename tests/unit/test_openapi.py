@@ -208,11 +208,11 @@ def test_the_document_states_what_the_server_enforces(spec) -> None:
     assert re.search(cursor["schema"]["pattern"], encode_cursor((1764558000000.0, 3)))
     export = spec["components"]["schemas"]["Payload.orders.export"]["properties"]
     assert export["start_date"]["format"] == export["end_date"]["format"] == "date"
-    required = {v["allOf"][1]["properties"]["type"]["enum"][0]: v["allOf"][1].get("required", [])
-                for v in submit["requestBody"]["content"]["application/json"]["schema"]["oneOf"]}
+    variants = [resolve(spec, v) for v in submit["requestBody"]["content"]["application/json"]["schema"]["oneOf"]]
+    required = {v["allOf"][1]["properties"]["type"]["enum"][0]: v["allOf"][1].get("required", []) for v in variants}
     assert "payload" in required["orders.split"] and "payload" not in required["demo.sleep"]
     events = spec["paths"]["/api/v1/tasks/{task_id}/events"]["get"]["responses"]["200"]
-    kinds = events["content"]["text/event-stream"]["schema"]["oneOf"]
+    kinds = events["content"]["text/event-stream"]["itemSchema"]["oneOf"]
     assert [kind["properties"]["event"]["enum"] for kind in kinds] == [["status"], ["output"]]
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from apispec import APISpec
@@ -10,10 +11,21 @@ from apispec import APISpec
 from app.core.urls import batch_path
 from app.web import batch_schemas as bs
 from app.web.api.batches import NOT_FOR_THEN
-from app.web.api.docs import JSON, _content, _header, _op, nullable, ref, sse_event, typed_body
+from app.web.api.docs import (
+    JSON,
+    _content,
+    _header,
+    _op,
+    event_stream,
+    nullable,
+    ref,
+    sse_event,
+    typed_body,
+)
 from app.web.errors import PROBLEM_JSON
 
 BATCH_ID: Any = "BatchId"
+THEN_REQUEST = "ThenRequest"  # a submit body whose after, run_at and delay are null or absent
 NAMED = (("Batch", bs.BatchDocumentSchema), ("BatchAccepted", bs.BatchAcceptedSchema),
          ("BatchRequest", bs.BatchSchema), ("BatchTasksPage", bs.BatchTasksPageSchema))
 _BATCH_ID_FROM_BODY = {"batch_id": "$response.body#/batch_id"}
@@ -32,10 +44,12 @@ def _request_components(spec: APISpec) -> None:
     a batch's fires once, when it is DONE, so it takes no events). BatchSchema itself keeps them raw (the view
     checks each as a submit, naming the field by its place)."""
     c = spec.components
-    c.schema("BatchTask", typed_body("SubmitRequest"))
-    untimed = {"properties": {name: {"nullable": True, "enum": [None], "description": "not for a then task"}
-                              for name in NOT_FOR_THEN}}
-    c.schema("ThenTask", typed_body("SubmitRequest", untimed))
+    c.schema("BatchTask", typed_body(spec, "BatchTask", "SubmitRequest"))
+    untimed = copy.deepcopy(c.schemas["SubmitRequest"])  # one base, not a merge a generator cannot type
+    untimed["properties"].update({name: {"nullable": True, "enum": [None], "description": "not for a then task"}
+                                  for name in NOT_FOR_THEN})
+    c.schema(THEN_REQUEST, untimed)
+    c.schema("ThenTask", typed_body(spec, "ThenTask", THEN_REQUEST))
     callback = dict(c.schemas["Callback"], properties={"url": c.schemas["Callback"]["properties"]["url"]})
     c.schema("BatchCallback", callback)
     properties = c.schemas["BatchRequest"]["properties"]
@@ -80,7 +94,7 @@ def batch_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
     events = _op("Live batch documents (Server-Sent Events)", {
         200: {"description": "`event: batch`, `id: <seq>`, `data: <batch document>` per change (coalesced), starting "
                              "with the current document; `: keep-alive` comments; ends after the DONE document",
-              "content": {"text/event-stream": {"schema": sse_event("batch", "Batch", "batch")}}},
+              "content": event_stream(sse_event("batch", "Batch", "batch"))},
         404: missing, 422: "ValidationFailed",
         429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
     }, security, operationId="getBatchEvents",

@@ -72,6 +72,14 @@ def sse_event(event: str, document: str, of: str) -> dict[str, Any]:
 
 SSE_EVENT = sse_event("status", "StatusDocument", "task")
 
+
+def event_stream(events: dict[str, Any]) -> dict[str, Any]:
+    """A ``text/event-stream`` media type whose ``events`` schema is each event's (``itemSchema``, OpenAPI 3.2's
+    field for a sequential media type, which schemathesis reads in 3.0 documents too), and with no ``schema``:
+    a generated client (openapi-python-client) then leaves the stream to the caller (``response.content``),
+    where a ``schema`` made it parse the whole stream as one event and raise."""
+    return {"text/event-stream": {"itemSchema": events}}
+
 TASK_SUBMIT, TASK_ACCEPTED = "TaskSubmitRequest", "TaskAccepted"  # POST /tasks' own: with read_token (token_docs)
 SCHEDULE_TASK_INPUT = "ScheduleTaskInput"  # a schedule's task as create and update take it, without callbacks
 UI_PATH = "/docs"
@@ -159,13 +167,14 @@ def build_spec(keys_configured: bool, operator: bool = True, callbacks: bool = T
     batch_paths(spec, security)
     token_paths(spec, security)
     _other_paths(spec, operator)
+    plain_nullables(spec.components.schemas)
     if not callbacks:
         without_callbacks(spec)
     return spec
 
 
 # The request schemas that take a ``callback`` (a task's, a batch's, a schedule's task's), and its components.
-CALLBACK_INPUTS = ("SubmitRequest", TASK_SUBMIT, "BatchRequest", SCHEDULE_TASK_INPUT)
+CALLBACK_INPUTS = ("SubmitRequest", TASK_SUBMIT, "BatchRequest", SCHEDULE_TASK_INPUT, "ThenRequest")
 CALLBACK_COMPONENTS = ("BatchCallback",)  # Callback stays: the schedule document's task has it
 
 
@@ -177,7 +186,8 @@ def without_callbacks(spec: APISpec) -> None:
     schedule's task as create and update take it becomes a component of its own."""
     schemas = spec.components.schemas
     schemas[SCHEDULE_TASK_INPUT] = copy.deepcopy(schemas["ScheduleTask"])
-    schemas["ScheduleTaskRequest"] = _repointed(schemas["ScheduleTaskRequest"], "ScheduleTask", SCHEDULE_TASK_INPUT)
+    for name in [name for name in schemas if name.split(".")[0] == "ScheduleTaskRequest"]:  # and typed_body's variants
+        schemas[name] = _repointed(schemas[name], "ScheduleTask", SCHEDULE_TASK_INPUT)
     for name in CALLBACK_INPUTS:
         del schemas[name]["properties"]["callback"]
     for name in CALLBACK_COMPONENTS:
@@ -268,6 +278,25 @@ def nullable(component: str, description: str) -> dict[str, Any]:
     return {"nullable": True, "allOf": [ref(component)], "default": None, "description": description}
 
 
+NULL_OBJECT = {"type": "object", "nullable": True}
+
+
+def plain_nullables(node: Any) -> None:
+    """Every nullable Nested as :func:`nullable` writes it: apispec renders one (OpenAPI 3.0) as ``anyOf`` of "any
+    object, or null" and the component, which code generators type as an untyped dict (openapi-python-client:
+    ``doc.items.total`` raises AttributeError)."""
+    if isinstance(node, dict):
+        variants = node.get("anyOf")
+        if isinstance(variants, list) and len(variants) == 2 and NULL_OBJECT in variants:
+            node.pop("anyOf")
+            node.update(nullable=True, allOf=[v for v in variants if v != NULL_OBJECT])
+        for value in node.values():
+            plain_nullables(value)
+    elif isinstance(node, list):
+        for value in node:
+            plain_nullables(value)
+
+
 def input_callback(spec: APISpec, schema: str, component: str = "Callback") -> None:
     """The ``callback`` of input ``schema`` as it is loaded (app.web.callback_schemas), or null: the marshmallow
     field is a plain Dict, since the fast envelope path (app.web.fastload) mirrors no Nested field."""
@@ -302,10 +331,14 @@ def example_payload(task_type: str, schema: Schema) -> dict[str, Any]:
     return example
 
 
-def typed_body(base: str, *extra: dict[str, Any]) -> dict[str, Any]:
+def typed_body(spec: APISpec, name: str, base: str, *extra: dict[str, Any]) -> dict[str, Any]:
     """A submit body's schema: one variant per registered type (``base`` and ``extra`` with that type's payload
     schema; the payload required when the schema has required fields), so a schema-valid body is one its
-    processor takes. POST /tasks, a batch's tasks and its then task and a schedule's task are built from it."""
+    processor takes. POST /tasks, a batch's tasks and its then task and a schedule's task are built from it.
+
+    Each variant is a component of its own, ``<name>.<type>``, and the union a ``oneOf`` of their references: a
+    code generator makes one class per variant (openapi-python-client refuses a component whose union members
+    are inline ``allOf`` objects, and with it every route that uses the component)."""
     variants = []
     for task_type in processors.known_types():
         proc = processors.get(task_type)
@@ -314,11 +347,12 @@ def typed_body(base: str, *extra: dict[str, Any]) -> dict[str, Any]:
             "type": {"type": "string", "enum": [task_type]}, "payload": ref(f"Payload.{task_type}")}}
         if any(field.required for field in proc.schema.fields.values()):
             variant["required"] = ["type", "payload"]  # a payload with required fields must be sent
-        variants.append({"allOf": [ref(base), variant, *extra]})
+        spec.components.schema(f"{name}.{task_type}", {"allOf": [ref(base), variant, *extra]})
+        variants.append(ref(f"{name}.{task_type}"))
     return {"oneOf": variants} if variants else ref(base)
 
 
-def _submit_body() -> dict[str, Any]:
+def _submit_body(spec: APISpec) -> dict[str, Any]:
     examples = {}
     for task_type in processors.known_types():
         proc = processors.get(task_type)
@@ -326,7 +360,7 @@ def _submit_body() -> dict[str, Any]:
         examples[task_type] = {"summary": task_type,
                                "value": {"type": task_type, "payload": example_payload(task_type, proc.schema)}}
     return {"required": True, "description": "at most TASKPORT_MAX_BODY bytes (413 past it)",
-            "content": {JSON: {"schema": typed_body(TASK_SUBMIT), "examples": examples}}}
+            "content": {JSON: {"schema": typed_body(spec, TASK_SUBMIT, TASK_SUBMIT), "examples": examples}}}
 
 
 def _op(summary: str, responses: dict[str | int, Any], security: list[dict[str, list[str]]] | None = None,
@@ -380,7 +414,7 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         400: "BadRequest", 413: "PayloadTooLarge", 415: "UnsupportedMediaType", 422: "ValidationFailed",
         408: _content(PROBLEM_JSON, "the body stopped arriving for TASKPORT_WEB_IO_TIMEOUT: the connection is closed",
                       "Problem"),
-    }, security, requestBody=_submit_body(), operationId="submitTask",
+    }, security, requestBody=_submit_body(spec), operationId="submitTask",
         parameters=[_header("Idempotency-Key", "same as `dedup_key` (both given and different: 422); reused "
                                                "within the window for another type or payload: 422; a comma (two "
                                                "headers): 400",
@@ -405,7 +439,7 @@ def _task_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
                              "the current document; `: keep-alive` comments; ends after the terminal event. "
                              "`event: output`, `data: <output line>` per line the task emits (docs/streams.md); "
                              "once there are lines, ids are `<seq>-<line id>`: opaque, resume with the last one",
-              "content": {"text/event-stream": {"schema": stream_events(SSE_EVENT)}}},
+              "content": event_stream(stream_events(SSE_EVENT))},
         404: "NotFound", 410: "Gone", 422: "ValidationFailed",
         429: _content(PROBLEM_JSON, "the member holds TASKPORT_MAX_STREAMS_PER_MEMBER open streams", "Problem", True),
     }, security, operationId="getEvents",
@@ -422,8 +456,10 @@ def _result_paths(spec: APISpec, security: list[dict[str, list[str]]]) -> None:
         409: "TaskConflict", 410: "Gone", 503: "Unavailable"}, security, operationId="getResult")
     spec.path(task_path("{task_id}", "/result"), parameters=[TASK_ID], operations={"get": result})
     file = _op("Download the file of a COMPLETED task whose result is a file", {
-        200: {"description": "the file as an attachment, with its own content type (`result.file.content_type`)",
-              "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+        200: {"description": "the file as an attachment, with its own content type (`result.file.content_type`: "
+                             "the export's are text/csv and xlsx); bytes to a generated client",
+              "content": {media: {"schema": {"type": "string", "format": "binary"}}
+                          for media in ("application/octet-stream", "*/*")}},
         202: "StillRunning", 409: "TaskConflict", 410: "Gone", 503: "Unavailable",
         404: _content(PROBLEM_JSON, "404: the task is not found (unknown, someone else's or gone); or it COMPLETED "
                       "with a result that has no file (only exports have one); or its file is gone from the result "

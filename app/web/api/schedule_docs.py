@@ -36,7 +36,7 @@ def _request_components(spec: APISpec) -> None:
     checked by that type's schema) and a callback object or null; the document's ``task`` keeps ScheduleTask."""
     c = spec.components
     input_callback(spec, "ScheduleTask")
-    c.schema("ScheduleTaskRequest", typed_body("ScheduleTask"))
+    c.schema("ScheduleTaskRequest", typed_body(spec, "ScheduleTaskRequest", "ScheduleTask"))
     for name in ("ScheduleCreate", "ScheduleUpdate"):
         c.schemas[name]["properties"]["task"] = ref("ScheduleTaskRequest")
 
