@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.core.states import BatchStatus
+from taskport.states import BatchStatus
 from taskport.errors import Doc, json_document
 
 if TYPE_CHECKING:

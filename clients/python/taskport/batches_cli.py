@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.states import ACTIVE, STORED, TaskStatus
+from taskport.states import ACTIVE, STORED, TaskStatus
 from taskport.batches import DONE
 from taskport.cli import (
     CANCELLED,

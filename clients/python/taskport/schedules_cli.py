@@ -12,7 +12,7 @@ import argparse
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from app.core.states import QUEUES
+from taskport.states import QUEUES
 from taskport.cli import OK, UsageError, _command, _payload, _positive, _print_json
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from urllib.parse import quote
 import httpx
 import httpx_sse
 
-from app.core.states import ACTIVE, STORED, TaskStatus
+from taskport.states import ACTIVE, STORED, TaskStatus
 from taskport.batches import BatchCalls, Callback, callback_body  # submit_batch, batch ... (their own module)
 from taskport.errors import (
     ENDED,
