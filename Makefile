@@ -30,7 +30,7 @@ BIN := $(VENV)/bin
 # A stamp per install flavour: pip runs again only when pyproject.toml is newer than the stamp.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 DEV_STAMP := $(VENV)/.installed-dev
-LINT_PATHS := app workers taskport tests $(wildcard bench)
+LINT_PATHS := app workers clients/python/taskport tests $(wildcard bench)
 
 .PHONY: up test test-faults test-browser test-fuzz test-docs test-slow test-soak test-scale lint bench bench-scale clean
 
@@ -89,8 +89,8 @@ bench-scale: $(DEV_STAMP)
 	$(BIN)/python bench/scale.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info build
-	find app workers taskport tests $(wildcard bench) -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info clients/python/*.egg-info build
+	find app workers clients tests $(wildcard bench) -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # The venv gets uv first (from PyPI, with pip): it installs the project's dependencies in seconds where pip
 # takes about a minute (measured on this machine: 5 s against 54 s for the dev install, the same versions;
@@ -106,29 +106,33 @@ $(BIN)/python:
 
 # Both installs are of the lock files, never of pyproject.toml's ranges: what `make up` runs is what `make test`
 # and CI tested (and what a deploy installs), and an upstream release changes nothing until `make lock`. The
-# project itself goes in editable, its dependencies being the lock's.
-$(RUNTIME_STAMP): pyproject.toml requirements.txt | $(BIN)/python
+# project itself goes in editable, its dependencies being the lock's: the service and its client distribution
+# (clients/python, taskport-client, which the dev lock leaves out: see make lock).
+CLIENT := clients/python
+$(RUNTIME_STAMP): pyproject.toml $(CLIENT)/pyproject.toml requirements.txt | $(BIN)/python
 	$(UV_INSTALL) -r requirements.txt
-	$(UV_INSTALL) --no-deps -e .
+	$(UV_INSTALL) --no-deps -e $(CLIENT) -e .
 	touch $@
 
 # The dev lock holds the runtime one's pins too, so the dev install refreshes both stamps.
-$(DEV_STAMP): pyproject.toml requirements-dev.txt | $(BIN)/python
+$(DEV_STAMP): pyproject.toml $(CLIENT)/pyproject.toml requirements-dev.txt | $(BIN)/python
 	$(UV_INSTALL) -r requirements-dev.txt
-	$(UV_INSTALL) --no-deps -e .
+	$(UV_INSTALL) --no-deps -e $(CLIENT) -e .
 	touch $@ $(RUNTIME_STAMP)
 
 # The lock files, exact pins compiled by uv from pyproject.toml (tests/unit/test_lock.py fails when they
 # disagree with it or with each other): requirements-dev.txt, the runtime and dev dependencies resolved
 # together, then requirements.txt (what a Heroku-style Python buildpack installs) within its pins. Run after
 # changing the dependencies: uv keeps every pin that still fits; delete both files first to take the newest
-# releases.
+# releases. The client distribution (taskport-client, from clients/python by pyproject's [tool.uv.sources]) is
+# resolved with the rest, its dependencies pinned in both; requirements.txt installs it (`-e clients/python`, as a
+# buildpack runs it from the checkout), the dev lock leaves the line out: uv takes no path as a constraint.
 LOCK_PYTHON := $(shell cat .python-version)
 LOCK := $(BIN)/uv pip compile pyproject.toml --quiet --python-version $(LOCK_PYTHON) --python-platform linux \
 	--custom-compile-command 'make lock'
 .PHONY: lock
 lock: | $(BIN)/python
-	$(LOCK) --extra dev --output-file requirements-dev.txt
+	$(LOCK) --extra dev --no-emit-package taskport-client --output-file requirements-dev.txt
 	$(LOCK) --constraint requirements-dev.txt --output-file requirements.txt
 
 # The Procfile as a Heroku-style platform runs it, here: honcho with the venv's bin first on PATH, so the

@@ -11,7 +11,8 @@
     taskport tokens rotate  a new secret for read tokens: every token minted so far stops counting
 
 and the client commands (submit, status, result, cancel, retry, history, watch, schedules), whose home is
-taskport/cli.py.
+taskport/cli.py (the client distribution, clients/python). Its ``taskport`` console script runs this ``main``,
+which pyproject.toml names in the ``taskport.cli`` entry-point group (taskport.cli.script).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from tests.integration.harness import REPO_ROOT, Api, RedisServer, wait_until
 
 pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
 
-SLUG_FILES = ("app", "workers", "taskport", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
+SLUG_FILES = ("app", "workers", "clients", "Procfile", "pyproject.toml", "README.md", "requirements.txt",
               ".python-version")
 BUILD_BACKEND = "setuptools>=70.1"  # pyproject.toml's [build-system]: 70.1 builds wheels without `wheel`
 INSTALL_TIMEOUT = 300  # seconds: creating the venv and installing from the pip cache takes ~30 s here
@@ -48,7 +48,7 @@ def lock_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
-    run([*pip, "--requirement", str(slug / "requirements.txt")])
+    run([*pip, "--requirement", "requirements.txt"], cwd=slug)  # from the slug, as its `-e clients/python` reads
     # the build backend, as a Python buildpack provides it (no runtime dependency brings setuptools along)
     run([*pip, BUILD_BACKEND])
     run([*pip, "--no-deps", "--no-build-isolation", str(slug)])

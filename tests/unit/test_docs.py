@@ -23,7 +23,7 @@ from app.core.config import Config
 from app.launch.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE_DIRS = ("app", "workers", "taskport")
+CODE_DIRS = ("app", "workers", "clients/python/taskport")
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tests" / "README.md",
              ROOT / "bench" / "README.md"]
 # A setting's name as the code spells it: REDIS_URL, PORT, WEB_CONCURRENCY or TASKPORT_*.

@@ -1,6 +1,6 @@
 """The packages and app's wings depend one way, never back (read from the source with ast):
-web -> core, launch -> core, workers -> core, and the client package taskport depends on nothing of ours
-but the core's small names module.
+web -> core, launch -> core, workers -> core, and the client package taskport (a distribution of its own,
+clients/python) depends on nothing of ours: launch may use it, it uses nothing of the service's.
 
 Every import counts, wherever it stands: at the top, inside a function, under ``if TYPE_CHECKING``.
 Where app needs worker code it names it by a dotted string (RQ's job functions, the built-in processor
@@ -23,7 +23,9 @@ from app.core import jobs, processors, schedule
 from app.launch.cli import ROLE_MAINS
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "workers", "taskport")
+CLIENT_ROOT = ROOT / "clients" / "python"  # the client distribution's source (taskport-client)
+# Each package and the directory it is imported from.
+PACKAGES = {"app": ROOT, "workers": ROOT, "taskport": CLIENT_ROOT}
 # The units whose arrows are held: app's three wings, the workers and the client package. The top-level
 # app/__init__.py is a docstring and belongs to no wing.
 UNITS = ("app.core", "app.web", "app.launch", "workers", "taskport")
@@ -33,10 +35,8 @@ ALLOWED = {
     "app.web": {"app.core"},
     "app.launch": {"app.core", "taskport"},
     "workers": {"app.core"},
-    "taskport": {"app.core"},  # app.core.states only: see test_the_client_package_imports_only_the_core_names
+    "taskport": set(),  # it installs without the service: see test_the_client_package_imports_nothing_of_the_service
 }
-# The one module of the core the client package may import: names and codes, importing nothing of ours.
-CLIENT_SHARED = "app.core.states"
 
 
 def unit_of(module: str) -> str | None:
@@ -44,7 +44,7 @@ def unit_of(module: str) -> str | None:
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(CLIENT_ROOT if path.is_relative_to(CLIENT_ROOT) else ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -68,8 +68,8 @@ def package_imports() -> dict[tuple[str, str], list[str]]:
     """(importing unit, imported unit) -> the modules that make that arrow, for our units only. Importing
     the bare package ``app`` (its docstring) counts for nothing."""
     arrows: dict[tuple[str, str], list[str]] = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+    for package, root in PACKAGES.items():
+        for path in sorted((root / package).rglob("*.py")):
             source = unit_of(module_name(path))
             if source is None:
                 assert module_name(path) == "app", f"{path} belongs to no wing"
@@ -128,23 +128,20 @@ def test_the_cycle_check_finds_a_cycle():
     assert cycles({"workers": {"app"}, "app": {"taskport"}}) == []
 
 
-def test_the_client_package_imports_only_the_core_names():
-    def shared(target: str) -> bool:  # the module, a name in it, or a package on its path (``from app.core import``)
-        return f"{target}.".startswith(f"{CLIENT_SHARED}.") or CLIENT_SHARED.startswith(f"{target}.")
-
-    strays = [f"{module_name(path)} imports {target}" for path in sorted((ROOT / "taskport").rglob("*.py"))
-              for target in imported(path) if unit_of(target) not in (None, "taskport") and not shared(target)]
+def test_the_client_package_imports_nothing_of_the_service():
+    strays = [f"{module_name(path)} imports {target}" for path in sorted((CLIENT_ROOT / "taskport").rglob("*.py"))
+              for target in imported(path) if target.partition(".")[0] in ("app", "workers")]
     assert strays == []
 
 
-def test_the_client_package_imports_without_flask_and_pulls_only_the_names_module():
+def test_the_client_package_imports_without_flask_and_pulls_nothing_of_the_service():
     code = ("import sys\n"
             "sys.modules['flask'] = None  # any import of flask now fails\n"
             "import taskport, taskport.client, taskport.cli, taskport.errors, taskport.render\n"
             "print(' '.join(sorted(m for m in sys.modules if m.partition('.')[0] in ('app', 'workers'))))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["app", "app.core", CLIENT_SHARED]
+    assert done.stdout.split() == []
 
 
 def test_imports_are_read_wherever_they_stand(tmp_path: Path):

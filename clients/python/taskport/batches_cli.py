@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.states import ACTIVE, STORED, TaskStatus
 from taskport.batches import DONE
 from taskport.cli import (
     CANCELLED,
@@ -38,6 +37,7 @@ from taskport.cli import (
     _positive,
     _print_json,
 )
+from taskport.states import ACTIVE, STORED, TaskStatus
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -43,7 +43,6 @@ from urllib.parse import quote
 import httpx
 import httpx_sse
 
-from app.core.states import ACTIVE, STORED, TaskStatus
 from taskport.batches import BatchCalls, Callback, callback_body  # submit_batch, batch ... (their own module)
 from taskport.errors import (
     ENDED,
@@ -60,6 +59,7 @@ from taskport.errors import (
 )
 from taskport.schedules import ScheduleCalls  # create_schedule, list_schedules ... (their own module)
 from taskport.settings import ClientSettings
+from taskport.states import ACTIVE, STORED, TaskStatus
 
 API = "/api/v1"
 TERMINAL = frozenset(s.value for s in STORED - ACTIVE)  # a document with one of these is the task's last

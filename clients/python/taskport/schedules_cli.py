@@ -12,8 +12,8 @@ import argparse
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from app.core.states import QUEUES
 from taskport.cli import OK, UsageError, _command, _payload, _positive, _print_json
+from taskport.states import QUEUES
 
 if TYPE_CHECKING:
     from rich.console import Console

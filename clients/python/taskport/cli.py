@@ -23,7 +23,10 @@ or usage error) and 130 from here.
      7  still running: the task had not ended at --timeout / --max-attempts (or was not asked to wait)
    130  interrupted (Ctrl-C)
 
-Status and queue names come from ``app.core.states``, the service's own table of them.
+Status and queue names come from :mod:`taskport.states`, the client's copy of the service's table of them.
+
+The ``taskport`` console script is this distribution's (taskport-client): :func:`script`. Where the service's
+distribution is installed too, it runs the service's whole CLI instead (up, web, worker... and these commands).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.states import QUEUES, STORED, TaskStatus
+from taskport.states import QUEUES, STORED, TaskStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -401,6 +404,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
     except BrokenPipeError:
         return output_closed()
+
+
+# The entry-point group where the service's distribution names its CLI (pyproject.toml at the repository's root).
+SERVICE_CLI_GROUP = "taskport.cli"
+
+
+def script() -> int:
+    """The ``taskport`` console script. Two distributions may not both install one ``bin/taskport`` (the last
+    install would win, and uninstalling either would remove it), so only this one declares it, and the service's
+    distribution names its own CLI (``app.launch.cli:main``: these commands and the server's) in the
+    ``taskport.cli`` entry-point group. Where one is found, it runs; alone, the client commands do."""
+    from importlib.metadata import entry_points
+
+    service = next(iter(entry_points(group=SERVICE_CLI_GROUP, name="service")), None)
+    return int(service.load()()) if service is not None else main()
 
 
 def output_closed() -> int:

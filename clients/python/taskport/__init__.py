@@ -1,10 +1,11 @@
 """taskport's client side: a Python client (:mod:`taskport.client`) and the client commands of the
 ``taskport`` CLI (:mod:`taskport.cli`).
 
-This package imports neither Flask nor Redis nor anything of ``app``/``workers`` but ``app.core.states``,
-the service's table of status names and error codes (which imports nothing of ours), so the client
-spells them as the service does: a script that only talks to a taskport service over HTTP needs httpx,
-httpx-sse (and rich for the CLI), nothing else (tests/unit/test_imports.py holds this).
+It is a distribution of its own, taskport-client (clients/python/ in the repository), which the service's
+depends on. It imports neither Flask nor Redis nor anything of ``app``/``workers``: the status names and
+error codes it spells as the service does are in :mod:`taskport.states`, a copy that a test holds equal to
+the service's. A script that only talks to a taskport service over HTTP needs httpx, httpx-sse (and rich
+for the CLI), nothing else (tests/unit/test_imports.py, tests/integration/test_client_dist.py).
 """
 
 from taskport.client import Client, Event

@@ -22,8 +22,8 @@ from urllib.parse import quote
 
 import httpx
 
-from app.core.states import BatchStatus
 from taskport.errors import Doc, json_document
+from taskport.states import BatchStatus
 
 if TYPE_CHECKING:
     from taskport.client import Stream

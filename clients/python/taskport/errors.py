@@ -5,8 +5,8 @@
 - :class:`TaskEnded` and its subclasses, plus :class:`StillRunning`: the task itself did not give a
   result (FAILED with ``code``, CANCELLED, EXPIRED), or was still running when the caller's limit ran
   out. ``code`` is the task's ``error.code``: a business code (positive, e.g. 10001) or one of the
-  service's own, negative: :class:`ErrorCode` (re-exported here from ``app.core.states``, their one home,
-  where ``ERROR_MESSAGES`` holds their messages), e.g. ``exc.code == ErrorCode.TIMEOUT``.
+  service's own, negative: :class:`ErrorCode` (re-exported here from :mod:`taskport.states`, the client's copy
+  of the service's table), e.g. ``exc.code == ErrorCode.TIMEOUT``.
 
 :class:`ServiceUnreachable` means no HTTP answer at all (connection refused, DNS, timeout).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from app.core.states import ErrorCode as ErrorCode  # re-exported: the codes a client compares ``code`` with
-from app.core.states import TaskStatus
+from taskport.states import ErrorCode as ErrorCode  # re-exported: the codes a client compares ``code`` with
+from taskport.states import TaskStatus
 
 if TYPE_CHECKING:
     import httpx

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from app.core.states import TaskStatus
+from taskport.states import TaskStatus
 
 Doc = dict[str, Any]
 MAX_FAILURE_ROWS = 50  # the table shows this many failures; the rest are counted
