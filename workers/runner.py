@@ -51,7 +51,7 @@ from rq.timeouts import JobTimeoutException
 from app.core import keys, processors, tracing
 from app.core.answers import ResultNotStorable, Started
 from app.core.clock import now_ms
-from app.core.config import Config
+from app.core.config import Config, WorkerClass
 from app.core.connection import connect
 from app.core.ids import new_run_id
 from app.core.jobs import JobQueue, resume_job_id, retry_job_id
@@ -145,7 +145,8 @@ class Runner:
                          put_back=lambda why: self._put_back(run, why))
         run = Run(task, run_id, ctx, beat, tlog)
         parent = self.store.redis.hget(keys.task(task_id), F.TRACEPARENT) if tracing.ON else None
-        with tracing.run_span(parent, task_id, task.type, run_id, task.attempts, resume is not None) as span:
+        with tracing.run_span(parent, task_id, task.type, run_id, task.attempts, resume is not None,
+                              flush=self.config.worker_class != WorkerClass.SIMPLE) as span:
             end = self._beating(started, run)
             tracing.outcome(span, end.status.lower() if end is not None else "not ended",
                             end.describe() if end is not None and end.status == TaskStatus.FAILED else "")

@@ -31,7 +31,7 @@ ON = False  # tracing is set up in this process (see setup): every hook tests th
 NAME = "taskport"  # the tracer's (instrumentation scope) name, and service.name when OTEL_SERVICE_NAME is unset
 _tracer: Any = None
 _provider: Any = None
-_pid = 0  # the process that set the provider up: a forked work horse flushes its spans itself (run_span)
+FLUSH_MS = 5000  # how long a work horse's last export may hold up its exit (see run_span)
 _OFF = contextlib.nullcontext()
 
 
@@ -50,7 +50,7 @@ def setup(role: str, env: Mapping[str, str] | None = None, exporter: Any = None)
     a tracer provider whose resource says ``taskport.role`` ``role`` (web, worker, deliverer), exporting in
     batches to the exporters ``OTEL_TRACES_EXPORTER`` names (``exporter``: a test's own, e.g. the SDK's
     in-memory one, exported at once). Returns whether tracing is on."""
-    global ON, _tracer, _provider, _pid
+    global ON, _tracer, _provider
     if ON:
         return True
     env = os.environ if env is None else env
@@ -76,7 +76,7 @@ def setup(role: str, env: Mapping[str, str] | None = None, exporter: Any = None)
             return False
         for each in exporters:
             provider.add_span_processor(BatchSpanProcessor(each))
-    _provider, _tracer, _pid = provider, provider.get_tracer(NAME), os.getpid()
+    _provider, _tracer = provider, provider.get_tracer(NAME)
     ON = True
     log.info("tracing on (OpenTelemetry), role %s", role)
     return True
@@ -145,17 +145,19 @@ def _parent(parent: str | bytes | None) -> Any:
 
 
 def run_span(parent: str | bytes | None, task_id: str, task_type: str, run_id: str, attempt: int,
-             resumed: bool) -> contextlib.AbstractContextManager[Any]:
+             resumed: bool, *, flush: bool = False) -> contextlib.AbstractContextManager[Any]:
     """The span of one run of a task, child of the submit's ``parent`` (its kept traceparent): ``with`` it around
-    the run; its ``taskport.outcome`` is set by :func:`outcome`. A nothing when off."""
+    the run; its ``taskport.outcome`` is set by :func:`outcome`. A nothing when off. ``flush``: the run's process
+    is a work horse (RQ's fork and spawn workers), which ends with ``os._exit`` once its one job is done, so the
+    spans it holds are exported as the run ends (for at most FLUSH_MS), or never."""
     if not ON:
         return _OFF
-    return _run_span(parent, task_id, task_type, run_id, attempt, resumed)
+    return _run_span(parent, task_id, task_type, run_id, attempt, resumed, flush)
 
 
 @contextlib.contextmanager
 def _run_span(parent: str | bytes | None, task_id: str, task_type: str, run_id: str, attempt: int,
-              resumed: bool) -> Iterator[Any]:
+              resumed: bool, flush: bool) -> Iterator[Any]:
     from opentelemetry.trace import SpanKind
 
     attributes = {"taskport.task_id": task_id, "taskport.type": task_type, "taskport.run_id": run_id,
@@ -165,8 +167,8 @@ def _run_span(parent: str | bytes | None, task_id: str, task_type: str, run_id: 
                                            attributes=attributes) as span:
             yield span
     finally:
-        if os.getpid() != _pid:  # a forked work horse ends with os._exit: its batch would never leave
-            _provider.force_flush()
+        if flush:
+            _provider.force_flush(FLUSH_MS)
 
 
 def outcome(span: Any, what: str, error: str = "") -> None:

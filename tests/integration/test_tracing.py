@@ -72,12 +72,14 @@ def collector() -> Iterator[Receiver]:
     c.close()
 
 
-@pytest.fixture(scope="module")
-def stack(collector: Receiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+# each kind of worker: a fork or spawn work horse ends with os._exit, so its run span is flushed as the run ends
+@pytest.fixture(scope="module", params=["simple", "fork", "spawn"])
+def stack(request: pytest.FixtureRequest, collector: Receiver,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("tracing")
     server = RedisServer(workdir / "redis").start()
     s = TracedStack(collector, server.url, workdir / "stack", callback_secrets=f"public:{SECRET}",
-                    callback_allow_hosts="127.0.0.1")
+                    callback_allow_hosts="127.0.0.1", worker_class=request.param)
     try:
         s.start_web()
         s.start_worker()
