@@ -105,3 +105,12 @@ def test_off_by_default_no_middleware_no_field_no_span(client, conn, config):
 ])
 def test_only_otel_variables_that_ask_for_traces_turn_it_on(env, wanted):
     assert tracing.wanted(env) is wanted
+
+
+def test_a_batch_s_tasks_keep_the_batch_request_s_span(traced_client, spans, conn):
+    r = traced_client.post("/api/v1/batches", json={"tasks": [{"type": "rt.echo", "payload": {"text": str(i)}}
+                                                              for i in range(3)]}, headers={"traceparent": CALLER})
+    assert r.status_code == 202, r.get_json()
+    (server,) = spans.get_finished_spans()
+    kept = {conn.hget(keys.task(t["task_id"]), keys.TaskField.TRACEPARENT) for t in r.get_json()["tasks"]}
+    assert kept == {f"00-{CALLER_TRACE}-{server.context.span_id:016x}-01".encode()}
