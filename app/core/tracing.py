@@ -6,8 +6,8 @@ the extra is installed and a traces exporter is asked for (``OTEL_TRACES_EXPORTE
 ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``), and ``OTEL_SDK_DISABLED`` is not true. The SDK reads the rest itself:
 the OTLP endpoint, headers and timeouts, ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``, the sampler.
 
-Off, nothing of OpenTelemetry is imported and the hot paths pay one test of :data:`ON` (bench/README.md): no
-middleware, no span objects. On:
+Off, nothing of OpenTelemetry is imported and the hot paths pay one test of :data:`ON` (docs/operations.md has the
+figures): no middleware, no span objects. On:
 
 - the web's :class:`Middleware` makes a server span of every request, child of its ``traceparent`` header;
 - a submit keeps that span's W3C ``traceparent`` in the task's hash (keys.TaskField.TRACEPARENT);
@@ -48,8 +48,9 @@ def wanted(env: Mapping[str, str]) -> bool:
 def setup(role: str, env: Mapping[str, str] | None = None, exporter: Any = None) -> bool:
     """Turn tracing on in this process when the environment asks for it (once; later calls answer the same):
     a tracer provider whose resource says ``taskport.role`` ``role`` (web, worker, deliverer), exporting in
-    batches to the exporters ``OTEL_TRACES_EXPORTER`` names (``exporter``: a test's own, e.g. the SDK's
-    in-memory one, exported at once). Returns whether tracing is on."""
+    batches to the exporters ``OTEL_TRACES_EXPORTER`` names, and made OpenTelemetry's global one, so the spans a
+    processor makes itself (``opentelemetry.trace.get_tracer``) are children of its run's (``exporter``: a test's
+    own, e.g. the SDK's in-memory one, exported at once, and not global). Returns whether tracing is on."""
     global ON, _tracer, _provider
     if ON:
         return True
@@ -76,6 +77,9 @@ def setup(role: str, env: Mapping[str, str] | None = None, exporter: Any = None)
             return False
         for each in exporters:
             provider.add_span_processor(BatchSpanProcessor(each))
+        from opentelemetry import trace
+
+        trace.set_tracer_provider(provider)
     _provider, _tracer = provider, provider.get_tracer(NAME)
     ON = True
     log.info("tracing on (OpenTelemetry), role %s", role)

@@ -79,7 +79,8 @@ def stack(request: pytest.FixtureRequest, collector: Receiver,
     workdir = tmp_path_factory.mktemp("tracing")
     server = RedisServer(workdir / "redis").start()
     s = TracedStack(collector, server.url, workdir / "stack", callback_secrets=f"public:{SECRET}",
-                    callback_allow_hosts="127.0.0.1", worker_class=request.param)
+                    callback_allow_hosts="127.0.0.1", worker_class=request.param, retry_backoff="0",
+                    processors="tests.userprocs.tasks,tests.userprocs.traced")
     try:
         s.start_web()
         s.start_worker()
@@ -123,3 +124,35 @@ def test_the_submit_its_run_and_its_callback_are_spans_of_one_trace(stack: Stack
         assert headers["traceparent"] == f"00-{CALLER_TRACE}-{callback['span']}-01"
     finally:
         hook.close()
+
+
+def run_spans(collector: Receiver, task_id: str, count: int) -> list[dict[str, Any]]:
+    """The task's ``count`` run spans, in attempt order, once all have arrived."""
+    def arrived() -> list[dict[str, Any]] | None:
+        runs = [s for s in spans(collector)
+                if s["role"] == "worker" and s["attributes"].get("taskport.task_id") == task_id]
+        return sorted(runs, key=lambda s: s["attributes"]["taskport.attempt"]) if len(runs) >= count else None
+
+    return wait_until(arrived, timeout=10, interval=0.1, message=lambda: f"{count} run spans of {task_id}")
+
+
+def test_a_retry_is_a_second_run_span_under_the_same_submit(stack: Stack, collector: Receiver, tmp_path) -> None:
+    with Api(stack.base_url) as api:
+        task_id = api.create("test.flaky", {"marker": str(tmp_path / "calls"), "fail_times": 1})
+        api.wait_for(task_id, "COMPLETED")
+    first, second = run_spans(collector, task_id, 2)
+    assert first["parent"] == second["parent"] != "" and first["trace"] == second["trace"]
+    assert [first["attributes"]["taskport.attempt"], second["attributes"]["taskport.attempt"]] == [1, 2]
+    assert [first["attributes"]["taskport.outcome"], second["attributes"]["taskport.outcome"]] == [
+        "not ended", "completed"]
+
+
+def test_a_processor_s_own_span_is_a_child_of_its_run(stack: Stack, collector: Receiver) -> None:
+    with Api(stack.base_url) as api:
+        task_id = api.create("test.traced")
+        api.wait_for(task_id, "COMPLETED")
+    (run,) = run_spans(collector, task_id, 1)
+    inner = wait_until(lambda: next((s for s in spans(collector) if s["name"] == "inner work"
+                                     and s["parent"] == run["span"]), None),
+                       timeout=10, interval=0.1, message=lambda: f"the processor's span under {run}")
+    assert inner["trace"] == run["trace"]
