@@ -52,5 +52,6 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
         from flask import request
 
         app.wsgi_app = tracing.Middleware(app.wsgi_app)  # type: ignore[method-assign]
-        app.before_request(lambda: tracing.name_route(request.method, request.url_rule and request.url_rule.rule))
+        app.before_request(lambda: tracing.name_route(request.method,
+                                                      request.url_rule.rule if request.url_rule else None))
     return app
