@@ -21,6 +21,7 @@ import orjson
 import redis
 from rq import Queue, SimpleWorker
 
+from app.core import keys, tracing
 from app.core.batches import read_document
 from app.core.callback_http import Refused, post, resolve
 from app.core.callbacks import (
@@ -81,6 +82,7 @@ class Deliverer:
         self.deliveries = Deliveries(self.conn, config.call_record_ms)
         self.ssl_context = ssl_context  # None: the system's trust store (a test passes its own CA's)
         self.lease_ms = job_timeout(config.callback_timeout) * 1000 + ATTEMPT_GRACE_MS
+        tracing.setup("deliverer")  # OpenTelemetry, when the otel extra is installed and OTEL_* ask for it
 
     def deliver(self, delivery_id: str, claim: int) -> str | None:
         """One attempt of the delivery, if the claim ``claim`` is still its own; returns the callback state it left
@@ -133,8 +135,12 @@ class Deliverer:
             return CallbackState.FAILED
         attempts = record.attempts + 1
         headers = signed_headers(secret, str(did), record.body, int(time.time()))
-        answer = post(target, record.body, headers, self.config.callback_timeout, self.ssl_context)
-        got = f"HTTP {answer.status}" if answer.status is not None else answer.error
+        traced = tracing.ON and did.kind == TASK  # the task's trace (a batch's callback: a trace of its own)
+        parent = self.conn.hget(keys.task(did.target), keys.TaskField.TRACEPARENT) if traced else None
+        with tracing.delivery_span(parent, str(did), attempts, headers) as span:
+            answer = post(target, record.body, headers, self.config.callback_timeout, self.ssl_context)
+            got = f"HTTP {answer.status}" if answer.status is not None else answer.error
+            tracing.outcome(span, "delivered" if answer.delivered else "not delivered", "" if answer.delivered else got)
         if answer.delivered:
             self.deliveries.settle(did, CallbackState.DELIVERED, attempts, answer.status, None)
             tlog.info("callback %s delivered to %s (%s, attempt %d)", did, target.host, got, attempts)

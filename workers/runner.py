@@ -48,10 +48,10 @@ import redis
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
-from app.core import processors
+from app.core import keys, processors, tracing
 from app.core.answers import ResultNotStorable, Started
 from app.core.clock import now_ms
-from app.core.config import Config
+from app.core.config import Config, WorkerClass
 from app.core.connection import connect
 from app.core.ids import new_run_id
 from app.core.jobs import JobQueue, resume_job_id, retry_job_id
@@ -119,6 +119,7 @@ class Runner:
         self.owner_pid = os.getpid()
         self.current: Heartbeat | None = None  # the run in progress in this process
         processors.load(config.processor_modules)
+        tracing.setup("worker")  # OpenTelemetry, when the otel extra is installed and OTEL_* ask for it
         self.concurrency = concurrency_spec(config)  # the concurrency limits START applies (app.core.limits)
 
     def run(self, task_id: str) -> RunEnd | None:
@@ -143,13 +144,23 @@ class Runner:
         beat = Heartbeat(self.store, task_id, run_id, ctx, self.config.heartbeat_interval,
                          put_back=lambda why: self._put_back(run, why))
         run = Run(task, run_id, ctx, beat, tlog)
-        with beat:
-            self.current = beat
+        parent = self.store.redis.hget(keys.task(task_id), F.TRACEPARENT) if tracing.ON else None
+        with tracing.run_span(parent, task_id, task.type, run_id, task.attempts, resume is not None,
+                              flush=self.config.worker_class != WorkerClass.SIMPLE) as span:
+            end = self._beating(started, run)
+            tracing.outcome(span, end.status.lower() if end is not None else "not ended",
+                            end.describe() if end is not None and end.status == TaskStatus.FAILED else "")
+            return end
+
+    def _beating(self, started: Started, run: Run) -> RunEnd | None:
+        """The run, its heartbeat beating."""
+        with run.beat:
+            self.current = run.beat
             try:
                 return self._execute(started, run)
             except redis.ConnectionError as exc:  # past the ride-out, or no replica took the outcome in time
-                tlog.warning("outcome not confirmed (%s): if a failover loses it, housekeeping recovers the run as "
-                             "after a crash", exc)
+                run.tlog.warning("outcome not confirmed (%s): if a failover loses it, housekeeping recovers the run "
+                                 "as after a crash", exc)
                 return None
             finally:
                 self.current = None

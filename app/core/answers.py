@@ -42,6 +42,7 @@ class NewTask:
     callback_events: tuple[str, ...] = ()  # which ones
     batch: str = ""  # the batch it is created in ('' = none)
     then_of: str = ""  # the batch whose then task it is ('' = none)
+    traceparent: str = ""  # the submit's span, when tracing is on (app.core.tracing): its runs are in that trace
 
 
 class Created(NamedTuple):

@@ -74,6 +74,7 @@ class TaskField(StrEnum):
     SLOT = "slot"
     LIMITED = "limited"
     LINE = "line"  # "<ticket> <seq> <job id>": its place in its member's line and its queue, as queued (lines)
+    TRACEPARENT = "traceparent"  # the W3C traceparent of the span that submitted it, when tracing is on (tracing)
 
 
 def payload(task_id: str) -> str:

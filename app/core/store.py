@@ -163,6 +163,8 @@ class TaskStore:
         for name, value in ((F.MAX_ATTEMPTS, new.max_attempts), (F.PRIORITY, new.priority)):
             if value != UNWRITTEN_DEFAULTS[name]:
                 fields += [name, value]
+        if new.traceparent:
+            fields += [F.TRACEPARENT, new.traceparent]
         if new.callback_url:
             fields += [F.CALLBACK_URL, new.callback_url, F.CALLBACK_EVENTS, ",".join(new.callback_events)]
         if new.batch:

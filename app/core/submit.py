@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.core import processors
+from app.core import processors, tracing
 from app.core.answers import Created, NewTask
 from app.core.clock import now_ms
 from app.core.ids import new_task_id
@@ -25,11 +25,12 @@ def new_task(member: str, task_type: str, payload: dict[str, Any], dedup_digest:
     proc = processors.get(task_type)
     if proc is None:
         raise KeyError(task_type)
+    task_id = new_task_id()
     return NewTask(
-        task_id=new_task_id(), member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
+        task_id=task_id, member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
         priority=priority or proc.priority, max_attempts=proc.retries + 1,
         callback_url=callback["url"] if callback else "", callback_events=tuple(callback["events"]) if callback else (),
-        batch=batch, then_of=then_of,
+        batch=batch, then_of=then_of, traceparent=tracing.submitted(task_id),
     )
 
 

@@ -47,4 +47,11 @@ def create_app(config: Config | None = None, conn: redis.Redis | None = None) ->
         app.register_blueprint(blueprint)
     from app.web.api import output  # a task's live output (GET /tasks/{id}/output)
     app.register_blueprint(output.bp)
+    from app.core import tracing  # OpenTelemetry, when the otel extra is installed and OTEL_* ask for it
+    if tracing.setup("web"):
+        from flask import request
+
+        app.wsgi_app = tracing.Middleware(app.wsgi_app)  # type: ignore[method-assign]
+        app.before_request(lambda: tracing.name_route(request.method,
+                                                      request.url_rule.rule if request.url_rule else None))
     return app
