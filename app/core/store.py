@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import redis
 
-from app.core import keys, lua, scripts
+from app.core import keys, lua, runscripts, scripts
 from app.core.answers import (
     ActiveCapReached,
     Claim,
@@ -200,7 +200,7 @@ class TaskStore:
         (app.core.limits.concurrency_spec); a task over its limit is parked instead, its Claim's ``parked``
         saying why."""
         t = now_ms()
-        answer = self.run_script(scripts.START.name, *scripts.START.call(
+        answer = self.run_script(runscripts.START.name, *runscripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
                   "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
                   "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD, **_LIMIT_KEYS},
@@ -225,7 +225,7 @@ class TaskStore:
         ``files_run`` (default this run's); ``replace``: the line replaces the log. Returns the status found."""
         t = now_ms()
         total, succeeded, failed = (items["total"], items["succeeded"], items["failed"]) if items else ("", "", "")
-        answer = self.run_script(scripts.PROGRESS.name, *scripts.PROGRESS.call(
+        answer = self.run_script(runscripts.PROGRESS.name, *runscripts.PROGRESS.call(
             keys={"task": keys.task(task_id), "running": keys.RUNNING, "events": keys.events(task_id),
                   "checkpoint": keys.checkpoint(task_id), "cursor": keys.cursor(task_id),
                   "batch_head": keys.BATCH_HEAD, "stored_bytes": keys.STORED_BYTES},
@@ -418,7 +418,7 @@ class TaskStore:
 
     def forget_run(self, task_id: str) -> bool:
         """The task out of the running index unless it is PROCESSING now (FORGET_RUN): True when it left."""
-        return bool(self.run_script(scripts.FORGET_RUN.name, *scripts.FORGET_RUN.call(
+        return bool(self.run_script(runscripts.FORGET_RUN.name, *runscripts.FORGET_RUN.call(
             keys={"task": keys.task(task_id), "running": keys.RUNNING}, args={"task_id": task_id},
             record_ms=self.config.call_record_ms)))
 
