@@ -25,12 +25,12 @@ from app.core.clock import iso, now_ms
 from app.core.config import Config
 from app.core.connection import connect
 from app.core.history import Histories
+from app.core.housekeeping_passes import QUEUE
 from app.core.indexes import ExpiryIndex, FailureIndex, Locks, RunningIndex, SlowTasks
 from app.core.jobclaims import Claims
 from app.core.jobs import JobQueue, resume_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
-from app.core.schedule import QUEUE
 from app.core.states import TERMINAL, TaskStatus
 from app.core.stats import Stats
 from app.core.store import TaskStore

@@ -30,10 +30,10 @@ from rq_scheduler import Scheduler
 from app.core import layout
 from app.core.config import Config
 from app.core.connection import connect, ride_out_outages, wait_for_redis
+from app.core.housekeeping_passes import PASSES, job_id
+from app.core.housekeeping_passes import QUEUE as HOUSEKEEPING_QUEUE
 from app.core.logs import setup_logging
 from app.core.process import die_with_parent, forked_children_die_with_me
-from app.core.schedule import PASSES, job_id
-from app.core.schedule import QUEUE as HOUSEKEEPING_QUEUE
 from app.core.states import DEFAULT_QUEUE
 from workers import deferred, delivery, firing, limits, timers  # noqa: F401 - ticks: run_at/after, callbacks...
 from workers.stopping import PromptUnsubscribe

@@ -49,7 +49,7 @@ class TaskField(StrEnum):
     SEQ = "seq"  # the event sequence number, bumped by every write (see events)
     PAYLOAD_SHA256 = "payload_sha256"  # of the payload JSON, for the audit trail
     JOB = "job"  # the current RQ job id when it is not the task id (a recovery re-queued it)
-    RESULT = "result"  # a short result's JSON, inline (see app.core.store.INLINE_RESULT_MAX)
+    RESULT = "result"  # a short result's JSON, inline (see app.core.runstore.INLINE_RESULT_MAX)
     RESUMED = "resumed"  # runs that continued from a checkpoint (the status document's "resumed")
     CHECKPOINTS = "checkpoints"  # checkpoint writes so far (see checkpoint())
     CHECKPOINT_RUN = "checkpoint_run"  # the run that wrote the last checkpoint: its result folder holds the files

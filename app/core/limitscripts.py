@@ -1,6 +1,6 @@
 """The Lua of concurrency limits and rate limits (app.core.limits says what they are for).
 
-Concurrency. The START script (app.core.scripts) takes a slot of the task's limit key in the step that starts
+Concurrency. The START script (app.core.runscripts) takes a slot of the task's limit key in the step that starts
 it, or parks the task in the limit's line (PENDING, no job, ``@limited`` saying why); TRANSITION frees the slot
 in the step that ends the run (any end: complete, fail, cancel, retry, put back, recovery, expiry) and hands the
 free slots to the oldest parked tasks, reserving each its slot and putting it on ``keys.LIMIT_READY``, which the

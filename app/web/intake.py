@@ -17,7 +17,7 @@ from app.core import processors
 from app.core.config import Config
 from app.web.auth import Members
 from app.web.callback_schemas import CallbackSchema, check_callback
-from app.web.deferral import run_at_ms
+from app.web.deferred import run_at_ms
 from app.web.errors import AppError, ValidationFailed
 from app.web.fastload import FastLoad
 from app.web.schemas import SubmitSchema

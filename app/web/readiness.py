@@ -8,7 +8,7 @@ Two facts, read from RQ's own records in Redis (nothing new is written for them)
   OOM) is removed at once by the worker that takes its slot (same name: ``taskport up``'s supervisor,
   ``DYNO``), and otherwise expires within the workers' lease (3 stall timeouts, 90 s by default:
   workers.worker.Leased), where RQ's own expiry was up to an hour for a busy in-process worker;
-- **housekeeping**: when each periodic pass (a job under a fixed id, see ``app.core.schedule``) last
+- **housekeeping**: when each periodic pass (a job under a fixed id, see ``app.core.housekeeping_passes``) last
   ended. A pass older than two housekeeping intervals means no scheduler (or no housekeeper) runs.
 
 ``/readyz`` reports both, ``/metrics`` exports them, and a submit while no worker listens on the
@@ -34,8 +34,8 @@ from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from app.core import keys
 from app.core.config import Config
-from app.core.schedule import PASSES
-from app.core.schedule import job_id as housekeeping_job_id
+from app.core.housekeeping_passes import PASSES
+from app.core.housekeeping_passes import job_id as housekeeping_job_id
 from app.core.states import QUEUES
 
 STALE_INTERVALS = 2  # housekeeping is stale once its last pass is older than this many intervals

@@ -18,7 +18,7 @@ document declares every link (it would guess submit -> /result/file, which a tas
 contract). Everything else that fails is a finding to fix.
 
 The stacks have no TASKPORT_CALLBACK_SECRETS, so the document they serve offers no ``callback`` (a deployment's
-document offers only what it accepts: app/web/api/docs.py, without_callbacks).
+document offers only what it accepts: app/web/api/docs_components.py, without_callbacks).
 """
 
 from __future__ import annotations

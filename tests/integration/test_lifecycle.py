@@ -15,7 +15,7 @@ import requests
 
 from app.core import keys
 from app.core.answers import NewTask
-from app.core.schedule import PASSES, job_id
+from app.core.housekeeping_passes import PASSES, job_id
 from app.core.states import QUEUES
 from app.core.store import TaskStore
 from tests.integration.harness import Stack, wait_until

@@ -18,8 +18,8 @@ import pytest
 
 from app.core import keys
 from app.core.audit import EntryField
-from app.core.schedule import PASSES
-from app.core.schedule import job_id as pass_job_id
+from app.core.housekeeping_passes import PASSES
+from app.core.housekeeping_passes import job_id as pass_job_id
 from app.core.states import ErrorCode
 from tests.integration.harness import wait_until
 from tests.scale.bed import DATA_NODES, Bed, BedError, RemoteError, netns_pids

@@ -108,8 +108,8 @@ CANCEL_GRACE = _code("workers.heartbeat:CANCEL_GRACE")
 # (doc, pattern, the code's figures): every match of the pattern in the doc holds the figures (its groups that
 # matched), in the doc's unit; the pattern must still match, so a reworded sentence comes back here.
 FIGURES: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
-    ("docs/design.md", r"JSON of at most (\d+) bytes", _code("app.core.store:INLINE_RESULT_MAX")),
-    ("docs/design.md", r"larger than (\d+) bytes of JSON", _code("app.core.store:INLINE_RESULT_MAX")),
+    ("docs/design.md", r"JSON of at most (\d+) bytes", _code("app.core.runstore:INLINE_RESULT_MAX")),
+    ("docs/design.md", r"larger than (\d+) bytes of JSON", _code("app.core.runstore:INLINE_RESULT_MAX")),
     ("docs/streams.md", r"their (\d+) s lease", _code("app.core.keys:STREAM_LEASE_MS", scale=1 / 1000)),
     # renewed at a third of the lease (app.web.streams)
     ("docs/streams.md", r"leases every (\d+) s", _code("app.core.keys:STREAM_LEASE_MS", scale=1 / 3000)),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import jobs, processors, schedule
+from app.core import housekeeping_passes, jobs, processors
 from app.launch.cli import ROLE_MAINS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ def test_imports_are_read_wherever_they_stand(tmp_path: Path):
 
 
 @pytest.mark.parametrize("name", sorted({jobs.RUN_TASK, *ROLE_MAINS.values(),
-                                         *(f"workers.housekeeping.{p}_pass" for p in schedule.PASSES)}))
+                                         *(f"workers.housekeeping.{p}_pass" for p in housekeeping_passes.PASSES)}))
 def test_worker_code_named_by_app_resolves(name: str):
     assert callable(pkgutil.resolve_name(name))
 

@@ -12,7 +12,7 @@ import pytest
 from app.core import processors
 from app.core.history import encode_cursor
 from app.web import create_app
-from app.web.api import docs
+from app.web.api import docs, docs_components
 
 PROBLEM = "application/problem+json"
 JSON = "application/json"
@@ -169,7 +169,7 @@ def test_example_payload_falls_back_to_the_schema_defaults():
         count = fields.Integer(load_default=3)
         tags = fields.List(fields.String(), load_default=list)
 
-    assert docs.example_payload("custom.type", Custom()) == {"count": 3, "tags": []}
+    assert docs_components.example_payload("custom.type", Custom()) == {"count": 3, "tags": []}
 
 
 def test_user_schemas_whose_names_clash_get_their_own_components(monkeypatch):

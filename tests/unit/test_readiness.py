@@ -12,7 +12,7 @@ from rq.job import Job
 from rq.utils import utcformat
 
 from app.core import keys
-from app.core.schedule import PASSES, job_id
+from app.core.housekeeping_passes import PASSES, job_id
 from app.core.states import QUEUES
 from app.web import create_app
 from app.web.readiness import STAT_UNSERVED, WARNING_HEADER, Readiness, WorkerWatch, housekeeping_ages, live_workers

@@ -11,7 +11,7 @@ from apispec import APISpec
 from app.core.urls import batch_path
 from app.web import batch_schemas as bs
 from app.web.api.batches import NOT_FOR_THEN
-from app.web.api.docs import (
+from app.web.api.docs_components import (
     JSON,
     _content,
     _header,

@@ -37,7 +37,7 @@ def stream_events(status_event: dict[str, Any]) -> dict[str, Any]:
 
 
 def output_paths(spec: APISpec, security: list[dict[str, list[str]]], op: Any, task_id: Any) -> None:
-    """The output route; ``op`` is app.web.api.docs._op, ``task_id`` its task id parameter."""
+    """The output route; ``op`` is app.web.api.docs_components._op, ``task_id`` its task id parameter."""
     spec.components.schema("OutputLine", LINE)
     spec.components.schema("OutputPage", PAGE)
     query = [

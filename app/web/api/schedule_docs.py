@@ -8,7 +8,7 @@ from typing import Any
 from apispec import APISpec
 
 from app.web import schedule_schemas as ss
-from app.web.api.docs import JSON, _content, _op, input_callback, ref, typed_body
+from app.web.api.docs_components import JSON, _content, _op, input_callback, ref, typed_body
 from app.web.errors import PROBLEM_JSON
 from app.web.schedule_service import schedule_path
 

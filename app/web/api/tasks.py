@@ -21,7 +21,7 @@ from app.core.states import ACTIVE, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, file_url, status_document, task_path
 from app.web.api import json_response
-from app.web.deferral import retry_after
+from app.web.deferred import retry_after
 from app.web.errors import (
     BadRequest,
     Conflict,

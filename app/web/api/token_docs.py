@@ -9,7 +9,7 @@ from typing import Any
 from apispec import APISpec
 
 from app.core.urls import batch_path, task_path
-from app.web.api.docs import JSON, TASK_ACCEPTED, TASK_ID, TASK_SUBMIT, _content, _op, ref
+from app.web.api.docs_components import JSON, TASK_ACCEPTED, TASK_ID, TASK_SUBMIT, _content, _op, ref
 from app.web.errors import PROBLEM_JSON
 from app.web.schemas import ReadTokenSchema, TokenRequestSchema
 
