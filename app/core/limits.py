@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from app.core import keys, lua, processors
-from app.core.config import RATE_NAME, Config
+from app.core.config import Config
+from app.core.config_limits import RATE_NAME
 from app.core.jobs import JobQueue, delayed_job_id
 from app.core.limitscripts import LIMIT_QUEUE, LIMIT_SWEEP
 from app.core.states import TaskStatus

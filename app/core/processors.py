@@ -28,7 +28,7 @@ from typing import Any
 from marshmallow import Schema
 from marshmallow.validate import Range
 
-from app.core.config import concurrency_key_problem
+from app.core.config_limits import concurrency_key_problem
 from app.core.states import DEFAULT_QUEUE, QUEUES
 
 BUILTIN_MODULES = (

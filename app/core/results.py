@@ -354,33 +354,6 @@ def result_store(config: Config) -> ResultStore:
     return LocalResultStore(where)
 
 
-def streamed_body(handle: BinaryIO, size: int = 1024 * 1024) -> Blocks | None:
-    """A download's body for ``handle``: None for a file on disk (the WSGI server's file wrapper sends it
-    with sendfile), else its bytes in ``size`` blocks. An object store's stream read through the file
-    wrapper's 8 KiB reads ran at 134 MiB/s and 2.6 web CPU s per GiB; in 1 MiB blocks 377 MiB/s and
-    0.4 s (bench/download.py)."""
-    try:
-        handle.fileno()
-        return None
-    except (OSError, AttributeError):
-        return Blocks(handle, size)
-
-
-class Blocks:
-    """A WSGI body: ``handle``'s bytes ``size`` at a time. The server's ``close()`` closes the handle,
-    also when the body was never iterated (a HEAD request) or the client left halfway."""
-
-    def __init__(self, handle: BinaryIO, size: int) -> None:
-        self.handle, self.size = handle, size
-
-    def __iter__(self) -> Iterator[bytes]:
-        while block := self.handle.read(self.size):
-            yield block
-
-    def close(self) -> None:
-        self.handle.close()
-
-
 def spill(store: ResultStore, task_id: str, result: Any, limit: int) -> Any:
     """``result`` itself when its JSON is at most ``limit`` bytes, else a reference to it, written to
     ``store`` as ``result.json`` (raises StoreUnavailable when the store cannot take it)."""

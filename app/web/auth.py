@@ -18,7 +18,8 @@ from urllib.parse import parse_qsl, unquote_plus, urlencode
 from flask import Flask, Request, g, request
 
 from app.core.clock import now_ms
-from app.core.config import READ_TOKEN_PREFIX, Config
+from app.core.config import Config
+from app.core.config_keys import READ_TOKEN_PREFIX
 from app.core.states import HIGH_QUEUE
 from app.web.errors import AppError, BadRequest, Unauthorized, task_not_found
 from app.web.tokens import TASK, InvalidToken, Scope, Tokens, task_batches

@@ -35,7 +35,8 @@ from itsdangerous import BadData, URLSafeSerializer
 
 from app.core import keys
 from app.core.clock import iso
-from app.core.config import READ_TOKEN_PREFIX, Config
+from app.core.config import Config
+from app.core.config_keys import READ_TOKEN_PREFIX
 from app.core.ids import is_task_id
 from app.core.tokensecret import RECHECK as SECRET_RECHECK
 from app.core.tokensecret import stored_secret

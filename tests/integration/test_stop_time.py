@@ -3,7 +3,7 @@
 Idle Ctrl-Cs of ``make up`` took up to 27 s, with SIGKILLs: a worker (and the housekeeper, the deliverer: RQ
 workers all) sat out its pubsub thread's 60 s sleep under redis-py 8.2 (workers.stopping.PromptUnsubscribe),
 and supervisord acted on the stop and on each exit up to a 1 s tick late
-(app.launch.supervisor.wake_on_signals). Each try here starts ``up`` with ``make up``'s defaults (four
+(app.launch.supervised.wake_on_signals). Each try here starts ``up`` with ``make up``'s defaults (four
 workers), waits for every process to say it is serving, sends SIGINT to ``up``'s process group (what a
 terminal's Ctrl-C does) and wants: exit 0, no SIGKILL, every process gone within ``LIMIT`` s.
 

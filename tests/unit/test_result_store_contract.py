@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.core import processors
+from app.core.filebody import streamed_body
 from app.core.results import (
     SPILLED_NAME,
     SPILLED_REF,
@@ -23,7 +24,6 @@ from app.core.results import (
     ResultStore,
     remove_runs,
     spill,
-    streamed_body,
     unspill,
 )
 from app.core.s3store import S3ResultStore

@@ -21,7 +21,8 @@ from supervisor.options import ServerOptions
 
 from app.core import connection
 from app.core.config import Config
-from app.launch.supervisor import Launcher, secret_free, watch, web_only_environ
+from app.launch.supervised import watch
+from app.launch.supervisor import Launcher, secret_free, web_only_environ
 from app.launch.supervisorconf import (
     GROUP,
     START_RETRIES,

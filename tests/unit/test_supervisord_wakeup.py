@@ -1,4 +1,4 @@
-"""supervisord's loop wakes on a signal (app.launch.supervisor.wake_on_signals): a child's exit (SIGCHLD) or a
+"""supervisord's loop wakes on a signal (app.launch.supervised.wake_on_signals): a child's exit (SIGCHLD) or a
 stop request is acted on at once, not at the end of the loop's 1 s poll, which Python resumes after a handler
 that only notes the signal, as supervisord's do (issue 29, finding 11: the ticks added up to seconds of a
 Ctrl-C)."""
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from supervisor import poller
 
-from app.launch.supervisor import wake_on_signals
+from app.launch.supervised import wake_on_signals
 
 POLL_TIMEOUT = 3.0  # supervisord's own is 1 s; longer here, so that a poll left to time out cannot pass
 

@@ -15,8 +15,9 @@ from werkzeug.wsgi import get_input_stream
 
 from app.core import processors
 from app.core.clock import iso, iso_or_none, now_ms
+from app.core.filebody import streamed_body
 from app.core.ids import digest
-from app.core.results import StoreUnavailable, streamed_body, unspill
+from app.core.results import StoreUnavailable, unspill
 from app.core.states import ACTIVE, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, file_url, status_document, task_path
@@ -248,7 +249,7 @@ def result_file(task: Task, stored: dict[str, Any]) -> Response:
     response = send_file(handle, as_attachment=True, download_name=info["name"], max_age=0)
     response.headers["Content-Type"] = info["content_type"]  # as recorded (Flask would add a second charset)
     response.content_length = info["size"]
-    if (blocks := streamed_body(handle)) is not None:  # an object store's stream: see app.core.results
+    if (blocks := streamed_body(handle)) is not None:  # an object store's stream: see app.core.filebody
         response.response = blocks
     return response
 
