@@ -29,7 +29,7 @@ process ends.
 
 How a delivery ended is what :func:`run_task` returns to RQ: a :class:`RunEnd` when it ended its task COMPLETED or
 FAILED (the worker files the job in RQ's finished or failed registry, with the task's code and message as the
-failure's text: workers.worker.RecordsOutcome), None for a delivery that changed nothing of the task's end
+failure's text: workers.outcome.RecordsOutcome), None for a delivery that changed nothing of the task's end
 (ignored, retried, put back, stopped, taken over: RQ deletes its job). A retry is taskport's own: the task
 waits out its backoff in keys.DELAYED and the scheduler's promote tick queues it (app.core.deferred), so it
 never depends on which worker holds RQ's scheduler lock.
