@@ -51,7 +51,7 @@ class RecordsOutcome:
     """Mixin for an RQ worker class: a taskport job ends in the RQ registry of its task's end, so rq-dashboard and
     ``rq info`` show what failed, why, and how much finished.
 
-    ``run_task`` returns a :class:`workers.runner.RunEnd` when its delivery ended the task. FAILED: RQ's own
+    ``run_task`` returns a :class:`workers.endings.RunEnd` when its delivery ended the task. FAILED: RQ's own
     failure path, with the task's code and message as the failure's text (never a traceback: nothing was
     raised), so the job sits in the failed registry for ``FAILED_JOB_TTL`` (rq-dashboard's Requeue runs the
     task again: app.web.requeue). COMPLETED: the job stays, in the finished registry, for ``FINISHED_JOB_TTL``
@@ -60,7 +60,7 @@ class RecordsOutcome:
     """
 
     def _finalize_success(self, job: Job, queue: Queue, execution: Execution, return_value: Any) -> None:
-        from workers.runner import RunEnd  # late, as runner itself: it loads the processors
+        from workers.endings import RunEnd  # late, as the runner itself (workers.worker.main)
 
         if not isinstance(return_value, RunEnd):
             super()._finalize_success(job, queue, execution, return_value)  # type: ignore[misc]
