@@ -1,5 +1,5 @@
 """Housekeeping passes on fakeredis: expiry, tombstones, stall recovery, monitoring, the pass lock; and the
-recovery at once of a dead worker's run by the worker that takes its slot (workers.worker)."""
+recovery at once of a dead worker's run by the worker that takes its slot (workers.takeover)."""
 
 from __future__ import annotations
 
