@@ -45,8 +45,8 @@ from app.core.states import CALLBACK_QUEUE
 from app.core.task import Task
 from app.core.urls import status_document
 from workers import timers
+from workers.lease import Leased, lease_seconds
 from workers.stopping import PromptUnsubscribe
-from workers.worker import Leased, lease_seconds
 
 log = logging.getLogger(__name__)
 DELIVER = "workers.delivery.deliver"  # the job's function, as RQ names it
@@ -183,7 +183,7 @@ def deliver(delivery_id: str, claim: int) -> None:
 
 class DeliveryWorker(Leased, PromptUnsubscribe, SimpleWorker):
     """The deliverer's RQ worker: attempts run in-process (RQ's job timeout bounds each one); its registration
-    leased like every worker's (workers.worker.Leased), so a killed deliverer leaves `rq info` soon."""
+    leased like every worker's (workers.lease.Leased), so a killed deliverer leaves `rq info` soon."""
 
 
 def rq_log_level(config: Config) -> str:

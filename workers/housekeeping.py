@@ -224,7 +224,7 @@ def recover_run(store: TaskStore, jobs: JobQueue, task: Task, stale_before_ms: i
 
 def recover_now(store: TaskStore, jobs: JobQueue, task_id: str, job_id: str) -> tuple[Task, str] | None:
     """Recover at once the run of ``task_id`` that RQ job ``job_id`` was making, known to be lost: its worker
-    died (the worker that took its place says so, workers.worker), so there is no stall timeout to wait
+    died (the worker that took its place says so, workers.takeover), so there is no stall timeout to wait
     out. Only while the task is PROCESSING under that job: a run that was put back, taken over or finished
     is left alone. Returns the task as it was and its new status, or None when nothing was recovered."""
     task = store.get(task_id)

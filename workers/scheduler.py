@@ -36,8 +36,8 @@ from app.core.logs import setup_logging
 from app.core.process import die_with_parent, forked_children_die_with_me
 from app.core.states import DEFAULT_QUEUE
 from workers import deferred, delivery, firing, limits, timers  # noqa: F401 - ticks: run_at/after, callbacks...
+from workers.lease import Leased, lease_seconds
 from workers.stopping import PromptUnsubscribe
-from workers.worker import Leased, lease_seconds
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def register_jobs(scheduler: Scheduler, config: Config) -> None:
 
 
 class HousekeepingWorker(Leased, PromptUnsubscribe, SimpleWorker):
-    """The housekeeper's RQ worker: RQ's SimpleWorker with a leased registration (workers.worker.Leased)."""
+    """The housekeeper's RQ worker: RQ's SimpleWorker with a leased registration (workers.lease.Leased)."""
 
 
 def run_housekeeper(config: Config, parent: int | None = None) -> None:

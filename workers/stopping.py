@@ -35,7 +35,7 @@ class GracefulStop:
         signal.signal(signal.SIGINT, self._stop_gracefully)
         signal.signal(signal.SIGTERM, self._stop_gracefully)
 
-    _waiting = False  # set while the worker blocks for work (workers.worker): the one place a stop may raise into
+    _waiting = False  # set while the worker blocks for work (workers.dequeue): the one place a stop may raise into
 
     def _stop_gracefully(self, signum: int, frame: FrameType | None) -> None:
         if self._stopping:

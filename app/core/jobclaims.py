@@ -13,7 +13,7 @@ lists, so the take is split, as BullMQ's is:
   answer to that BLPOP costs nothing. A job queued without one (RQ's own enqueue, a queue resumed) is seen
   at the worker's next look, within ``WAKE_WAIT`` s.
 - The claim is cleared in the pipeline that records the job's execution in RQ's started registry
-  (workers.worker), so the id moves from the claim list to that registry in one MULTI.
+  (workers.dequeue), so the id moves from the claim list to that registry in one MULTI.
 
 A claim left behind goes back to the head of its queue: by the next claim of the same worker (one holds at
 most one claim at a time, so a leftover is a take whose answer was lost), by the worker that starts in its

@@ -6,7 +6,7 @@ stalled delivery may still be alive, and when it ends RQ deletes *its* job, whic
 re-queued one (that would leave the task PENDING with no job until it expires).
 
 RQ's own job data stays small and short-lived: the task hash is the record, so a job keeps no
-result record (``RESULT_TTL``). What operators read in rq-dashboard is each task's end (workers.worker,
+result record (``RESULT_TTL``). What operators read in rq-dashboard is each task's end (workers.outcome,
 ``RecordsOutcome``): a COMPLETED task's job stays in the finished registry for ``FINISHED_JOB_TTL``, a FAILED
 one's in the failed registry, with the task's code and message, for ``FAILED_JOB_TTL``, a cancelled one's in
 the canceled registry for ``CANCELED_JOB_TTL``; housekeeping trims the three (:meth:`JobQueue.trim_finished`)

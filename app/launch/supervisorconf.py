@@ -3,7 +3,7 @@ and the restart and stop policy written into it (see that module's docstring and
 
 Each supervised worker runs under a name of its own slot (:func:`worker_slot_name`): the host, a short id of
 the data dir and the process number supervisor gives it, so the worker that supervisor starts in place of a
-dead one finds its predecessor's registration in RQ and takes over its run at once (workers.worker).
+dead one finds its predecessor's registration in RQ and takes over its run at once (workers.takeover).
 """
 
 from __future__ import annotations

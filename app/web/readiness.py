@@ -7,7 +7,7 @@ Two facts, read from RQ's own records in Redis (nothing new is written for them)
   sets. RQ removes a registration when its worker stops. One left by a worker killed with SIGKILL (or
   OOM) is removed at once by the worker that takes its slot (same name: ``taskport up``'s supervisor,
   ``DYNO``), and otherwise expires within the workers' lease (3 stall timeouts, 90 s by default:
-  workers.worker.Leased), where RQ's own expiry was up to an hour for a busy in-process worker;
+  workers.lease.Leased), where RQ's own expiry was up to an hour for a busy in-process worker;
 - **housekeeping**: when each periodic pass (a job under a fixed id, see ``app.core.housekeeping_passes``) last
   ended. A pass older than two housekeeping intervals means no scheduler (or no housekeeper) runs.
 
@@ -15,7 +15,7 @@ Two facts, read from RQ's own records in Redis (nothing new is written for them)
 task's queue gets a ``Taskport-Warning`` header (see :meth:`app.web.service.TaskService.unserved`).
 
 And one fact operators set: the **paused queues** (:class:`QueuePauses`, ``keys.PAUSED_QUEUES``), from which
-no worker takes a job until they are resumed (workers.worker.HonoursPauses). ``/readyz``, ``/metrics`` and
+no worker takes a job until they are resumed (workers.dequeue.HonoursPauses). ``/readyz``, ``/metrics`` and
 rq-dashboard show them; a pause is not a problem of readiness (the web still accepts submits, which wait).
 """
 

@@ -28,8 +28,9 @@ from app.web.service import TaskService
 from tests.integration.harness import wait_until
 from tests.userprocs.claims import who
 from workers import runner as runner_module
+from workers.endings import RunEnd
 from workers.housekeeping import Housekeeper, PassReport
-from workers.runner import RunEnd, Runner
+from workers.runner import Runner
 
 MODULE = "tests.userprocs.claims"
 

@@ -169,7 +169,7 @@ FIGURES: list[tuple[str, str, Callable[[], tuple[float, ...]]]] = [
     ("docs/deploy.md", r"and `Retry-After: (\d+)`\.",  # /readyz's 503
      _header("app.web.api.health:RETRY_AFTER", lambda value: {"Retry-After": value})),
     ("docs/deploy.md", r"`/problems/unavailable`, `Retry-After: (\d+)`", RETRY_503),
-    ("docs/deploy.md", r"\((\d+) × `TASKPORT_STALL_TIMEOUT`", _code("workers.worker:LEASE_STALLS")),
+    ("docs/deploy.md", r"\((\d+) × `TASKPORT_STALL_TIMEOUT`", _code("workers.lease:LEASE_STALLS")),
     ("docs/walkthrough.md", r"Retry-After: (\d+)", RETRY_POLL),
     ("README.md", r"Retry-After: (\d+)", RETRY_POLL),
 ]

@@ -28,8 +28,9 @@ from tests.unit.test_runner import API, hooks, registering
 from workers import heartbeat
 from workers import runner as runner_module
 from workers.context import TaskContext
+from workers.endings import COMPLETED
 from workers.exceptions import TaskError
-from workers.runner import COMPLETED, Runner
+from workers.runner import Runner
 
 
 def writes_a_file(payload: dict, ctx: TaskContext) -> dict:

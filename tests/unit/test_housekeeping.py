@@ -1,5 +1,5 @@
 """Housekeeping passes on fakeredis: expiry, tombstones, stall recovery, monitoring, the pass lock; and the
-recovery at once of a dead worker's run by the worker that takes its slot (workers.worker)."""
+recovery at once of a dead worker's run by the worker that takes its slot (workers.takeover)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
 from workers.housekeeping import Housekeeper, PassReport, recover_now
-from workers.worker import StoppableSimpleWorker, replace_predecessor
+from workers.takeover import replace_predecessor
+from workers.worker import StoppableSimpleWorker
 
 HOUR = 3600 * 1000
 

@@ -17,8 +17,9 @@ from app.core.output import MARKER, OutputLog, encode, split
 from app.core.rerun import rerun
 from app.core.results import LocalResultStore
 from app.core.store import TaskStore
-from workers.context import OUTPUT_INTERVAL, TaskContext
+from workers.context import TaskContext
 from workers.exceptions import TaskCancelled
+from workers.outputbuffer import OUTPUT_INTERVAL
 
 
 def started(store: TaskStore, run_id: str = "r1", member: str = "public") -> str:

@@ -23,7 +23,8 @@ from app.core.states import ErrorCode, TaskStatus
 from tests.unit.test_runner import status, submit
 from workers import runner as runner_module
 from workers.context import TaskContext
-from workers.runner import COMPLETED, Runner
+from workers.endings import COMPLETED
+from workers.runner import Runner
 
 API = "/api/v1/tasks"
 calls: list[int] = []

@@ -28,8 +28,9 @@ from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.web import create_app
 from workers import runner as runner_module
 from workers.context import TaskContext
+from workers.endings import COMPLETED, RunEnd
 from workers.exceptions import ItemError, TaskError
-from workers.runner import COMPLETED, RunEnd, Runner
+from workers.runner import Runner
 
 API = "/api/v1/tasks"
 # what a processor below calls at its first step (set per test): look at the task, cancel it...

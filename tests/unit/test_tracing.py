@@ -17,7 +17,8 @@ from app.core.config import Config
 from app.core.states import TaskStatus
 from app.web import create_app
 from tests.unit.test_runner import API, PROCESSORS, registering
-from workers.runner import COMPLETED, Runner
+from workers.endings import COMPLETED
+from workers.runner import Runner
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER = f"00-{CALLER_TRACE}-b7ad6b7169203331-01"  # the W3C example: a caller's span

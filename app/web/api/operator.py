@@ -6,7 +6,7 @@
 
 Both answer ``{"queue", "paused", "paused_queues"}`` and are idempotent. The pause is a member of
 ``keys.PAUSED_QUEUES`` in Redis (app.web.readiness.QueuePauses), so it outlives every process; the workers
-read it (workers.worker.HonoursPauses), /readyz, /metrics and rq-dashboard show it.
+read it (workers.dequeue.HonoursPauses), /readyz, /metrics and rq-dashboard show it.
 
 Who may: the operator, with the dashboard's HTTP Basic credentials (``TASKPORT_DASHBOARD_USER`` /
 ``TASKPORT_DASHBOARD_PASSWORD``; off, 404, without a password), as for the audit trail. A browser sends saved
