@@ -275,13 +275,13 @@ def test_supervisords_own_lines_come_in_the_format_of_every_other_line(up_factor
 @pytest.mark.serial
 @pytest.mark.timeout(120)  # 4 failed starts (each a Python start-up) and 6 s of backoff: ~12 s idle, ~35 s loaded
 def test_up_gives_up_on_a_process_that_keeps_failing_and_still_stops_redis(up_factory: Callable[..., Up]) -> None:
-    up = up_factory(TASKPORT_PROCESSORS="tests.integration.no_such_processor_module")
+    up = up_factory(TASKPORT_PROCESSORS="tests.userprocs.worker_import_fails")
     up.wait_for("embedded Redis (pid")
     redis_pid = up.redis_pid()
     rc = up.popen.wait(timeout=100)
     assert rc == 1, up.output()
     out = up.output()
-    assert "no_such_processor_module" in out
+    assert "worker_import_fails" in out
     assert re.search(r"gave up: worker\.\d entered FATAL state, too many start retries too quickly", out), out
     assert re.search(r"taskport: stopped because worker\.\d(, worker\.\d)* kept failing to start", out), out
     assert not alive(redis_pid)
