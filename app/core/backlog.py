@@ -21,13 +21,11 @@ released, due now, until the next tick), ``keys.WAITING`` those waiting for othe
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any
+from typing import Any, cast
 
 import redis
-from redis.exceptions import NoScriptError
 from rq.job import Job
 from rq.queue import Queue
 from rq.utils import as_text, utcparse
@@ -62,7 +60,6 @@ return out
 
 # It only reads: declared so, a replica and a server refusing writes (OOM) still answer it (as lines.PLACE).
 BACKLOG_SOURCE = "#!lua flags=no-writes\n" + render(BACKLOG)
-SHA = hashlib.sha1(BACKLOG_SOURCE.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -78,16 +75,12 @@ class Backlog:
 
 
 def read(conn: redis.Redis) -> Backlog:
-    """The backlog, in one round trip (EVALSHA; the script loaded again on NOSCRIPT: a restarted server)."""
-    call: list[Any] = [SHA, 3, keys.DELAYED, keys.WAITING, keys.CALLBACKS_DUE, " ".join(QUEUES),
-                       Queue.redis_queue_namespace_prefix, Job.redis_job_namespace_prefix, keys.task(""), SCAN]
-    client: Any = conn
-    try:
-        answer = client.evalsha(*call)
-    except NoScriptError:
-        client.script_load(BACKLOG_SOURCE)
-        answer = client.evalsha(*call)
-    return decode(answer)
+    """The backlog, in one round trip (redis-py's Script: EVALSHA, loaded again on NOSCRIPT, as every script)."""
+    script = conn.register_script(BACKLOG_SOURCE)
+    answer = script(keys=[keys.DELAYED, keys.WAITING, keys.CALLBACKS_DUE],
+                    args=[" ".join(QUEUES), Queue.redis_queue_namespace_prefix, Job.redis_job_namespace_prefix,
+                          keys.task(""), SCAN])
+    return decode(cast(list[Any], answer))
 
 
 def decode(answer: list[Any]) -> Backlog:

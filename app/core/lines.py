@@ -22,12 +22,10 @@ mean gap between two takes while jobs waited (an exponential average), the statu
 
 from __future__ import annotations
 
-import hashlib
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 import redis
-from redis.exceptions import NoScriptError
 
 from app.core import keys
 from app.core.lua import Command, render
@@ -251,21 +249,14 @@ def place_of(answer: list[Any]) -> Place | None:
 
 
 class Places:
-    """The status read with the task's place (:data:`PLACE`): EVALSHA with the task's key alone, the script loaded
-    again on NOSCRIPT (a restarted or failed-over server)."""
-
-    SHA = hashlib.sha1(PLACE_SOURCE.encode()).hexdigest()
+    """The status read with the task's place (:data:`PLACE`): EVALSHA with the task's key alone, through redis-py's
+    Script as every script (loaded again on NOSCRIPT: a restarted or failed-over server)."""
 
     def __init__(self, conn: redis.Redis) -> None:
-        self.redis: Any = conn
+        self._place = conn.register_script(PLACE_SOURCE)
 
     def read(self, task_id: str) -> tuple[dict[bytes, bytes], Place | None]:
         """The task's hash (empty when gone) and its place in line, in one round trip."""
-        key = keys.task(task_id)
-        try:
-            answer = self.redis.evalsha(self.SHA, 1, key)
-        except NoScriptError:
-            self.redis.script_load(PLACE_SOURCE)
-            answer = self.redis.evalsha(self.SHA, 1, key)
+        answer: Any = self._place(keys=[keys.task(task_id)])
         flat = answer[0]
         return dict(zip(flat[::2], flat[1::2], strict=True)), place_of(answer)
