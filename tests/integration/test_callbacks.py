@@ -28,18 +28,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     server = RedisServer(workdir / "redis").start()
     s = Stack(server.url, workdir / "stack", callback_secrets=f"public:{SECRET}", callback_allow_hosts="127.0.0.1")
     try:
-        s.start_web()
-        s.start_worker()
-        s.start_scheduler()
-        deliverer = s.spawn("deliverer", "--name", "deliverer-1", name="deliverer")
-        conn = s.redis()
-        wait_ready([deliverer], lambda: any(CALLBACK_QUEUE in w.queue_names() for w in Worker.all(connection=conn)),
-                   30, "the deliverer to register on the callbacks queue")
-        conn.close()
+        start_with_deliverer(s)
         yield s
     finally:
         s.teardown()
         server.close()
+
+
+def start_with_deliverer(s: Stack) -> None:
+    """Web, worker, scheduler and a deliverer, once the deliverer listens on the callbacks queue."""
+    s.start_web()
+    s.start_worker()
+    s.start_scheduler()
+    deliverer = s.spawn("deliverer", "--name", "deliverer-1", name="deliverer")
+    conn = s.redis()
+    wait_ready([deliverer], lambda: any(CALLBACK_QUEUE in w.queue_names() for w in Worker.all(connection=conn)),
+               30, "the deliverer to register on the callbacks queue")
+    conn.close()
 
 
 @pytest.fixture

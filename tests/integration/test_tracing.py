@@ -15,10 +15,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from rq import Worker
 
-from app.core.states import CALLBACK_QUEUE
-from tests.integration.harness import Api, RedisServer, Stack, wait_ready, wait_until
+from tests.integration.harness import Api, RedisServer, Stack, wait_until
+from tests.integration.test_callbacks import start_with_deliverer
 from tests.unit.test_callbacks import SECRET, Receiver
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -82,14 +81,7 @@ def stack(request: pytest.FixtureRequest, collector: Receiver,
                     callback_allow_hosts="127.0.0.1", worker_class=request.param, retry_backoff="0",
                     processors="tests.userprocs.tasks,tests.userprocs.traced")
     try:
-        s.start_web()
-        s.start_worker()
-        s.start_scheduler()
-        deliverer = s.spawn("deliverer", "--name", "deliverer-1", name="deliverer")
-        conn = s.redis()
-        wait_ready([deliverer], lambda: any(CALLBACK_QUEUE in w.queue_names() for w in Worker.all(connection=conn)),
-                   30, "the deliverer to register on the callbacks queue")
-        conn.close()
+        start_with_deliverer(s)
         yield s
     finally:
         s.teardown()
