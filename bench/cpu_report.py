@@ -84,10 +84,13 @@ def e2e_cpu_rows(out: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def _ratios(ours: dict[str, float], theirs: dict[str, float]) -> str:
-    cells = [f"{a if a != TOTAL else 'all'}/{b if b != TOTAL else 'all'} {ours[a] / theirs[b]:.2f}×"
-             for a, b in PAIRS if a in ours and theirs.get(b)]
-    return ", ".join(cells)
+def _ratios(ours: dict[str, float], theirs: dict[str, float], pairs: tuple[tuple[str, str], ...] = PAIRS) -> str:
+    """Each of our groups' CPU over the matching group's of the other side (``all``: every process summed)."""
+    def name(a: str, b: str) -> str:
+        a, b = ("all" if g == TOTAL else g for g in (a, b))
+        return a if a == b else f"{a}/{b}"
+
+    return ", ".join(f"{name(a, b)} {ours[a] / theirs[b]:.2f}×" for a, b in pairs if a in ours and theirs.get(b))
 
 
 def headline_rows(out: dict[str, Any]) -> list[tuple[str, dict[str, float] | None, dict[str, float] | None, str]]:
@@ -127,3 +130,12 @@ def headline(out: dict[str, Any]) -> list[str]:
         peer = f"{_ms(theirs)} ({pool})" if theirs else "—"
         lines.append(f"| {label} | {_ms(ours)} | {peer} | {_ratios(ours, theirs) if theirs else ''} |")
     return lines + [""]
+
+
+def status_cpu_row(http: dict[str, Any]) -> Row:
+    """The status read's CPU beside the bare Flask one-GET app's (the throughput row's baseline), for the record."""
+    ours, bare = cpu_of(http["status"]), cpu_of(http["bare_get"])
+    if not ours or not bare:
+        return Row("CPU per status read vs bare Flask one GET: not measured")
+    return Row("CPU per status read GET /api/v1/tasks/{id} (a queued task) vs bare Flask one GET, no worker running "
+               "(for the record)", _ms(ours), _ms(bare), _ratios(ours, bare, (("web", "web"), ("redis", "redis"), (TOTAL, TOTAL))))

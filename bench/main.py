@@ -193,7 +193,8 @@ def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, tim
 ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
     ("before_after", lambda out: cpu_report.before_after_rows(out["before_after"])),
     ("e2e", lambda out: cpu_report.e2e_cpu_rows(out)),
-    ("http", lambda out: report.http_rows(out["http"], out["loadgen_ceiling"])),
+    ("http", lambda out: [*report.http_rows(out["http"], out["loadgen_ceiling"]),
+                          cpu_report.status_cpu_row(out["http"])]),
     ("stored", lambda out: report.stored_rows(out["stored"])),
     ("e2e", lambda out: report.peer_rows(out.get("http"), out["celery"], out)),
     ("e2e_by_workers", lambda out: report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])),
