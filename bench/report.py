@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.core.config import Config
+from bench.process_cpu import TOTAL
 from bench.stack import CELERY_POOL_NAMES
 
 KIB = 1024
@@ -371,7 +372,15 @@ E2E_CELLS: list[tuple[str, Any]] = [
     ("status polls", lambda r: f"{r['polls']:,}"),
     ("clients", lambda r: f"{r['conns']}"),
     ("rounds (tasks/s)", lambda r: ", ".join(f"{x:,.0f}" for x in r.get("rounds", []))),
+    ("CPU ms per task, per process (least of the rounds)", lambda r: _cpu_cell(r)),
 ]
+
+
+def _cpu_cell(run: dict[str, Any]) -> str:
+    cpu = run.get("least_cpu_ms_per_op") or run.get("cpu_ms_per_op")
+    if not cpu:
+        return "—"
+    return ", ".join(f"{'all' if name == TOTAL else name} {ms:.3f}" for name, ms in cpu.items())
 
 
 def _e2e_table(title: str, columns: list[str], runs: list[dict[str, Any]]) -> list[str]:
