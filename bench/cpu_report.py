@@ -137,6 +137,6 @@ def status_cpu_row(http: dict[str, Any]) -> Row:
     """The status read's CPU beside the bare Flask one-GET app's (the throughput row's baseline), for the record."""
     ours, bare = cpu_of(http["status"]), cpu_of(http["bare_get"])
     if not ours or not bare:
-        return Row("CPU per status read vs bare Flask one GET: not measured")
+        return Row("CPU per status read vs bare Flask one GET", "not measured")
     return Row("CPU per status read GET /api/v1/tasks/{id} (a queued task) vs bare Flask one GET, no worker running "
                "(for the record)", _ms(ours), _ms(bare), _ratios(ours, bare, SAME))
