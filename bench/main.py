@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench import (
+    before_after,
     checkpoint,
+    cpu_report,
     envelope,
     fair_ab,
     measure_http,
@@ -46,13 +48,14 @@ from bench import (
     stored,
 )
 from bench.machine import CpuWatch
+from bench.process_cpu import least as least_cpu
 from bench.stack import REPO, Stack
 
 RESULTS = REPO / "bench" / "results"
 RECORD = REPO / "bench" / "RESULTS.md"
 WORKER_CLASSES = ("simple", "fork", "spawn")  # the default first
 PARTS = ("http", "stored", "peers", "watchers", "trips", "workers", "memory", "housekeeping", "overhead", "limits",
-         "output", "fair", "tokens")
+         "output", "fair", "tokens", "before")
 LATENCY_SAMPLES = {"fork": 200, "simple": 100, "spawn": 15}
 T = TypeVar("T")
 
@@ -80,6 +83,7 @@ def workers_phase(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         for name, results in runs.items():
             entry[name] = dict(max(results, key=lambda r: float(r["jobs_per_s"])))
             entry[name]["rounds_jobs_per_s"] = [r["jobs_per_s"] for r in results]
+            entry[name]["least_cpu_ms_per_op"] = least_cpu(results)
         workers = stack.start_workers(cls, processes)
         try:
             samples = max(10, int(LATENCY_SAMPLES[cls] * args.scale))
@@ -139,11 +143,21 @@ def measure(stack: Stack, args: argparse.Namespace, timings: dict[str, float],
             stack.start_web()
     if "workers" in only:
         out["workers"] = phase("workers: throughput and latency", lambda: workers_phase(stack, args), timings)
+    own_process_parts(stack, only, args, timings, out)
+    in_process_parts(stack, only, args, timings, out)
+    return out
+
+
+def own_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, timings: dict[str, float],
+                      out: dict[str, Any]) -> None:
+    """The parts that start the processes they measure themselves: live output, before and after (issue 32)."""
     if "output" in only:
         out["output"] = phase("live output: 1,000 lines/s to an SSE watcher, bytes per line",
                               lambda: output_live.measure(stack), timings)
-    in_process_parts(stack, only, args, timings, out)
-    return out
+    if "before" in only:
+        out["before_after"] = phase(f"before ({args.before}) and after: CPU per submit, status read and delivery",
+                                    lambda: before_after.measure(stack, args.rounds, args.conns, min(args.warmup, 1.0),
+                                                                 args.duration, args.before), timings)
 
 
 def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, timings: dict[str, float],
@@ -177,13 +191,17 @@ def in_process_parts(stack: Stack, only: set[str], args: argparse.Namespace, tim
 
 # Each part of the run's output that makes rows, and how (in the table's order).
 ROW_MAKERS: list[tuple[str, Callable[[dict[str, Any]], list[report.Row]]]] = [
-    ("http", lambda out: report.http_rows(out["http"], out["loadgen_ceiling"])),
+    ("before_after", lambda out: cpu_report.before_after_rows(out["before_after"])),
+    ("e2e", lambda out: cpu_report.e2e_cpu_rows(out)),
+    ("http", lambda out: [*report.http_rows(out["http"], out["loadgen_ceiling"]),
+                          cpu_report.status_cpu_row(out["http"])]),
     ("stored", lambda out: report.stored_rows(out["stored"])),
     ("e2e", lambda out: report.peer_rows(out.get("http"), out["celery"], out)),
     ("e2e_by_workers", lambda out: report.e2e_worker_rows(out["e2e_by_workers"], out["celery"]["e2e"])),
     ("watchers", lambda out: report.watcher_rows(out["watchers"])),
     ("workers", lambda out: report.worker_rows(out["workers"])),
-    ("round_trips", lambda out: report.trips_rows(out["round_trips"], out["delivery_round_trips"])),
+    ("round_trips", lambda out: [*report.trips_rows(out["round_trips"], out["delivery_round_trips"]),
+                                 cpu_report.commands_row(out["delivery_round_trips"])]),
     ("envelope", lambda out: report.envelope_rows(out["envelope"])),
     ("memory", lambda out: report.memory_rows(out["memory"])),
     ("checkpoint", lambda out: report.checkpoint_rows(out["checkpoint"])),
@@ -239,6 +257,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--overhead-items", type=int, default=100_000, help="items of the per-item overhead row")
     parser.add_argument("--overhead-rows", type=int, default=200_000, help="rows of the per-row overhead rows")
     parser.add_argument("--worker-classes", nargs="+", default=list(WORKER_CLASSES), choices=WORKER_CLASSES)
+    parser.add_argument("--before", default=before_after.BEFORE,
+                        help="the commit the before part measures beside this checkout (issue 32's base)")
     parser.add_argument("--only", nargs="+", default=list(PARTS), choices=PARTS,
                         help="measure only these parts (to iterate on one; the default is all of them)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short windows, fewer tasks")
@@ -290,6 +310,6 @@ def main(argv: list[str] | None = None) -> int:
                                        "table_markdown": text, "raw": out}, indent=2) + "\n")
     print(f"bench: wrote {args.output}", file=sys.stderr)
     if args.record:
-        RECORD.write_text(report.results_markdown(meta, text, out))
+        RECORD.write_text(report.results_markdown(meta, text, out, cpu_report.headline(out)))
         print(f"bench: wrote {RECORD}", file=sys.stderr)
     return 0

@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import redis
@@ -39,6 +40,8 @@ from bench.measure_http import (
     loadgen,
     status_batches,
 )
+from bench.process_cpu import least as least_cpu
+from bench.process_cpu import measured, per_op, with_cpu
 from bench.stack import CELERY_POOLS, REPO, Stack
 
 CELERY_META = b"celery-task-meta-"  # the Celery result backend's key prefix (one key per task)
@@ -53,16 +56,25 @@ def e2e_timeout(tasks: int) -> float:
     return max(120.0, 60.0 + tasks * 0.025)
 
 
-def e2e(stack: Stack, port: int, peer: str, tasks: int, conns: int, batch: int = 0) -> dict[str, Any]:
+def e2e(stack: Stack, port: int, peer: str, tasks: int, conns: int, groups: dict[str, list[int]],
+        batch: int = 0) -> dict[str, Any]:
+    """One ``bench.e2e`` run, with the CPU per task done of each process in ``groups`` over the whole run."""
     limit = e2e_timeout(tasks)
     argv = [sys.executable, "-m", "bench.e2e", "--port", str(port), "--peer", peer, "--tasks", str(tasks),
             "--conns", str(conns), "--timeout", str(limit), "--batch", str(batch)]
-    done = subprocess.run(argv, cwd=REPO, env=stack.environ(), capture_output=True, text=True, timeout=limit + 60,
-                          check=False)
+    done, seconds = measured(groups, lambda: subprocess.run(argv, cwd=REPO, env=stack.environ(), capture_output=True,
+                                                             text=True, timeout=limit + 60, check=False))
     if done.returncode != 0:
         raise RuntimeError(f"e2e {peer} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["cpu_ms_per_op"] = per_op(seconds, int(result["done"]))
     return result
+
+
+def requests_sent(found: dict[str, Any]) -> int:
+    """A loadgen window's operations for its CPU per operation: every request sent, warm-up included (the CPU
+    snapshots bracket the whole run)."""
+    return int(found["submitted_total"])
 
 
 def celery_ids(conn: redis.Redis, limit: int = 20_000) -> list[str]:
@@ -124,13 +136,13 @@ def taskport_drained(conn: redis.Redis, timeout: float = DRAIN_TIMEOUT) -> None:
 
 
 def _reads(stack: Stack, port: int, kinds: tuple[str, ...], ids: list[str], conns: int, warmup: float,
-           duration: float) -> dict[str, dict[str, Any]]:
+           duration: float, groups: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
     ids_file = stack.dir / "read-ids.txt"
     ids_file.write_text("\n".join(ids))
     found = {}
     for kind in kinds:
-        found[kind] = loadgen(port, kind, conns=conns, warmup=warmup, duration=duration, ids_file=str(ids_file),
-                              env=stack.environ())
+        found[kind] = with_cpu(groups, partial(loadgen, port, kind, conns=conns, warmup=warmup, duration=duration,
+                                               ids_file=str(ids_file), env=stack.environ()), requests_sent)
         found[kind]["distinct_tasks_read"] = len(ids)
     return found
 
@@ -144,13 +156,15 @@ def celery_isolated(stack: Stack, conns: int, warmup: float, duration: float, ro
     flower, port = stack.start_flower()
     out: dict[str, Any] = {}
     try:
-        out["submit"] = best([loadgen(port, "flower-submit", conns=conns, warmup=warmup if i == 0 else min(warmup, 1.0),
-                                      duration=duration, base=i * 10_000_000, env=env) for i in range(rounds)])
+        out["submit"] = best([with_cpu(stack.cpu_groups(flower=flower), partial(
+            loadgen, port, "flower-submit", conns=conns, warmup=warmup if i == 0 else min(warmup, 1.0),
+            duration=duration, base=i * 10_000_000, env=env), requests_sent) for i in range(rounds)])
         worker = stack.start_celery_worker()
-        wait_drained(conn)
+        groups = stack.cpu_groups(flower=flower, worker=worker)
+        out["delivery"] = celery_drain(conn, groups)
         ids = celery_ids(conn)
         wait_flower_knows(port, ids)
-        reads = [_reads(stack, port, ("flower-status", "flower-info"), ids, conns, min(warmup, 1.0), duration)
+        reads = [_reads(stack, port, ("flower-status", "flower-info"), ids, conns, min(warmup, 1.0), duration, groups)
                  for _ in range(rounds)]
         out["status"] = best([r["flower-status"] for r in reads])
         out["info"] = best([r["flower-info"] for r in reads])
@@ -162,6 +176,14 @@ def celery_isolated(stack: Stack, conns: int, warmup: float, duration: float, ro
     return out
 
 
+def celery_drain(conn: redis.Redis, groups: dict[str, list[int]]) -> dict[str, Any]:
+    """The CPU per delivery of the Celery worker just started on a filled queue: from now until it has drained
+    what is left (queued or unacknowledged now; the few it took before are not counted, nor their CPU)."""
+    left = int(conn.llen("celery")) + int(conn.hlen("unacked"))
+    _, seconds = measured(groups, lambda: wait_drained(conn))
+    return {"tasks": left, "cpu_ms_per_op": per_op(seconds, left)}
+
+
 def celery_live(stack: Stack, pool: str, conns: int, warmup: float, duration: float) -> dict[str, Any]:
     """Flower's submit while the Celery worker (``pool``) consumes, then result and info reads of the finished
     tasks with the worker running (idle once it has drained the submits)."""
@@ -171,12 +193,15 @@ def celery_live(stack: Stack, pool: str, conns: int, warmup: float, duration: fl
     try:
         worker = stack.start_celery_worker(pool)
         try:
-            out = {"submit_live": loadgen(port, "flower-submit", conns=conns, warmup=warmup, duration=duration,
-                                          env=stack.environ())}
+            groups = stack.cpu_groups(flower=flower, worker=worker)
+            out = {"submit_live": with_cpu(groups, lambda: loadgen(port, "flower-submit", conns=conns, warmup=warmup,
+                                                                   duration=duration, env=stack.environ()),
+                                           requests_sent)}
             wait_drained(conn)
             ids = celery_ids(conn)
             wait_flower_knows(port, ids)
-            reads = _reads(stack, port, ("flower-status", "flower-info"), ids, conns, min(warmup, 1.0), duration)
+            reads = _reads(stack, port, ("flower-status", "flower-info"), ids, conns, min(warmup, 1.0), duration,
+                           groups)
             out["status_live"], out["info_live"] = reads["flower-status"], reads["flower-info"]
         finally:
             stack.stop(worker)
@@ -196,7 +221,7 @@ def celery_e2e(stack: Stack, conns: int, tasks: int, pool: str = "prefork") -> d
     try:
         worker = stack.start_celery_worker(pool)
         try:
-            result = e2e(stack, port, CELERY_E2E_PEER, tasks, conns)
+            result = e2e(stack, port, CELERY_E2E_PEER, tasks, conns, stack.cpu_groups(flower=flower, worker=worker))
             result["pool"] = pool
         finally:
             stack.stop(worker)
@@ -238,10 +263,11 @@ def taskport_e2e(stack: Stack, conns: int, tasks: int, batch: int = 0) -> dict[s
     many, and ``tasks_per_s`` is timed to the last ``completed_at`` of the batch documents."""
     conn = stack.client()
     conn.flushall()
-    stack.start_web()
+    web = stack.start_web()
     workers = stack.start_workers(stack.config.worker_class, stack.config.workers)
     try:
-        result = e2e(stack, stack.config.port, "taskport", tasks, conns, batch)
+        result = e2e(stack, stack.config.port, "taskport", tasks, conns, stack.cpu_groups(web=web, workers=workers),
+                     batch)
         result["worker_class"] = stack.config.worker_class
         result["workers"] = stack.config.workers
     finally:
@@ -260,15 +286,18 @@ def taskport_live(stack: Stack, conns: int, warmup: float, duration: float) -> d
     conn = stack.client()
     conn.flushall()
     env = stack.environ()
-    stack.start_web()
+    web = stack.start_web()
     port = stack.config.port
     workers = stack.start_workers(stack.config.worker_class, stack.config.workers)
+    groups = stack.cpu_groups(web=web, workers=workers)
     out: dict[str, Any] = {}
     try:
-        out["submit_live"] = loadgen(port, "submit", conns=conns, warmup=warmup, duration=duration, env=env)
+        out["submit_live"] = with_cpu(groups, lambda: loadgen(port, "submit", conns=conns, warmup=warmup,
+                                                              duration=duration, env=env), requests_sent)
         taskport_drained(conn)
         ids = history_ids(conn)
-        out["status_live"] = _reads(stack, port, ("status",), ids, conns, min(warmup, 1.0), duration)["status"]
+        out["status_live"] = _reads(stack, port, ("status",), ids, conns, min(warmup, 1.0), duration,
+                                    groups)["status"]
         files = status_batches(stack, BATCH_BASE)
         taskport_drained(conn)
         for size, path in files.items():
@@ -305,6 +334,9 @@ def best_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             out[name] = best_e2e(runs)
         else:
             out[name] = best(runs)
+        cpu = least_cpu(runs)
+        if cpu is not None:
+            out[name]["least_cpu_ms_per_op"] = cpu
     return out
 
 

@@ -24,6 +24,8 @@ from app.core import keys
 from bench.counting import command_delta, commandstats, per_op
 from bench.fill import create_tasks, enqueue_noops
 from bench.loadgen import percentile
+from bench.process_cpu import per_op as cpu_per_op
+from bench.process_cpu import snapshot
 from bench.stack import Stack
 
 POLL = 0.05
@@ -38,12 +40,14 @@ class Throughput:
     seconds: float
     commands_per_task: dict[str, float]
     ran_dry: bool
+    cpu_ms_per_op: dict[str, float]  # per delivery: the workers' (work horses included) and Redis's
 
     def as_dict(self) -> dict[str, Any]:
         return {"jobs_per_s": round(self.rate, 1), "completed_in_window": self.completed,
                 "seconds": round(self.seconds, 3), "ran_dry": self.ran_dry,
                 "commands_per_task": self.commands_per_task,
-                "commands_per_task_total": round(sum(self.commands_per_task.values()), 2)}
+                "commands_per_task_total": round(sum(self.commands_per_task.values()), 2),
+                "cpu_ms_per_op": self.cpu_ms_per_op}
 
 
 def _counter(conn: redis.Redis, bare: bool) -> Any:
@@ -71,9 +75,12 @@ def throughput(stack: Stack, worker_class: str, processes: int, *, bare: bool, w
                 raise RuntimeError(f"no job completed within 60 s:\n{workers[0].tail()}")
             time.sleep(POLL / 5)
         time.sleep(warmup)
+        groups = stack.cpu_groups(workers=workers)
+        cpu0 = snapshot(groups)
         before, c0, t0 = commandstats(conn), count(), time.perf_counter()
         polls, c1, t1 = _sample_until(count, t0 + window, fill)
         after = commandstats(conn)
+        cpu1 = snapshot(groups)
     finally:
         conn.delete(*(Queue(q, connection=conn).key for q in ("high", "default", "low")))  # drain what is left
         stack.stop(*workers)
@@ -82,7 +89,7 @@ def throughput(stack: Stack, worker_class: str, processes: int, *, bare: bool, w
     delta[own] = delta.get(own, 0) - polls  # the sampling commands are ours, not the workers'
     done = c1 - c0
     return Throughput(done / (t1 - t0), done, t1 - t0, per_op({k: v for k, v in delta.items() if v > 0}, max(done, 1)),
-                      ran_dry=c1 >= fill)
+                      ran_dry=c1 >= fill, cpu_ms_per_op=cpu_per_op({k: cpu1[k] - cpu0[k] for k in cpu0}, done))
 
 
 def _sample_until(count: Any, end: float, fill: int) -> tuple[int, int, float]:

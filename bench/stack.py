@@ -10,11 +10,14 @@ Starting, awaiting and stopping a process are the test harness's (tests/integrat
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,28 @@ def bench_web_command(config: Config, spec: str = BENCH_APP_SPEC) -> list[str]:
     return [spec if a == APP_SPEC else a for a in argv]
 
 
+def tree_web_command(tree: Path, config: Config, environ: dict[str, str], spec: str = BENCH_APP_SPEC) -> list[str]:
+    """:func:`bench_web_command` as the tree at ``tree`` (another commit's ``git archive``) builds it: its own
+    ``web_command`` from ``config`` (passed through the environment, as to any child), so its flags are its own."""
+    code = ("import json; from app.core.config import Config; from app.launch.cli import web_command; "
+            "print(json.dumps(web_command(Config.from_env())))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=environ, capture_output=True, text=True,
+                          check=True, timeout=60)
+    argv: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    if argv.count(APP_SPEC) != 1:
+        raise RuntimeError(f"{tree}'s web_command no longer names {APP_SPEC!r} once: update bench/stack.py")
+    return [spec if a == APP_SPEC else a for a in argv]
+
+
+def launch_in(tree: Path, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> Proc:
+    """``tests.integration.harness.launch`` with ``tree`` as the working directory instead of this checkout (a
+    ``python -m`` and gunicorn put their cwd first on ``sys.path``: the tree's ``app`` and ``workers`` are run)."""
+    with open(log_path, "ab") as out:
+        popen = subprocess.Popen(argv, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    return Proc(name, name, popen, log_path)
+
+
 def wait_http(child: Proc, url: str, timeout: float) -> None:
     """Return once ``url`` answers 200; fail with the child's log if it exits first or the time is up."""
     wait_ready([child], lambda: requests.get(url, timeout=1).status_code == 200, timeout, f"{url} to answer 200")
@@ -75,6 +100,7 @@ class Stack:
         self.config = base
         self.children: list[Proc] = []
         self.web: Proc | None = None
+        self.tree = REPO  # whose app/ and workers/ the processes run: another commit's tree for bench.before_after
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Stack:
@@ -100,11 +126,12 @@ class Stack:
 
     def environ(self, config: Config | None = None) -> dict[str, str]:
         inherited = without_settings(os.environ)
-        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(self.tree), os.environ.get("PYTHONPATH")]))
         return {**inherited, **(config or self.config).child_environ(), "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
     def spawn(self, name: str, argv: list[str], config: Config | None = None) -> Proc:
-        child = launch(name, argv, self.environ(config), self.dir / f"{name}.log")
+        env, log = self.environ(config), self.dir / f"{name}.log"
+        child = launch(name, argv, env, log) if self.tree == REPO else launch_in(self.tree, name, argv, env, log)
         self.children.append(child)
         return child
 
@@ -126,7 +153,9 @@ class Stack:
         if self.web is not None:
             self.stop(self.web)
         config = config or self.config
-        self.web = self.spawn("web", bench_web_command(config), config)
+        argv = (bench_web_command(config) if self.tree == REPO
+                else tree_web_command(self.tree, config, self.environ(config)))
+        self.web = self.spawn("web", argv, config)
         wait_http(self.web, f"http://127.0.0.1:{config.port}/bench/hello", timeout)
         return self.web
 
@@ -136,6 +165,16 @@ class Stack:
         child = self.spawn("bare-web", bench_web_command(config, BARE_APP_SPEC), config)
         wait_http(child, f"http://127.0.0.1:{config.port}/bench/hello", timeout)
         return child, config.port
+
+    def cpu_groups(self, **procs: Proc | Sequence[Proc] | None) -> dict[str, list[int]]:
+        """The process groups of a window's CPU (``bench.process_cpu``): each named process (or list of them,
+        e.g. the workers) by its pid, and the redis-server, broker and backend of every side alike."""
+        groups = {name: [p.pid for p in ([found] if isinstance(found, Proc) else found)]
+                  for name, found in procs.items() if found is not None}
+        pid = self.redis_server.pid
+        if pid is None:
+            raise RuntimeError("the stack's redis-server is not running")
+        return {**groups, "redis": [pid]}
 
     # -- the Celery + Flower peer ---------------------------------------------------------------
     @property
