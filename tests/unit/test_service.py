@@ -117,3 +117,19 @@ def test_the_dedup_digest_is_canonical_and_keyed():
     assert dedup_digest("t", {"a": 1, "b": 2}, None) == dedup_digest("t", {"b": 2, "a": 1}, None)
     assert dedup_digest("t", {"a": 1}, None) != dedup_digest("u", {"a": 1}, None)
     assert dedup_digest("t", {"a": 1}, "k") == dedup_digest("u", {"b": 2}, "k")
+
+
+def test_a_status_read_asks_for_the_place_only_of_a_task_pending_in_a_line(service, conn, monkeypatch):
+    """The place script costs ~10x an HGETALL in Redis CPU: a task that runs or ended is read plainly."""
+    waiting, running = submit(service, {"seconds": 0}), submit(service, {"seconds": 1})
+    conn.hset(keys.task(running.task_id), "status", TaskStatus.PROCESSING)
+    scripted: list[str] = []
+    read = service.places.read
+    monkeypatch.setattr(service.places, "read", lambda task_id: scripted.append(task_id) or read(task_id))
+    task, place = service.find_placed("public", running.task_id)
+    assert (task.status, place, scripted) == (TaskStatus.PROCESSING, None, [])
+    task, place = service.find_placed("public", waiting.task_id)
+    assert task.status == TaskStatus.PENDING and place is not None and place.position == 0
+    assert scripted == [waiting.task_id]
+    with pytest.raises(NotFound):
+        service.find_placed("bob", waiting.task_id)
