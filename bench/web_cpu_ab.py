@@ -53,9 +53,11 @@ from tests.integration.harness import wait_until  # noqa: E402
 
 ROWS = (("web CPU ms / submit", "submit_web_ms", 3), ("Redis CPU ms / submit", "submit_redis_ms", 3),
         ("Redis commands / submit", "submit_commands", 2), ("submit req/s", "submit_rps", 0),
-        ("web CPU ms / status (PENDING)", "status_web_ms", 3), ("Redis CPU ms / status (PENDING)", "status_redis_ms", 4),
+        ("web CPU ms / status (PENDING)", "status_web_ms", 3),
+        ("Redis CPU ms / status (PENDING)", "status_redis_ms", 4),
         ("Redis commands / status (PENDING)", "status_commands", 2),
-        ("web CPU ms / status (COMPLETED)", "done_web_ms", 3), ("Redis CPU ms / status (COMPLETED)", "done_redis_ms", 4),
+        ("web CPU ms / status (COMPLETED)", "done_web_ms", 3),
+        ("Redis CPU ms / status (COMPLETED)", "done_redis_ms", 4),
         ("Redis commands / status (COMPLETED)", "done_commands", 2),
         ("status req/s (PENDING)", "status_rps", 0), ("status / bare one GET, same round", "status_vs_bare", 2),
         ("status req/s (COMPLETED)", "done_rps", 0), ("COMPLETED status / bare one GET", "done_vs_bare", 2),

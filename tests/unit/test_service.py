@@ -123,6 +123,7 @@ def test_a_status_read_asks_for_the_place_only_of_a_task_pending_in_a_line(servi
     """The place script costs ~10x an HGETALL in Redis CPU: a task that runs or ended is read plainly."""
     waiting, running = submit(service, {"seconds": 0}), submit(service, {"seconds": 1})
     conn.hset(keys.task(running.task_id), "status", TaskStatus.PROCESSING)
+    service._in_line.clear()  # as if another web process had taken both submits
     scripted: list[str] = []
     read = service.places.read
     monkeypatch.setattr(service.places, "read", lambda task_id: scripted.append(task_id) or read(task_id))
@@ -133,3 +134,25 @@ def test_a_status_read_asks_for_the_place_only_of_a_task_pending_in_a_line(servi
     assert scripted == [waiting.task_id]
     with pytest.raises(NotFound):
         service.find_placed("bob", waiting.task_id)
+
+
+def test_a_task_known_to_wait_in_line_is_read_in_one_round_trip_and_forgotten_once_it_left(service, conn, monkeypatch):
+    """The hint (ids this process saw PENDING in a line) picks the place script first: one round trip for a
+    task that waits, as for one that runs; a task that left its line is read plainly from then on."""
+    waiting = submit(service, {"seconds": 0})  # its own submit: known to wait
+    plain: list[str] = []
+    hgetall = service.redis.hgetall
+    monkeypatch.setattr(service.redis, "hgetall", lambda key: plain.append(key) or hgetall(key))
+    task, place = service.find_placed("public", waiting.task_id)
+    assert place is not None and place.position == 0 and plain == []
+    conn.hset(keys.task(waiting.task_id), "status", TaskStatus.PROCESSING)
+    assert service.find_placed("public", waiting.task_id)[1] is None  # through the script once more: forgotten
+    assert service.find_placed("public", waiting.task_id)[0].status == TaskStatus.PROCESSING
+    assert plain == [keys.task(waiting.task_id)]
+
+
+def test_the_in_line_hint_keeps_the_newest_ids_only(service, monkeypatch):
+    monkeypatch.setattr("app.web.service.IN_LINE_KEPT", 3)
+    for n in range(5):
+        service.in_line(f"id-{n}")
+    assert list(service._in_line) == ["id-2", "id-3", "id-4"]
