@@ -9,7 +9,6 @@ the warning header.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +35,7 @@ from app.web.readiness import STAT_UNSERVED, WorkerWatch
 
 log = logging.getLogger(__name__)
 _STATUS, _LINE, _PENDING = TaskField.STATUS.encode(), TaskField.LINE.encode(), TaskStatus.PENDING.encode()
-IN_LINE_KEPT = 16_384  # task ids a web process remembers as waiting in a line (~2 MB at most; read_placed)
+OUT_OF_LINE_KEPT = 32_768  # task ids a web process remembers as out of their line (~4 MB at most; read_placed)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
 
 
@@ -86,7 +85,7 @@ class TaskService:
         self.jobs = JobQueue(conn, config)
         self.workers = WorkerWatch(conn)  # live worker counts, cached briefly (the no-worker warning)
         self.places = Places(conn)  # a status read with the task's place in line
-        self._in_line: OrderedDict[str, None] = OrderedDict()  # ids last seen PENDING in a line (read_placed)
+        self._out_of_line: dict[str, None] = {}  # ids seen out of their line, oldest first (read_placed)
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
                priority: str | None, submitted: dict[str, Any] | None = None, *, run_at: int | None = None,
@@ -111,8 +110,6 @@ class TaskService:
         # the line cost ~8% of a submit's web CPU (bench/README.md, "Submit and status at the floor").
         if outcome.created:
             assert outcome.task is not None
-            if not outcome.task.waits(now_ms()):  # queued now: in its member's line
-                self.in_line(outcome.task_id)
             if log.isEnabledFor(logging.DEBUG):
                 task_logger(log, outcome.task_id).debug("submitted %s by %s on queue %s", task_type, member,
                                                         outcome.task.priority)
@@ -161,30 +158,29 @@ class TaskService:
         """The task's hash (empty when gone) and, while it waits in a line, its place: one round trip, most times.
 
         The place script (:class:`app.core.lines.Places`, which answers the hash too) costs ~20 µs of Redis CPU
-        against ~2 µs for an HGETALL (EVALSHA, the hash converted to Lua and back), a waste on a task that runs
-        or ended. So a task this process last saw PENDING in a line (its own submit, an earlier read: a hint,
-        kept for the last :data:`IN_LINE_KEPT` ids) is read through the script, any other plainly, and again
-        through the script only when that shows it PENDING in a line (docs/design.md, "The status read")."""
-        hinted = task_id in self._in_line
-        if not hinted:
+        against ~2 µs for an HGETALL (EVALSHA, the hash converted to Lua and back): a waste on a task that runs
+        or ended, which no longer needs a place. So a task this process has seen out of its line (a hint, kept
+        for the last :data:`OUT_OF_LINE_KEPT` ids) is read plainly, and through the script again only if that
+        read shows it back in a line (a retry, a run again); any other task is read through the script, as a
+        task that waits must be (docs/design.md, "The status read")."""
+        if task_id in self._out_of_line:
             h = self.redis.hgetall(keys.task(task_id))
             if h.get(_STATUS) != _PENDING or _LINE not in h:
                 return h, None
+            self._out_of_line.pop(task_id, None)
         h, place = self.places.read(task_id)
-        if place is None:
-            self._in_line.pop(task_id, None)
-        elif not hinted:
-            self.in_line(task_id)
+        if place is None and h and (h.get(_STATUS) != _PENDING or _LINE not in h):
+            self.out_of_line(task_id)
         return h, place
 
-    def in_line(self, task_id: str) -> None:
-        """Note that ``task_id`` waits in a line (see :meth:`read_placed`)."""
-        self._in_line[task_id] = None
-        while len(self._in_line) > IN_LINE_KEPT:
+    def out_of_line(self, task_id: str) -> None:
+        """Note that ``task_id`` has left its line (see :meth:`read_placed`); the oldest note goes past the cap."""
+        self._out_of_line[task_id] = None
+        if len(self._out_of_line) > OUT_OF_LINE_KEPT:
             try:
-                self._in_line.popitem(last=False)
-            except KeyError:  # emptied meanwhile (a gthread worker's other thread)
-                break
+                del self._out_of_line[next(iter(self._out_of_line))]
+            except (KeyError, RuntimeError, StopIteration):  # changed meanwhile (a gthread worker's other thread)
+                pass
 
     def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
         """The member's task and its stored result (one round trip), or NotFound."""
