@@ -164,9 +164,9 @@ class TaskService:
         read shows it back in a line (a retry, a run again); any other task is read through the script, as a
         task that waits must be (docs/design.md, "The status read")."""
         if task_id in self._out_of_line:
-            h = self.redis.hgetall(keys.task(task_id))
-            if h.get(_STATUS) != _PENDING or _LINE not in h:
-                return h, None
+            plain: dict[bytes, bytes] = self.redis.hgetall(keys.task(task_id))  # type: ignore[assignment]
+            if plain.get(_STATUS) != _PENDING or _LINE not in plain:
+                return plain, None
             self._out_of_line.pop(task_id, None)
         h, place = self.places.read(task_id)
         if place is None and h and (h.get(_STATUS) != _PENDING or _LINE not in h):
