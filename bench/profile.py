@@ -200,11 +200,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="profile taskport's hot paths (py-spy, pyinstrument)")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--tasks", type=int, default=500, help="no-op tasks in the in-process profile")
+    parser.add_argument("--only", choices=("web", "worker", "inprocess"), action="append",
+                        help="profile only this path (repeatable); all three by default")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    paths = {"web": lambda stack: web_profiles(stack, args.duration),
+             "worker": lambda stack: worker_profiles(stack, args.duration),
+             "inprocess": lambda stack: inprocess_profile(stack, args.tasks)}
     with Stack() as stack:
-        sections = {"web": web_profiles(stack, args.duration), "worker": worker_profiles(stack, args.duration),
-                    "inprocess": inprocess_profile(stack, args.tasks)}
+        sections = {name: profile(stack) for name, profile in paths.items() if not args.only or name in args.only}
     for name, text in sections.items():
         path = OUT / f"profile-{name}.txt"
         path.write_text(text)

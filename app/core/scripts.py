@@ -128,11 +128,15 @@ if holder_id then
   local holder = sibling(task, task_id, holder_id)
   return {0, holder_id, redis.call('HGETALL', holder)}
 end
-local limit = tonumber(cap)
-local unfinished = tonumber(redis.call('HGET', active, member) or '0')
-if limit > 0 and unfinished >= limit then return {2, unfinished} end
-local held = tonumber(redis.call('HGET', stored_bytes, member) or '0')
-if tonumber(bytes_cap) > 0 and held + #payload_json > tonumber(bytes_cap) then return {3, held} end
+local limit, bytes_limit = tonumber(cap), tonumber(bytes_cap)  -- 0 = off: nothing to read
+if limit > 0 then
+  local unfinished = tonumber(redis.call('HGET', active, member) or '0')
+  if unfinished >= limit then return {2, unfinished} end
+end
+if bytes_limit > 0 then
+  local held = tonumber(redis.call('HGET', stored_bytes, member) or '0')
+  if held + #payload_json > bytes_limit then return {3, held} end
+end
 local first_field = first_command + tonumber(job_argc)
 local ended, waiting = create({id = task_id, task = task, payload = payload, dedup = dedup, fields_from = first_field,
   key_ttl = key_ttl_s, expiry_ms = expiry_ms, payload_json = payload_json, run_at = run_at_ms,

@@ -15,13 +15,14 @@ from typing import Any
 import orjson
 import redis
 
-from app.core import audit
+from app.core import audit, keys
 from app.core.answers import ActiveCapReached, Created, StoredBytesReached, Transition, WithResult
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.history import Histories, Page, decode_cursor
 from app.core.ids import digest, is_task_id
 from app.core.jobs import JobQueue
+from app.core.keys import TaskField
 from app.core.lines import Place, Places
 from app.core.logs import NO_TASK, task_logger
 from app.core.states import ACTIVE, TaskStatus
@@ -33,6 +34,8 @@ from app.web.errors import Conflict, TooManyRequests, ValidationFailed, task_not
 from app.web.readiness import STAT_UNSERVED, WorkerWatch
 
 log = logging.getLogger(__name__)
+_STATUS, _LINE, _PENDING = TaskField.STATUS.encode(), TaskField.LINE.encode(), TaskStatus.PENDING.encode()
+OUT_OF_LINE_KEPT = 32_768  # task ids a web process remembers as out of their line (~4 MB at most; read_placed)
 ACTIVE_CAP_RETRY_AFTER = 5  # seconds: a 429 for the active-task cap cannot know when a task ends
 
 
@@ -82,6 +85,7 @@ class TaskService:
         self.jobs = JobQueue(conn, config)
         self.workers = WorkerWatch(conn)  # live worker counts, cached briefly (the no-worker warning)
         self.places = Places(conn)  # a status read with the task's place in line
+        self._out_of_line: dict[str, None] = {}  # ids seen out of their line, oldest first (read_placed)
 
     def submit(self, member: str, task_type: str, payload: dict[str, Any], dedup_key: str | None,
                priority: str | None, submitted: dict[str, Any] | None = None, *, run_at: int | None = None,
@@ -102,12 +106,15 @@ class TaskService:
         except StoredBytesReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise over_stored_bytes(exc) from None
-        tlog = task_logger(log, outcome.task_id)
+        # A DEBUG line, not INFO: a submit is in the audit trail already (the same script writes its entry), and
+        # the line cost ~8% of a submit's web CPU (bench/README.md, "Submit and status at the floor").
         if outcome.created:
             assert outcome.task is not None
-            tlog.info("submitted %s by %s on queue %s", task_type, member, outcome.task.priority)
+            if log.isEnabledFor(logging.DEBUG):
+                task_logger(log, outcome.task_id).debug("submitted %s by %s on queue %s", task_type, member,
+                                                        outcome.task.priority)
         else:
-            tlog.info("duplicate submit of %s by %s", task_type, member)
+            task_logger(log, outcome.task_id).info("duplicate submit of %s by %s", task_type, member)
         return outcome
 
     def owned_ids(self, member: str, task_ids: Sequence[str]) -> list[str]:
@@ -141,12 +148,39 @@ class TaskService:
         return _owned(member, self.store.get(task_id) if is_task_id(task_id) else None)
 
     def find_placed(self, member: str, task_id: str) -> tuple[Task, Place | None]:
-        """The member's task and, while it waits in a line, its place (app.core.lines; one round trip), or
-        NotFound."""
+        """The member's task and, while it waits in a line, its place (app.core.lines), or NotFound."""
         if not is_task_id(task_id):
             raise task_not_found()
-        h, place = self.places.read(task_id)
+        h, place = self.read_placed(task_id)
         return _owned(member, Task.from_hash(h, task_id) if h else None), place
+
+    def read_placed(self, task_id: str) -> tuple[dict[bytes, bytes], Place | None]:
+        """The task's hash (empty when gone) and, while it waits in a line, its place: one round trip, most times.
+
+        The place script (:class:`app.core.lines.Places`, which answers the hash too) costs ~20 µs of Redis CPU
+        against ~2 µs for an HGETALL (EVALSHA, the hash converted to Lua and back): a waste on a task that runs
+        or ended, which no longer needs a place. So a task this process has seen out of its line (a hint, kept
+        for the last :data:`OUT_OF_LINE_KEPT` ids) is read plainly, and through the script again only if that
+        read shows it back in a line (a retry, a run again); any other task is read through the script, as a
+        task that waits must be (docs/design.md, "The status read")."""
+        if task_id in self._out_of_line:
+            plain: dict[bytes, bytes] = self.redis.hgetall(keys.task(task_id))  # type: ignore[assignment]
+            if plain.get(_STATUS) != _PENDING or _LINE not in plain:
+                return plain, None
+            self._out_of_line.pop(task_id, None)
+        h, place = self.places.read(task_id)
+        if place is None and h and (h.get(_STATUS) != _PENDING or _LINE not in h):
+            self.out_of_line(task_id)
+        return h, place
+
+    def out_of_line(self, task_id: str) -> None:
+        """Note that ``task_id`` has left its line (see :meth:`read_placed`); the oldest note goes past the cap."""
+        self._out_of_line[task_id] = None
+        if len(self._out_of_line) > OUT_OF_LINE_KEPT:
+            try:
+                del self._out_of_line[next(iter(self._out_of_line))]
+            except (KeyError, RuntimeError, StopIteration):  # changed meanwhile (a gthread worker's other thread)
+                pass
 
     def find_with_result(self, member: str, task_id: str) -> tuple[Task, dict[str, Any] | None]:
         """The member's task and its stored result (one round trip), or NotFound."""
@@ -155,7 +189,7 @@ class TaskService:
 
     def snapshot_placed(self, task_id: str) -> tuple[Task | None, Place | None]:
         """The task as it is now, whoever owns it, and its place in line (an event stream's first read)."""
-        h, place = self.places.read(task_id)
+        h, place = self.read_placed(task_id)
         return (Task.from_hash(h, task_id) if h else None), place
 
     def snapshot(self, task_id: str) -> Task | None:

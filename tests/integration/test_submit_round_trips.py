@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,18 @@ def test_a_new_task_and_a_duplicate_each_cost_one_round_trip(service: TaskServic
     assert calls["cmdstat_evalsha"] == 2  # the two submits, and no other command sent by the client
     # the dedup reads; the new task's look for itself (safe twice: a repeat finds it); the holder's hash
     assert calls.get("cmdstat_get", 0) == 2 and calls["cmdstat_exists"] == 1 and calls["cmdstat_hgetall"] == 1
+
+
+def test_a_submit_reads_the_counters_of_a_cap_only_when_the_cap_is_on(service: TaskService,
+                                                                       redis_conn: redis.Redis) -> None:
+    """Open mode has no cap on unfinished tasks nor on stored bytes: nothing to compare, so nothing is read."""
+    assert (service.config.active_task_cap, service.config.stored_bytes_cap) == (0, 0)
+
+    def hgets(submit: Any) -> int:
+        before = redis_conn.info("commandstats").get("cmdstat_hget", {}).get("calls", 0)
+        submit()
+        return int(redis_conn.info("commandstats").get("cmdstat_hget", {}).get("calls", 0)) - before
+
+    assert hgets(lambda: service.submit("public", "demo.sleep", {"seconds": 0, "label": "off"}, None, None)) == 0
+    capped = TaskService(service.redis, replace(service.config, max_active_tasks="5", max_stored_bytes="1mb"))
+    assert hgets(lambda: capped.submit("public", "demo.sleep", {"seconds": 0, "label": "on"}, None, None)) == 2

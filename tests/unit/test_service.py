@@ -117,3 +117,33 @@ def test_the_dedup_digest_is_canonical_and_keyed():
     assert dedup_digest("t", {"a": 1, "b": 2}, None) == dedup_digest("t", {"b": 2, "a": 1}, None)
     assert dedup_digest("t", {"a": 1}, None) != dedup_digest("u", {"a": 1}, None)
     assert dedup_digest("t", {"a": 1}, "k") == dedup_digest("u", {"b": 2}, "k")
+
+
+def test_a_task_seen_out_of_its_line_is_read_plainly_until_it_is_back_in_one(service, conn, monkeypatch):
+    """The place script costs ~10x an HGETALL in Redis CPU: once a process has seen a task run (or end), it reads
+    it plainly; a read that shows it PENDING in a line again (a retry) goes through the script, so the
+    document always has its place; any task it knows nothing of is read through the script (one round trip)."""
+    waiting, running = submit(service, {"seconds": 0}), submit(service, {"seconds": 1})
+    conn.hset(keys.task(running.task_id), "status", TaskStatus.PROCESSING)
+    scripted: list[str] = []
+    read = service.places.read
+    monkeypatch.setattr(service.places, "read", lambda task_id: scripted.append(task_id) or read(task_id))
+    for _ in range(3):
+        task, place = service.find_placed("public", running.task_id)
+        assert (task.status, place) == (TaskStatus.PROCESSING, None)
+        task, place = service.find_placed("public", waiting.task_id)
+        assert task.status == TaskStatus.PENDING and place is not None and place.position == 0
+    assert scripted == [running.task_id] + [waiting.task_id] * 3
+    conn.hset(keys.task(running.task_id), "status", TaskStatus.PENDING)  # back in its line (as a retry puts it)
+    assert service.find_placed("public", running.task_id)[1] is not None
+    assert service.find_placed("public", running.task_id)[1] is not None
+    assert scripted[-2:] == [running.task_id] * 2
+    with pytest.raises(NotFound):
+        service.find_placed("bob", waiting.task_id)
+
+
+def test_the_out_of_line_hint_keeps_the_newest_ids_only(service, monkeypatch):
+    monkeypatch.setattr("app.web.service.OUT_OF_LINE_KEPT", 3)
+    for n in range(5):
+        service.out_of_line(f"id-{n}")
+    assert list(service._out_of_line) == ["id-2", "id-3", "id-4"]
