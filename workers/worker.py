@@ -89,7 +89,11 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
 
     HEARTBEAT_EVERY = 1.0
     SUSPENSION_EVERY = 1.0
+    COUNTS_EVERY = 1.0  # the worker's job counters reach Redis at most this often (and when it stops)
     _hb_sent = 0.0  # monotonic time of the last heartbeat
+    _counts_sent = 0.0  # monotonic time the job counters were last written
+    _succeeded = 0  # jobs succeeded since then
+    _worked = 0.0  # seconds of work since then
     _hb_until = 0.0  # monotonic time at which the last heartbeat's expiry runs out
     _suspension_checked = -SUSPENSION_EVERY  # monotonic time of the last `rq suspend` check
     _prepared: str | None = None  # id of the job execute_job already prepared (see prepare_job_execution)
@@ -98,10 +102,36 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         ttl = self.lease_ttl(timeout)
         now = time.monotonic()
         recent = now - self._hb_sent < self.HEARTBEAT_EVERY
-        if pipeline is None and recent and now + ttl <= self._hb_until + self.HEARTBEAT_EVERY:
-            return
+        if recent and now + ttl <= self._hb_until + self.HEARTBEAT_EVERY:
+            return  # on a job's start pipeline too: three commands a delivery (bench/README.md)
         super().heartbeat(timeout, pipeline)
         self._hb_sent, self._hb_until = now, now + ttl
+
+    def increment_successful_job_count(self, pipeline: Any = None) -> None:
+        self._succeeded += 1
+        self._flush_counts(pipeline)
+
+    def increment_total_working_time(self, job_execution_time: Any, pipeline: Any = None) -> None:
+        self._worked += job_execution_time.total_seconds()
+        self._flush_counts(pipeline)
+
+    def _flush_counts(self, pipeline: Any = None, *, now: bool = False) -> None:
+        """RQ's worker statistics (``successful_job_count``, ``total_working_time``: what ``rq info`` and
+        rq-dashboard show), written at most once per ``COUNTS_EVERY`` s instead of two commands per job, and
+        when the worker stops (:meth:`register_death`). A worker killed outright loses at most that second's."""
+        if not (self._succeeded or self._worked) or (
+                not now and time.monotonic() - self._counts_sent < self.COUNTS_EVERY):
+            return
+        conn = pipeline if pipeline is not None else self.connection
+        if self._succeeded:
+            conn.hincrby(self.key, "successful_job_count", self._succeeded)
+        if self._worked:
+            conn.hincrbyfloat(self.key, "total_working_time", self._worked)
+        self._succeeded, self._worked, self._counts_sent = 0, 0.0, time.monotonic()
+
+    def register_death(self) -> None:
+        self._flush_counts(now=True)
+        super().register_death()
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         if pipeline is None and state == self.get_state():
@@ -135,8 +165,7 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
     def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""
         self.heartbeat(ttl, pipeline=pipe)
-        job.heartbeat(now(), ttl, pipeline=pipe)
-        job.prepare_for_execution(self.name, pipeline=pipe)
+        job.prepare_for_execution(self.name, pipeline=pipe)  # with last_heartbeat: RQ's job.heartbeat is its twin
         if job.func_name != RUN_TASK:
             pipe.persist(job.key)  # taskport's own jobs are queued with no TTL (app.core.jobs): nothing to persist
 
