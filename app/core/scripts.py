@@ -217,8 +217,29 @@ end
 local before = cur[6] and batch_state(task)
 local pairs_in, written = {unpack(ARGV, first_field)}, {}  -- the fields this call writes: the audit's and quota's
 for i = 1, #pairs_in - 1, 2 do written[pairs_in[i]] = pairs_in[i + 1] end
-local seq = (tonumber(cur[12]) or 0) + 1  -- in the one HSET: a delivery's commands (bench/README.md)
-redis.call('HSET', task, @status, new_status, @seq, seq, unpack(ARGV, first_field))
+local unfinished = $ACTIVE
+-- what the task will hold (QUOTA's held_bytes after this call's writes), from what this call knows instead of a
+-- length per key: what it writes or drops, and the output's count. A result (a key, or the inline field) is
+-- written only by the transition out of PROCESSING that completes a task and dropped by a run again (RERUN), so
+-- a task leaving an unfinished status has none but what this call writes; a key this call neither writes nor
+-- drops keeps its length, read here, before the writes
+local inline = written[@result]
+if drop == 'all' or (not inline and unfinished[status]) then inline = '' end
+local held = inline and #inline or redis.call('HSTRLEN', task, @result)
+if drop ~= 'all' then held = held + (tonumber(cur[17]) or 0) end
+if drop ~= 'payload' and drop ~= 'all' then held = held + redis.call('STRLEN', payload) end
+if result_json ~= '' then held = held + #result_json
+elseif drop ~= 'all' and not unfinished[status] then held = held + redis.call('STRLEN', result) end
+if drop == '' then held = held + redis.call('STRLEN', checkpoint) + redis.call('STRLEN', cursor) end
+local held_before = tonumber(cur[9]) or 0
+local seq = (tonumber(cur[12]) or 0) + 1
+local fields = {@status, new_status, @seq, seq}  -- seq, stored bytes and a refund in the one HSET (bench/README.md)
+for _, v in ipairs(pairs_in) do fields[#fields + 1] = v end
+if held ~= held_before and cur[10] then fields[#fields + 1], fields[#fields + 2] = @stored, held end
+if refund ~= '' then  -- the attempt the run used, given back
+  fields[#fields + 1], fields[#fields + 2] = @attempts, (tonumber(written[@attempts] or cur[15]) or 0) - 1
+end
+redis.call('HSET', task, unpack(fields))
 redis.call('HDEL', task, @run_id)
 if cur[11] then  -- its concurrency slot (or its place in a limit's line) goes, and the line moves on
   redis.call('HDEL', task, @slot, @limited)
@@ -235,7 +256,6 @@ if drop == 'checkpoint' then
   redis.call('DEL', checkpoint, cursor)
   if key_ttl_s ~= '' then redis.call('EXPIRE', payload, key_ttl_s) end
 end
-if refund ~= '' then redis.call('HINCRBY', task, @attempts, -1) end
 if drop == 'all' then
   redis.call('DEL', result)
   redis.call('HDEL', task, @result)
@@ -246,7 +266,6 @@ if drop == 'all' then  -- the tombstone keeps no output (held_bytes counts @outp
 end
 if stat ~= '' then redis.call('HINCRBY', stats, stat, 1) end
 if new_status == $FAILED then redis.call('ZADD', failures, now_ms, task_id) end
-local unfinished = $ACTIVE
 if unfinished[status] and not unfinished[new_status] then
   local member = cur[10]
   if member and redis.call('HINCRBY', active, member, -1) <= 0 then redis.call('HDEL', active, member) end
@@ -258,20 +277,9 @@ if status == $PENDING then  -- it leaves PENDING (a move to PENDING comes from P
 end
 if run_at_ms ~= '' then redis.call('ZADD', delayed, run_at_ms, task_id) end
 replay(first_command, first_field, 1)
--- what the task holds now (QUOTA's held_bytes), from what this call knows instead of a length per key: what it
--- wrote or dropped, and the output's count; a result (a key, or the inline field) is written only by the
--- transition out of PROCESSING that completes a task and dropped by a run again (RERUN), so a task leaving an
--- unfinished status has none but what this call writes
-local inline = written[@result]
-if drop == 'all' then inline = '' end
-if not inline and unfinished[status] then inline = '' end  -- an inline result is written with a result key's
-local held = inline and #inline or redis.call('HSTRLEN', task, @result)
-if drop ~= 'all' then held = held + (tonumber(cur[17]) or 0) end
-if drop ~= 'payload' and drop ~= 'all' then held = held + redis.call('STRLEN', payload) end
-if result_json ~= '' then held = held + #result_json
-elseif drop ~= 'all' and not unfinished[status] then held = held + redis.call('STRLEN', result) end
-if drop == '' then held = held + redis.call('STRLEN', checkpoint) + redis.call('STRLEN', cursor) end
-account(task, cur[10], cur[9], held)
+if held ~= held_before and cur[10] and redis.call('HINCRBY', stored_bytes, cur[10], held - held_before) <= 0 then
+  redis.call('HDEL', stored_bytes, cur[10])  -- QUOTA's account(), its HSET of @stored folded into the one above
+end
 if cur[7] and string.find(',' .. (cur[8] or '') .. ',', ',' .. new_status .. ',', 1, true) then
   redis.call('HSET', task, @callback_state, '__CALLBACK_PENDING__', @callback_attempts, 0, @callback_last_status, '')
   redis.call('ZADD', callbacks_due, now_ms, 't:' .. task_id .. ':' .. seq .. ':' .. new_status)
@@ -279,7 +287,7 @@ end
 redis.call('PUBLISH', events, seq)
 batch_sync(task, task_id, before, now_ms, {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
 local attempts = written[@attempts] or cur[15]
-if refund ~= '' then attempts = (tonumber(attempts) or 0) - 1 end
+if refund ~= '' then attempts = fields[#fields] end
 audit_entry(task_id, status, {written[@member] or cur[10], written[@type] or cur[13], new_status,
                               written[@error_code] or cur[14], attempts, written[@payload_sha256] or cur[16]})
 return {1, status}
