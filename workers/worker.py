@@ -134,9 +134,15 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         super().register_death()
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
-        if pipeline is None and state == self.get_state():
+        if state == self.get_state():
             return  # RQ writes IDLE after each job and again before each dequeue
         super().set_state(state, pipeline)
+
+    def _idle_when_taken_nothing(self) -> bool:
+        """The worker's state goes IDLE when a take finds nothing (workers.dequeue), not after each job: a worker
+        that takes its next job at once stays BUSY, two HSETs a delivery fewer under load; ``rq info`` and
+        rq-dashboard show it idle from the moment it has nothing to do, as before."""
+        return True
 
     def check_for_suspension(self, burst: bool) -> None:
         if time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY:
@@ -159,8 +165,7 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
             self._unclaim(job, pipe)  # last: the id is in RQ's started registry by then
             pipe.execute()
         self._prepared = job.id
-        self.perform_job(job, queue, execution)
-        self.set_state(WorkerStatus.IDLE)
+        self.perform_job(job, queue, execution)  # no IDLE after it: see _idle_when_taken_nothing
 
     def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""
@@ -206,11 +211,8 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job.id),
                         job.execution_registry.key)
-            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
             pipe.execute()
 
-    def _job_done(self, pipe: Any) -> None:
-        self.set_state(WorkerStatus.IDLE, pipeline=pipe)  # as _finish_disposable: execute_job's IDLE is then a no-op
 
     def kill_horse(self, sig: Any = None) -> None:
         from workers import runner
