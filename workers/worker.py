@@ -152,20 +152,33 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline. Not a
-        MULTI (two commands a delivery saved): its last command clears the job's claim (app.core.jobclaims), so
-        a pipeline cut short leaves the id in the claim list as well as in RQ's started registry, never in
-        neither, and what RQ writes of a start is its own worker's keys and the job's, which no one else
-        writes meanwhile."""
+        MULTI (two commands a delivery saved): it clears the job's claim (app.core.jobclaims) after the started
+        registry's write, so a pipeline cut short leaves the id in the claim list as well as in RQ's started
+        registry, never in neither, and what RQ writes of a start is its own worker's keys and the job's, which
+        no one else writes meanwhile. A taskport job's START goes last on it (workers.runner.Runner.start_on):
+        one round trip for the start, where it took two."""
+        from workers import runner  # late, as workers.worker.main imports it
         with self.connection.pipeline(transaction=False) as pipe:
             ttl = self.get_heartbeat_ttl(job)
             execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             self._start_job(job, ttl, pipe)
-            self._unclaim(job, pipe)  # last: the id is in RQ's started registry by then
-            pipe.execute()
+            self._unclaim(job, pipe)  # the id is in RQ's started registry by then
+            # a taskport job's START in the same round trip, after those writes (Runner.start_on)
+            started = runner.active().start_on(pipe, job.args[0]) if job.func_name == RUN_TASK else None
+            replies = pipe.execute(raise_on_error=started is None)
+        if started is not None:
+            for reply in replies[:-1]:
+                if isinstance(reply, Exception):
+                    raise reply
+            started(replies[-1])
         self._prepared = job.id
-        self.perform_job(job, queue, execution)  # no IDLE after it: see _idle_when_taken_nothing
+        try:
+            self.perform_job(job, queue, execution)  # no IDLE after it: see _idle_when_taken_nothing
+        finally:
+            if started is not None:
+                runner.active().forget_start()
 
     def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""

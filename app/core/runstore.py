@@ -40,14 +40,29 @@ class RunStore(ScriptStore):
         """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`). ``concurrency``: the limits
         (app.core.limits.concurrency_spec); a task over its limit is parked instead, its Claim's ``parked``
         saying why."""
-        t = now_ms()
-        answer = self.run_script(runscripts.START.name, *runscripts.START.call(
+        return self.claim_of(task_id, self.run_script(runscripts.START.name, *self._start_call(task_id, run_id,
+                                                                                             concurrency)))
+
+    def start_on(self, pipe: Any, task_id: str, run_id: str, concurrency: str = "") -> None:
+        """Queue :meth:`start`'s script on ``pipe`` (a pipeline without MULTI) as EVALSHA: the simple worker sends it
+        in the round trip that records the job's start in RQ (workers.worker). Its reply goes to :meth:`claim_of`;
+        a NOSCRIPT reply (a Redis whose script cache was emptied) is answered by :meth:`start` itself, sent
+        again: the same run's start again is answered alike (runscripts.START)."""
+        keys_, args = self._start_call(task_id, run_id, concurrency)
+        keys_ = [*keys_, keys.AUDIT]  # as run_script: every script's last key
+        pipe.evalsha(self._scripts[runscripts.START.name].sha, len(keys_), *keys_, *args)
+
+    def _start_call(self, task_id: str, run_id: str, concurrency: str) -> tuple[list[str], list[Any]]:
+        return runscripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
                   "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
                   "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD, **LIMIT_KEYS},
-            args={"run_id": run_id, "now_ms": t, "task_id": task_id, "concurrency": concurrency,
-                  "stall_ms": int(self.config.stall_timeout * 1000)},
-        ))
+            args={"run_id": run_id, "now_ms": now_ms(), "task_id": task_id, "concurrency": concurrency,
+                  "stall_ms": int(self.config.stall_timeout * 1000)})
+
+    @staticmethod
+    def claim_of(task_id: str, answer: Any) -> Claim:
+        """START's answer as a :class:`Claim`."""
         if answer[0] == 2:
             return Claim(TaskStatus.PENDING, parked=answer[1].decode())
         if answer[0] != 1:
