@@ -32,15 +32,16 @@ from rq import Worker as RQWorker
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.results import Result
-from rq.utils import now
+from rq.utils import now, utcformat
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.core import layout
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
-from app.core.jobs import RUN_TASK, register_queues
+from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK, register_queues
 from app.core.logs import setup_logging
+from app.core.lua import Command
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
 from workers.dequeue import HonoursPauses
@@ -174,11 +175,38 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
                     raise reply
             started(replies[-1])
         self._prepared = job.id
+        run = runner.active() if started is not None else None
+        if run is not None:  # its end in RQ goes with the task's completion (see _finish_completed)
+            run.rq_finish, run.rq_finished = lambda: self._finish_commands(job, queue, execution), False
         try:
             self.perform_job(job, queue, execution)  # no IDLE after it: see _idle_when_taken_nothing
         finally:
-            if started is not None:
-                runner.active().forget_start()
+            if run is not None:
+                run.forget_start()
+                run.rq_finish, run.rq_finished = None, False
+
+    def _finish_commands(self, job: Job, queue: Queue, execution: Execution) -> list[Command]:
+        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the execution out
+        of RQ's registries, the job FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
+        the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
+        it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
+        with the task's. Recorded from RQ's own calls on a pipeline that is never sent."""
+        with self.connection.pipeline() as pipe:
+            execution.delete(job=job, pipeline=pipe)
+            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": utcformat(now())})
+            pipe.expire(job.key, FINISHED_JOB_TTL)
+            queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
+            return [Command(str(args[0]), args[1], tuple(args[2:])) for args, _ in pipe.command_stack]
+
+    def _finish_completed(self, job: Job, queue: Queue, execution: Execution) -> None:
+        from workers import runner
+        if not runner.active().rq_finished:
+            super()._finish_completed(job, queue, execution)
+            return
+        assert job.started_at is not None and job.ended_at is not None
+        self.executions.pop(execution.id, None)  # what cleanup_execution does here; Redis has the rest already
+        self.increment_successful_job_count()
+        self.increment_total_working_time(job.ended_at - job.started_at)
 
     def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""

@@ -96,11 +96,13 @@ class RunStore(ScriptStore):
     def complete(
         self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
         failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
-        files_run: str | None = None,
+        files_run: str | None = None, job: Sequence[Command] = (),
     ) -> bool:
         """PROCESSING -> COMPLETED for this run, with its result. ``files_run`` names the run whose result
-        folder holds the result's files (see app.core.results). Raises ResultNotStorable, writing nothing,
-        when the result is not JSON-serializable or longer than ``Config.max_result``."""
+        folder holds the result's files (see app.core.results). ``job``: commands written in the same step, only
+        when it wins (the simple worker's record of the job's end in RQ: workers.worker). Raises
+        ResultNotStorable, writing nothing, when the result is not JSON-serializable or longer than
+        ``Config.max_result``."""
         stored: dict[str, Any] = {"result": result}
         if failures:
             stored["failures"] = failures
@@ -114,7 +116,7 @@ class RunStore(ScriptStore):
             fields += [F.RESULT, body]
             body = b""
         return self._terminal(task_id, (TaskStatus.PROCESSING,), TaskStatus.COMPLETED, fields, run_id=run_id,
-                              result=body).done
+                              result=body, job=job).done
 
     def _encode_result(self, stored: dict[str, Any]) -> bytes:
         try:
