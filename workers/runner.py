@@ -103,13 +103,10 @@ class Runner(Endings):
         self.store.start_on(pipe, task_id, run_id, self.concurrency)
 
         def started(reply: Any) -> None:
-            if isinstance(reply, redis.exceptions.NoScriptError):  # an emptied script cache: START on its own
-                claim = self.store.start(task_id, run_id, self.concurrency)
-            elif isinstance(reply, Exception):
-                raise reply
-            else:
-                claim = self.store.claim_of(task_id, reply)
-            self._prestarted = (task_id, run_id, claim)
+            # an error reply (NOSCRIPT: an emptied script cache; a write refused) wrote nothing: the run starts
+            # itself, as without a prestart, inside RQ's perform_job, where an error takes RQ's failure path
+            if not isinstance(reply, Exception):
+                self._prestarted = (task_id, run_id, self.store.claim_of(task_id, reply))
         return started
 
     def forget_start(self) -> None:

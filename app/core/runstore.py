@@ -46,8 +46,7 @@ class RunStore(ScriptStore):
     def start_on(self, pipe: Any, task_id: str, run_id: str, concurrency: str = "") -> None:
         """Queue :meth:`start`'s script on ``pipe`` (a pipeline without MULTI) as EVALSHA: the simple worker sends it
         in the round trip that records the job's start in RQ (workers.worker). Its reply goes to :meth:`claim_of`;
-        a NOSCRIPT reply (a Redis whose script cache was emptied) is answered by :meth:`start` itself, sent
-        again: the same run's start again is answered alike (runscripts.START)."""
+        after an error reply (NOSCRIPT: a Redis whose script cache was emptied) the run calls :meth:`start`."""
         keys_, args = self._start_call(task_id, run_id, concurrency)
         keys_ = [*keys_, keys.AUDIT]  # as run_script: every script's last key
         pipe.evalsha(self._scripts[runscripts.START.name].sha, len(keys_), *keys_, *args)

@@ -120,3 +120,16 @@ def test_a_no_op_delivery_sends_the_commands_bench_readme_lists(client: FlaskCli
     assert per.get("get", 0) < 1.5, sorted(per.items())  # the payload: no checkpoint or cursor when none was saved
     for command in ("xtrim", "strlen", "hstrlen", "hget"):
         assert per.get(command, 0) < 0.5, (command, sorted(per.items()))
+
+
+def test_a_start_sent_on_the_start_pipeline_to_an_emptied_script_cache_still_runs_the_task(
+        client: FlaskClient, redis_conn: redis.Redis) -> None:
+    """START goes as EVALSHA on the pipeline that records the job's start (workers.runner.Runner.start_on); a Redis
+    whose script cache was emptied (a restart) answers NOSCRIPT there, and the run starts itself as before."""
+    ids = submit(client, 2)
+    redis_conn.script_flush()
+    burst(redis_conn)
+    assert [status(client, i) for i in ids] == ["COMPLETED"] * 2
+    default = Queue("default", connection=redis_conn)
+    assert sorted(default.finished_job_registry.get_job_ids()) == sorted(ids)
+    assert default.started_job_registry.get_job_ids() == []
