@@ -62,7 +62,9 @@ class HonoursPauses:
         ``Queue.dequeue_any``: (the job, its queue), or None once ``max_idle_time`` passed idle (or at once with
         no job, for a burst worker: ``timeout`` None)."""
         worker: Any = self
-        worker.set_state(WorkerStatus.IDLE)
+        idle_late = getattr(worker, "_idle_when_taken_nothing", lambda: False)()
+        if not idle_late:
+            worker.set_state(WorkerStatus.IDLE)
         worker.procline("Listening on " + ",".join(worker.queue_names()))
         idle_since = time.monotonic()
         beat_at = -math.inf
@@ -78,6 +80,8 @@ class HonoursPauses:
                 if worker._stop_requested:  # asked to stop between two steps of this loop: take nothing more
                     raise StopRequested()
                 result = self._take()
+                if result is None and idle_late:
+                    worker.set_state(WorkerStatus.IDLE)  # nothing to do: idle (once: set_state skips a repeat)
                 if result is not None or timeout is None:
                     break
                 left = None if max_idle_time is None else max_idle_time - (time.monotonic() - idle_since)

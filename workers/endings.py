@@ -12,6 +12,7 @@ delivery, its context and the processor call are workers.runner's, whose :class:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.core.jobs import JobQueue, resume_job_id, retry_job_id
 from app.core.keys import STAT_RATE_DEFERRED, STAT_RETRIED
 from app.core.keys import TaskField as F
 from app.core.limits import deferred_job_id
+from app.core.lua import Command
 from app.core.results import StoreUnavailable, spill
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import TaskStore
@@ -81,6 +83,10 @@ class Endings:
     config: Config
     store: TaskStore
     jobs: JobQueue
+    # the simple worker's record of the job's end in RQ, written by the completion in the same step (set by
+    # workers.worker for the delivery at hand, None otherwise), and whether the last completion wrote it
+    rq_finish: Callable[[], Sequence[Command]] | None = None
+    rq_finished = False
 
     def _put_back(self, run: Run, why: str) -> bool:
         """Save the run's checkpoint and put its task back on its queue, without using an attempt."""
@@ -159,10 +165,12 @@ class Endings:
         if not run.beat.decide():
             return None  # put back after the stop grace meanwhile: the next run does it again
         try:
+            finish = self.rq_finish() if self.rq_finish is not None else ()
             done = self.store.complete(task.id, run.run_id, output, items=ctx.item_counts, failures=ctx.failures,
-                                       error_code=ctx.error_code, files_run=files_run)
+                                       error_code=ctx.error_code, files_run=files_run, job=finish)
         except ResultNotStorable as exc:  # too large
             return self._unstorable(run, exc)
+        self.rq_finished = bool(done and finish)
         if done:
             run.tlog.info("completed")
             return COMPLETED

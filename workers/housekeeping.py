@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from rq import Retry
 
-from app.core import keys, processors
+from app.core import audit, keys, processors
 from app.core.clock import iso, now_ms
 from app.core.config import Config
 from app.core.connection import connect
@@ -114,6 +114,7 @@ class Housekeeper:
         lifetime_ms = (self.config.task_ttl + self.config.result_ttl + self.config.tombstone_ttl) * 1000
         report.add("history_trimmed", self.histories.trim(now - lifetime_ms))
         self.jobs.trim_finished()
+        audit.trim_by_age(self.store.redis, self.config.audit_limits[1], now)  # the scripts trim only by count
         report.add("orphans_removed", orphans.sweep(self.store, self.results))
 
     def _after_expiry(self, task_id: str, previous: str, job: str) -> None:

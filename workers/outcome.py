@@ -91,9 +91,5 @@ class RecordsOutcome:
             pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": utcformat(job.ended_at)})
             pipe.expire(job.key, FINISHED_JOB_TTL)
             queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
-            self._job_done(pipe)
             pipe.execute()
-
-    def _job_done(self, pipe: Any) -> None:
-        """Anything more the worker class writes with a job's end (the simple worker: its state)."""
 

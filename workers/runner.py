@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -49,7 +50,7 @@ from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from app.core import keys, processors, tracing
-from app.core.answers import Started
+from app.core.answers import Claim, Started
 from app.core.clock import now_ms
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect
@@ -91,13 +92,37 @@ class Runner(Endings):
         processors.load(config.processor_modules)
         tracing.setup("worker")  # OpenTelemetry, when the otel extra is installed and OTEL_* ask for it
         self.concurrency = concurrency_spec(config)  # the concurrency limits START applies (app.core.limits)
+        self._prestarted: tuple[str, str, Claim] | None = None  # (task id, run id, START's answer): see start_on
+
+    def start_on(self, pipe: Any, task_id: str) -> Callable[[Any], None]:
+        """The simple worker's start of a delivery in its own round trip: START queued on ``pipe`` (the pipeline,
+        without MULTI, that records the job's start in RQ, after those writes), and the function that takes its
+        reply, which :meth:`run` of the same task then uses instead of starting it again. One round trip a
+        delivery fewer (bench/README.md, "A delivery, command by command")."""
+        run_id = new_run_id()
+        self.store.start_on(pipe, task_id, run_id, self.concurrency)
+
+        def started(reply: Any) -> None:
+            # an error reply (NOSCRIPT: an emptied script cache; a write refused) wrote nothing: the run starts
+            # itself, as without a prestart, inside RQ's perform_job, where an error takes RQ's failure path
+            if not isinstance(reply, Exception):
+                self._prestarted = (task_id, run_id, self.store.claim_of(task_id, reply))
+        return started
+
+    def forget_start(self) -> None:
+        """A delivery's prestarted claim that :meth:`run` did not take (it never ran) is not used by a later one."""
+        self._prestarted = None
 
     def run(self, task_id: str) -> RunEnd | None:
         if os.getpid() != self.owner_pid:
             self._adopt_work_horse()
         tlog = task_logger(log, task_id)
-        run_id = new_run_id()
-        claim = self.store.start(task_id, run_id, self.concurrency)
+        prestarted, self._prestarted = self._prestarted, None
+        if prestarted is not None and prestarted[0] == task_id:
+            run_id, claim = prestarted[1], prestarted[2]
+        else:
+            run_id = new_run_id()
+            claim = self.store.start(task_id, run_id, self.concurrency)
         if claim.parked:
             tlog.info("parked: %s (it waits in PENDING for a slot, holding no worker)", claim.parked)
             return None
@@ -288,8 +313,12 @@ def on_stopped(job: Any, connection: Any) -> None:
     tlog.info("work horse stopped; its partial files were removed")
 
 
+def active() -> Runner:
+    """The process's Runner, built from the environment on first use."""
+    return _runner or prepare(Config.from_env())
+
+
 def run_task(task_id: str) -> RunEnd | None:
     """RQ's entry point: run one delivery of the task; a returned RunEnd says how it ended the task (see the
     module docstring)."""
-    runner = _runner or prepare(Config.from_env())
-    return runner.run(task_id)
+    return active().run(task_id)

@@ -32,15 +32,16 @@ from rq import Worker as RQWorker
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.results import Result
-from rq.utils import now
+from rq.utils import now, utcformat
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.core import layout
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
-from app.core.jobs import RUN_TASK, register_queues
+from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK, register_queues
 from app.core.logs import setup_logging
+from app.core.lua import Command
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
 from workers.dequeue import HonoursPauses
@@ -89,7 +90,11 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
 
     HEARTBEAT_EVERY = 1.0
     SUSPENSION_EVERY = 1.0
+    COUNTS_EVERY = 1.0  # the worker's job counters reach Redis at most this often (and when it stops)
     _hb_sent = 0.0  # monotonic time of the last heartbeat
+    _counts_sent = 0.0  # monotonic time the job counters were last written
+    _succeeded = 0  # jobs succeeded since then
+    _worked = 0.0  # seconds of work since then
     _hb_until = 0.0  # monotonic time at which the last heartbeat's expiry runs out
     _suspension_checked = -SUSPENSION_EVERY  # monotonic time of the last `rq suspend` check
     _prepared: str | None = None  # id of the job execute_job already prepared (see prepare_job_execution)
@@ -98,15 +103,47 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         ttl = self.lease_ttl(timeout)
         now = time.monotonic()
         recent = now - self._hb_sent < self.HEARTBEAT_EVERY
-        if pipeline is None and recent and now + ttl <= self._hb_until + self.HEARTBEAT_EVERY:
-            return
+        if recent and now + ttl <= self._hb_until + self.HEARTBEAT_EVERY:
+            return  # on a job's start pipeline too: three commands a delivery (bench/README.md)
         super().heartbeat(timeout, pipeline)
         self._hb_sent, self._hb_until = now, now + ttl
 
+    def increment_successful_job_count(self, pipeline: Any = None) -> None:
+        self._succeeded += 1
+        self._flush_counts(pipeline)
+
+    def increment_total_working_time(self, job_execution_time: Any, pipeline: Any = None) -> None:
+        self._worked += job_execution_time.total_seconds()
+        self._flush_counts(pipeline)
+
+    def _flush_counts(self, pipeline: Any = None, *, now: bool = False) -> None:
+        """RQ's worker statistics (``successful_job_count``, ``total_working_time``: what ``rq info`` and
+        rq-dashboard show), written at most once per ``COUNTS_EVERY`` s instead of two commands per job, and
+        when the worker stops (:meth:`register_death`). A worker killed outright loses at most that second's."""
+        if not (self._succeeded or self._worked) or (
+                not now and time.monotonic() - self._counts_sent < self.COUNTS_EVERY):
+            return
+        conn = pipeline if pipeline is not None else self.connection
+        if self._succeeded:
+            conn.hincrby(self.key, "successful_job_count", self._succeeded)
+        if self._worked:
+            conn.hincrbyfloat(self.key, "total_working_time", self._worked)
+        self._succeeded, self._worked, self._counts_sent = 0, 0.0, time.monotonic()
+
+    def register_death(self) -> None:
+        self._flush_counts(now=True)
+        super().register_death()
+
     def set_state(self, state: str, pipeline: Any = None) -> None:
-        if pipeline is None and state == self.get_state():
+        if state == self.get_state():
             return  # RQ writes IDLE after each job and again before each dequeue
         super().set_state(state, pipeline)
+
+    def _idle_when_taken_nothing(self) -> bool:
+        """The worker's state goes IDLE when a take finds nothing (workers.dequeue), not after each job: a worker
+        that takes its next job at once stays BUSY, two HSETs a delivery fewer under load; ``rq info`` and
+        rq-dashboard show it idle from the moment it has nothing to do, as before."""
+        return True
 
     def check_for_suspension(self, burst: bool) -> None:
         if time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY:
@@ -116,27 +153,65 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline. Not a
-        MULTI (two commands a delivery saved): its last command clears the job's claim (app.core.jobclaims), so
-        a pipeline cut short leaves the id in the claim list as well as in RQ's started registry, never in
-        neither, and what RQ writes of a start is its own worker's keys and the job's, which no one else
-        writes meanwhile."""
+        MULTI (two commands a delivery saved): it clears the job's claim (app.core.jobclaims) after the started
+        registry's write, so a pipeline cut short leaves the id in the claim list as well as in RQ's started
+        registry, never in neither, and what RQ writes of a start is its own worker's keys and the job's, which
+        no one else writes meanwhile. A taskport job's START goes last on it (workers.runner.Runner.start_on):
+        one round trip for the start, where it took two."""
+        from workers import runner  # late, as workers.worker.main imports it
         with self.connection.pipeline(transaction=False) as pipe:
             ttl = self.get_heartbeat_ttl(job)
             execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             self._start_job(job, ttl, pipe)
-            self._unclaim(job, pipe)  # last: the id is in RQ's started registry by then
-            pipe.execute()
+            self._unclaim(job, pipe)  # the id is in RQ's started registry by then
+            # a taskport job's START in the same round trip, after those writes (Runner.start_on)
+            started = runner.active().start_on(pipe, job.args[0]) if job.func_name == RUN_TASK else None
+            replies = pipe.execute(raise_on_error=started is None)
+        if started is not None:
+            for reply in replies[:-1]:
+                if isinstance(reply, Exception):
+                    raise reply
+            started(replies[-1])
         self._prepared = job.id
-        self.perform_job(job, queue, execution)
-        self.set_state(WorkerStatus.IDLE)
+        run = runner.active() if started is not None else None
+        if run is not None:  # its end in RQ goes with the task's completion (see _finish_completed)
+            run.rq_finish, run.rq_finished = lambda: self._finish_commands(job, queue, execution), False
+        try:
+            self.perform_job(job, queue, execution)  # no IDLE after it: see _idle_when_taken_nothing
+        finally:
+            if run is not None:
+                run.forget_start()
+                run.rq_finish, run.rq_finished = None, False
+
+    def _finish_commands(self, job: Job, queue: Queue, execution: Execution) -> list[Command]:
+        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the execution out
+        of RQ's registries, the job FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
+        the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
+        it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
+        with the task's. Recorded from RQ's own calls on a pipeline that is never sent."""
+        with self.connection.pipeline() as pipe:
+            execution.delete(job=job, pipeline=pipe)
+            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": utcformat(now())})
+            pipe.expire(job.key, FINISHED_JOB_TTL)
+            queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
+            return [Command(str(args[0]), args[1], tuple(args[2:])) for args, _ in pipe.command_stack]
+
+    def _finish_completed(self, job: Job, queue: Queue, execution: Execution) -> None:
+        from workers import runner
+        if not runner.active().rq_finished:
+            super()._finish_completed(job, queue, execution)
+            return
+        assert job.started_at is not None and job.ended_at is not None
+        self.executions.pop(execution.id, None)  # what cleanup_execution does here; Redis has the rest already
+        self.increment_successful_job_count()
+        self.increment_total_working_time(job.ended_at - job.started_at)
 
     def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""
         self.heartbeat(ttl, pipeline=pipe)
-        job.heartbeat(now(), ttl, pipeline=pipe)
-        job.prepare_for_execution(self.name, pipeline=pipe)
+        job.prepare_for_execution(self.name, pipeline=pipe)  # with last_heartbeat: RQ's job.heartbeat is its twin
         if job.func_name != RUN_TASK:
             pipe.persist(job.key)  # taskport's own jobs are queued with no TTL (app.core.jobs): nothing to persist
 
@@ -177,11 +252,8 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job.id),
                         job.execution_registry.key)
-            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
             pipe.execute()
 
-    def _job_done(self, pipe: Any) -> None:
-        self.set_state(WorkerStatus.IDLE, pipeline=pipe)  # as _finish_disposable: execute_job's IDLE is then a no-op
 
     def kill_horse(self, sig: Any = None) -> None:
         from workers import runner

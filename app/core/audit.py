@@ -85,3 +85,11 @@ def read(conn: Any, *, task_id: str | None = None, member: str | None = None, li
         if len(rows) < BATCH:
             return AuditPage(found, None)
     return AuditPage(found, top[1:])
+
+
+def trim_by_age(conn: Any, max_age_s: int, now_ms: int) -> None:
+    """Drop the entries older than ``max_age_s`` (0 = no age limit): whole stream nodes (``MINID ~``), cheap.
+    Housekeeping's expiry pass runs it; the scripts' entries trim only by count (``MAXLEN ~``), so a
+    transition does not pay a TIME and an XTRIM for it (app.core.scripts.AUDIT)."""
+    if max_age_s > 0:
+        conn.xtrim(keys.AUDIT, minid=str(now_ms - max_age_s * 1000), approximate=True)

@@ -19,7 +19,8 @@ BATCH_HEAD = "a batch key without its id (keys.BATCH_HEAD): the task's batches' 
 # PENDING -> PROCESSING for one delivery of the job: a second delivery finds PROCESSING and does nothing,
 # but the same run sending its start again (its answer lost) gets the same answer, so a run is not lost.
 # A task past its expires_at is EXPIRED to every reader already, so it never starts (EXPIRED is final).
-# A run that finds a checkpoint resumes from it, and counts in @resumed.
+# A run that finds a checkpoint resumes from it, and counts in @resumed. The checkpoint log and cursor are read
+# only when @checkpoints says PROGRESS wrote some (two reads fewer a delivery: bench/README.md).
 # A task of a type with a concurrency limit (concurrency: app.core.limits.concurrency_spec) takes a slot of its
 # limit key in the same step, or is parked in the limit's line instead: still PENDING, its job dropped by the
 # worker, @limited saying why (app.core.limitscripts); a repeat finds it parked and answers alike.
@@ -36,7 +37,7 @@ START = Script(
           "stall_ms": "the stall timeout (ms): a slot holder's heartbeat older than it lapses"},
     body=SYNC + OWN_TASK + LIMITS + """
 local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch, @attempts, @seq, @resumed, @type,
-                       @member, @created_at, @limited, @started_at)
+                       @member, @created_at, @limited, @started_at, @checkpoints, @error_code, @payload_sha256)
 local status = cur[1]
 if status == $PROCESSING and cur[3] == run_id then
   -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
@@ -61,7 +62,10 @@ if lk then
   redis.call('HDEL', task, @limited)
 end
 local before = cur[4] and batch_state(task)
-local log, saved = redis.call('GET', checkpoint), redis.call('GET', cursor)
+local log, saved = false, false  -- as GET answers a missing key (a nil would end the answer)
+if cur[13] then  -- only PROGRESS writes these, counting @checkpoints with them: none counted, none to read
+  log, saved = redis.call('GET', checkpoint), redis.call('GET', cursor)
+end
 local seq = (tonumber(cur[6]) or 0) + 1  -- the counters in the one HSET: a delivery's commands (bench/README.md)
 local fields = {@status, $PROCESSING, @run_id, run_id, @updated_at, now_ms, @message, '',
                 @attempts, (tonumber(cur[5]) or 0) + 1, @seq, seq}
@@ -81,7 +85,7 @@ redis.call('HSET', task, unpack(fields))
 redis.call('ZADD', running, now_ms, task_id)
 redis.call('PUBLISH', events, seq)
 batch_sync(task, task_id, before, now_ms, nil)
-audit(task, task_id, status)
+audit_entry(task_id, status, {cur[9], cur[8], $PROCESSING, cur[14], fields[10], cur[15]})  -- as written above
 return {1, payload_json, redis.call('HGETALL', task), log, saved}
 """)
 

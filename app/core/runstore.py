@@ -40,14 +40,28 @@ class RunStore(ScriptStore):
         """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`). ``concurrency``: the limits
         (app.core.limits.concurrency_spec); a task over its limit is parked instead, its Claim's ``parked``
         saying why."""
-        t = now_ms()
-        answer = self.run_script(runscripts.START.name, *runscripts.START.call(
+        return self.claim_of(task_id, self.run_script(runscripts.START.name, *self._start_call(task_id, run_id,
+                                                                                             concurrency)))
+
+    def start_on(self, pipe: Any, task_id: str, run_id: str, concurrency: str = "") -> None:
+        """Queue :meth:`start`'s script on ``pipe`` (a pipeline without MULTI) as EVALSHA: the simple worker sends it
+        in the round trip that records the job's start in RQ (workers.worker). Its reply goes to :meth:`claim_of`;
+        after an error reply (NOSCRIPT: a Redis whose script cache was emptied) the run calls :meth:`start`."""
+        keys_, args = self._start_call(task_id, run_id, concurrency)
+        keys_ = [*keys_, keys.AUDIT]  # as run_script: every script's last key
+        pipe.evalsha(self._scripts[runscripts.START.name].sha, len(keys_), *keys_, *args)
+
+    def _start_call(self, task_id: str, run_id: str, concurrency: str) -> tuple[list[str], list[Any]]:
+        return runscripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
                   "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
                   "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD, **LIMIT_KEYS},
-            args={"run_id": run_id, "now_ms": t, "task_id": task_id, "concurrency": concurrency,
-                  "stall_ms": int(self.config.stall_timeout * 1000)},
-        ))
+            args={"run_id": run_id, "now_ms": now_ms(), "task_id": task_id, "concurrency": concurrency,
+                  "stall_ms": int(self.config.stall_timeout * 1000)})
+
+    @staticmethod
+    def claim_of(task_id: str, answer: Any) -> Claim:
+        """START's answer as a :class:`Claim`."""
         if answer[0] == 2:
             return Claim(TaskStatus.PENDING, parked=answer[1].decode())
         if answer[0] != 1:
@@ -81,11 +95,13 @@ class RunStore(ScriptStore):
     def complete(
         self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
         failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
-        files_run: str | None = None,
+        files_run: str | None = None, job: Sequence[Command] = (),
     ) -> bool:
         """PROCESSING -> COMPLETED for this run, with its result. ``files_run`` names the run whose result
-        folder holds the result's files (see app.core.results). Raises ResultNotStorable, writing nothing,
-        when the result is not JSON-serializable or longer than ``Config.max_result``."""
+        folder holds the result's files (see app.core.results). ``job``: commands written in the same step, only
+        when it wins (the simple worker's record of the job's end in RQ: workers.worker). Raises
+        ResultNotStorable, writing nothing, when the result is not JSON-serializable or longer than
+        ``Config.max_result``."""
         stored: dict[str, Any] = {"result": result}
         if failures:
             stored["failures"] = failures
@@ -99,7 +115,7 @@ class RunStore(ScriptStore):
             fields += [F.RESULT, body]
             body = b""
         return self._terminal(task_id, (TaskStatus.PROCESSING,), TaskStatus.COMPLETED, fields, run_id=run_id,
-                              result=body).done
+                              result=body, job=job).done
 
     def _encode_result(self, stored: dict[str, Any]) -> bytes:
         try:

@@ -33,10 +33,13 @@ _WAITING_TASKS = "sorted set: PENDING tasks waiting for other tasks -> ms they b
 # that make the task PENDING (submit, run again, a retry's requeue): the payload the next run takes, which
 # no later transition changes ('' elsewhere keeps every entry's fields the same, so the stream stores
 # their names once per node; the digest in every entry cost memory: bench/README.md). Trimmed with
-# MAXLEN ~ (entries) and MINID ~ (age), cheap (whole stream nodes); 0 = no limit of that kind. A script that
-# writes many entries (the batch create) sets ``audit_trim_later`` and trims by age once, at its end. A script that
+# MAXLEN ~ (entries) on every entry, cheap (whole stream nodes); 0 = no limit of that kind. The trim by age
+# (MINID ~, with a TIME to know the age) is not written per entry: housekeeping's expiry pass runs it
+# (workers.housekeeping.Housekeeper.trim_audit), and the batch create, which writes many entries, runs it once at
+# its end (``audit_trim``; ``audit_trim_later`` is what it set when every entry trimmed: kept, unused). Two
+# commands a transition, four a delivery (bench/README.md, "A delivery, command by command"). A script that
 # has just written the hash's fields passes their values of ``audited`` to ``audit_entry(id, from, values)``
-# instead of reading them back (the create: app.core.creation).
+# instead of reading them back (the create: app.core.creation; START and TRANSITION, from their first HMGET).
 AUDIT = """
 local audited = {@member, @type, @status, @error_code, @attempts, @payload_sha256}  -- an entry's, in order
 local audit_trim_later = false
@@ -57,7 +60,6 @@ local function audit_entry(id, from, h)
                  !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or ''}
   for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
   redis.call(unpack(cmd))
-  if not audit_trim_later then audit_trim() end
 end
 local function audit(task_key, id, from)
   audit_entry(id, from, redis.call('HMGET', task_key, unpack(audited)))
@@ -201,7 +203,8 @@ TRANSITION = Script(
     body=REPLAY + SYNC + QUOTA + OWN_TASK + LIMITS + """
 local first_field = first_command + tonumber(job_argc)
 local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for, @batch,
-                       @callback_url, @callback_events, @stored, @member, @slot)
+                       @callback_url, @callback_events, @stored, @member, @slot, @seq, @type, @error_code,
+                       @attempts, @payload_sha256, @output_bytes)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
@@ -216,14 +219,39 @@ if stale_before_ms ~= '' then
   if beat and tonumber(beat) > tonumber(stale_before_ms) then return {0, status} end
 end
 local before = cur[6] and batch_state(task)
-redis.call('HSET', task, @status, new_status, unpack(ARGV, first_field))
+local pairs_in, written = {unpack(ARGV, first_field)}, {}  -- the fields this call writes: the audit's and quota's
+for i = 1, #pairs_in - 1, 2 do written[pairs_in[i]] = pairs_in[i + 1] end
+local unfinished = $ACTIVE
+-- what the task will hold (QUOTA's held_bytes after this call's writes), from what this call knows instead of a
+-- length per key: what it writes or drops, and the output's count. A result (a key, or the inline field) is
+-- written only by the transition out of PROCESSING that completes a task and dropped by a run again (RERUN), so
+-- a task leaving an unfinished status has none but what this call writes; a key this call neither writes nor
+-- drops keeps its length, read here, before the writes
+local inline = written[@result]
+if drop == 'all' or (not inline and unfinished[status]) then inline = '' end
+local held = inline and #inline or redis.call('HSTRLEN', task, @result)
+if drop ~= 'all' then held = held + (tonumber(cur[17]) or 0) end
+if drop ~= 'payload' and drop ~= 'all' then held = held + redis.call('STRLEN', payload) end
+if result_json ~= '' then held = held + #result_json
+elseif drop ~= 'all' and not unfinished[status] then held = held + redis.call('STRLEN', result) end
+if drop == '' then held = held + redis.call('STRLEN', checkpoint) + redis.call('STRLEN', cursor) end
+local held_before = tonumber(cur[9]) or 0
+local seq = (tonumber(cur[12]) or 0) + 1
+local fields = {@status, new_status, @seq, seq}  -- seq, stored bytes and a refund in the one HSET (bench/README.md)
+for _, v in ipairs(pairs_in) do fields[#fields + 1] = v end
+if held ~= held_before and cur[10] then fields[#fields + 1], fields[#fields + 2] = @stored, held end
+if refund ~= '' then  -- the attempt the run used, given back
+  fields[#fields + 1], fields[#fields + 2] = @attempts, (tonumber(written[@attempts] or cur[15]) or 0) - 1
+end
+redis.call('HSET', task, unpack(fields))
 redis.call('HDEL', task, @run_id)
 if cur[11] then  -- its concurrency slot (or its place in a limit's line) goes, and the line moves on
   redis.call('HDEL', task, @slot, @limited)
   limit_leave(cur[11], task_id, tonumber(now_ms))
 end
 if key_ttl_s ~= '' then redis.call('EXPIRE', task, key_ttl_s) end
-if key_ttl_s ~= '' then redis.call('EXPIRE', output, key_ttl_s) end  -- the output lives as long as the task
+-- the output lives as long as the task; only EMIT makes it, setting @output_bytes with it (none: no list)
+if key_ttl_s ~= '' and cur[17] then redis.call('EXPIRE', output, key_ttl_s) end
 redis.call('ZREM', running, task_id)
 if expiry_ms ~= '' then redis.call('ZADD', expiry, expiry_ms, task_id) end
 if result_json ~= '' then redis.call('SET', result, result_json, 'EX', result_ttl_s) end
@@ -232,7 +260,6 @@ if drop == 'checkpoint' then
   redis.call('DEL', checkpoint, cursor)
   if key_ttl_s ~= '' then redis.call('EXPIRE', payload, key_ttl_s) end
 end
-if refund ~= '' then redis.call('HINCRBY', task, @attempts, -1) end
 if drop == 'all' then
   redis.call('DEL', result)
   redis.call('HDEL', task, @result)
@@ -243,9 +270,8 @@ if drop == 'all' then  -- the tombstone keeps no output (held_bytes counts @outp
 end
 if stat ~= '' then redis.call('HINCRBY', stats, stat, 1) end
 if new_status == $FAILED then redis.call('ZADD', failures, now_ms, task_id) end
-local unfinished = $ACTIVE
 if unfinished[status] and not unfinished[new_status] then
-  local member = redis.call('HGET', task, @member)
+  local member = cur[10]
   if member and redis.call('HINCRBY', active, member, -1) <= 0 then redis.call('HDEL', active, member) end
   if cur[4] then redis.call('LPUSH', settled, task_id) end  -- the tasks that run after it learn of its end
 end
@@ -255,15 +281,19 @@ if status == $PENDING then  -- it leaves PENDING (a move to PENDING comes from P
 end
 if run_at_ms ~= '' then redis.call('ZADD', delayed, run_at_ms, task_id) end
 replay(first_command, first_field, 1)
-account(task, cur[10], cur[9], held_bytes(task, {payload, result, checkpoint, cursor}))
-local seq = redis.call('HINCRBY', task, @seq, 1)
+if held ~= held_before and cur[10] and redis.call('HINCRBY', stored_bytes, cur[10], held - held_before) <= 0 then
+  redis.call('HDEL', stored_bytes, cur[10])  -- QUOTA's account(), its HSET of @stored folded into the one above
+end
 if cur[7] and string.find(',' .. (cur[8] or '') .. ',', ',' .. new_status .. ',', 1, true) then
   redis.call('HSET', task, @callback_state, '__CALLBACK_PENDING__', @callback_attempts, 0, @callback_last_status, '')
   redis.call('ZADD', callbacks_due, now_ms, 't:' .. task_id .. ':' .. seq .. ':' .. new_status)
 end
 redis.call('PUBLISH', events, seq)
 batch_sync(task, task_id, before, now_ms, {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
-audit(task, task_id, status)
+local attempts = written[@attempts] or cur[15]
+if refund ~= '' then attempts = fields[#fields] end
+audit_entry(task_id, status, {written[@member] or cur[10], written[@type] or cur[13], new_status,
+                              written[@error_code] or cur[14], attempts, written[@payload_sha256] or cur[16]})
 return {1, status}
 """.replace("__CALLBACK_PENDING__", CallbackState.PENDING))
 

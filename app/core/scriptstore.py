@@ -106,6 +106,7 @@ class ScriptStore:
     def _terminal(
         self, task_id: str, expected: tuple[str, ...], status: str, fields: list[Any], *,
         run_id: str = "", result: bytes | str = "", stale_before_ms: int | str = "", waiting_on: str = "",
+        job: Sequence[Command] = (),
     ) -> Transition:
         """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now. A FAILED or
         CANCELLED task keeps its payload until it expires, so it can run again (app.core.rerun)."""
@@ -117,7 +118,7 @@ class ScriptStore:
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
             expiry_ms=expires, result=result, drop=drop, stale_before_ms=stale_before_ms, acknowledged=True,
-            waiting_on=waiting_on,
+            waiting_on=waiting_on, job=job,
         )
 
 

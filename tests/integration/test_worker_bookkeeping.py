@@ -88,3 +88,48 @@ def test_a_suspended_worker_takes_no_job(client: FlaskClient, redis_conn: redis.
     resume(redis_conn)
     burst(redis_conn)
     assert status(client, task_id) == "COMPLETED"
+
+
+def _calls(conn: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in conn.info("commandstats").items()}
+
+
+def _burst_calls(conn: redis.Redis) -> dict[str, int]:
+    before = _calls(conn)
+    burst(conn)
+    after = _calls(conn)
+    return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+
+
+def test_a_no_op_delivery_sends_the_commands_bench_readme_lists(client: FlaskClient, redis_conn: redis.Redis) -> None:
+    """bench/README.md, "A delivery, command by command": counted as bench/delivery_ab.py counts them (INFO
+    commandstats: a script is its EVALSHA and every command it runs), an empty burst's fixed cost subtracted.
+    The audit trims by age in housekeeping (no TIME or XTRIM per transition), the end counts stored bytes from
+    what it writes (no STRLEN of a key it drops), the worker's counters go at most once a second."""
+    burst(redis_conn)  # RQ's registry maintenance, once per worker start: not a delivery's
+    fixed = _burst_calls(redis_conn)
+    n = 40
+    ids = submit(client, n)
+    spent = _burst_calls(redis_conn)
+    assert [status(client, i) for i in ids] == ["COMPLETED"] * n
+    per = {k: (spent.get(k, 0) - fixed.get(k, 0)) / n for k in spent}
+    assert round(per["evalsha"]) == 3  # the claim, the start, the end: one script each
+    assert per.get("multi", 0) < 0.5, sorted(per.items())  # RQ's end of the job goes inside the end's script
+    assert sum(per.values()) <= 56.5, sorted(per.items())  # 53 from a backlog, 56 for a lone task
+    assert per.get("time", 0) < 1.5, sorted(per.items())  # the claim's, timing the queue's gaps (app.core.lines)
+    assert per.get("get", 0) < 1.5, sorted(per.items())  # the payload: no checkpoint or cursor when none was saved
+    for command in ("xtrim", "strlen", "hstrlen", "hget"):
+        assert per.get(command, 0) < 0.5, (command, sorted(per.items()))
+
+
+def test_a_start_sent_on_the_start_pipeline_to_an_emptied_script_cache_still_runs_the_task(
+        client: FlaskClient, redis_conn: redis.Redis) -> None:
+    """START goes as EVALSHA on the pipeline that records the job's start (workers.runner.Runner.start_on); a Redis
+    whose script cache was emptied (a restart) answers NOSCRIPT there, and the run starts itself as before."""
+    ids = submit(client, 2)
+    redis_conn.script_flush()
+    burst(redis_conn)
+    assert [status(client, i) for i in ids] == ["COMPLETED"] * 2
+    default = Queue("default", connection=redis_conn)
+    assert sorted(default.finished_job_registry.get_job_ids()) == sorted(ids)
+    assert default.started_job_registry.get_job_ids() == []

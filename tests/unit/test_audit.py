@@ -17,6 +17,7 @@ from app.core.config import Config
 from app.core.store import TaskStore
 from app.launch.cli import main
 from app.web import create_app
+from workers.housekeeping import Housekeeper, PassReport
 
 CREDS = ("admin", "s3cret")
 
@@ -97,6 +98,8 @@ def test_entries_older_than_the_age_limit_are_trimmed(conn, config):
     store = TaskStore(conn, Config.from_env({}, redis_url="redis://fake", data_dir=config.data_dir,
                                             audit_retention="1h"))
     store.create(new_task())
+    assert conn.xlen(keys.AUDIT) == 301  # a transition trims by count only: the age is housekeeping's
+    Housekeeper(conn, store.config).expire(PassReport("expire"))
     assert [e["task_id"] for e in entries(conn)][-1] != "old" and conn.xlen(keys.AUDIT) < 300
 
 
