@@ -1,11 +1,13 @@
-"""app.core.clock: ``iso`` (its per-second cache) renders every millisecond as datetime does."""
+"""app.core.clock: ``iso`` (its per-second cache) renders every millisecond as datetime does, ``rq_time`` as RQ does."""
 
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from app.core.clock import iso, iso_or_none
+from rq.utils import utcformat
+
+from app.core.clock import iso, iso_or_none, rq_time
 
 
 def reference(ms: int) -> str:
@@ -23,3 +25,13 @@ def test_iso_matches_datetime_across_seconds_and_repeats() -> None:
 def test_iso_or_none() -> None:
     assert iso_or_none(None) is None
     assert iso_or_none(1_796_000_000_120) == "2026-11-30T00:53:20.120Z"
+
+
+def test_rq_time_is_rqs_utcformat() -> None:
+    rng = random.Random(32)
+    start = datetime(1970, 1, 1, tzinfo=UTC)
+    moments = [start, start + timedelta(microseconds=1), datetime(2026, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+               datetime(2028, 2, 29, 12, 0, 0, 0, tzinfo=UTC)]
+    moments += [start + timedelta(microseconds=rng.randrange(0, 4_102_444_800_000_000)) for _ in range(5_000)]
+    for at in moments + moments:
+        assert rq_time(at) == utcformat(at), at
