@@ -12,6 +12,7 @@ from app.core.config import Config
 from app.core.connection import connect
 from app.core.results import ResultStore, result_store
 from app.web.auth import OPEN_MEMBER, Members
+from app.web.packer import use_lean_packer
 from app.web.readiness import Readiness
 from app.web.service import TaskService
 from app.web.streams import Streams
@@ -31,7 +32,9 @@ class Runtime:
 
     @classmethod
     def build(cls, config: Config, conn: Redis | None = None) -> Runtime:
-        conn = conn if conn is not None else connect(config)
+        if conn is None:
+            conn = connect(config)
+            use_lean_packer(conn)  # the same bytes, less CPU per command (a submit's ~110 arguments above all)
         service = TaskService(conn, config)
         streams = Streams(conn, service.store, config.max_streams_per_member, config.sse_poll)
         members = Members(config, Tokens(conn, config, OPEN_MEMBER))
