@@ -7,7 +7,7 @@ Times are stored as integer milliseconds (see :mod:`app.core.clock`) and rendere
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,11 +35,6 @@ def _text(value: bytes | None) -> str | None:
 
 def _int(value: bytes | None, default: int | None = 0) -> int | None:
     return int(value) if value else default
-
-
-def _first(value: bytes | None) -> str | None:
-    """The first id of a comma list (a task's batches: the one it was submitted in comes first)."""
-    return value.decode().split(",", 1)[0] if value else None
 
 
 def _callback(h: dict[bytes, bytes]) -> dict[str, Any]:
@@ -89,7 +84,12 @@ class Task:
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], task_id: str) -> Task:
-        """The task stored in hash ``h`` under ``task_id`` (the id is the key's, not a field)."""
+        """The task stored in hash ``h`` under ``task_id`` (the id is the key's, not a field).
+
+        On the hot path of every status read, so written out flat: each optional field decoded inline (most
+        are absent), and the instance filled through its slots (:data:`_FILL`) rather than the frozen
+        dataclass's ``__init__`` (one ``object.__setattr__`` per field), which halves its cost (bench/README.md,
+        "Submit and status at the floor"). The values are those the helpers above give (tests/unit/test_task.py)."""
         g = h.get
         r = _RAW
         total = g(r.ITEMS_TOTAL)
@@ -100,41 +100,47 @@ class Task:
                 "succeeded": int(g(r.ITEMS_SUCCEEDED) or 0),
                 "failed": int(g(r.ITEMS_FAILED) or 0),
             }
-        return cls(
-            id=task_id,
-            type=h[r.TYPE].decode(),
-            member=h[r.MEMBER].decode(),
-            status=h[r.STATUS].decode(),
-            progress=int(g(r.PROGRESS) or 0),
-            message=_text(g(r.MESSAGE)),
-            items=items,
-            error_code=_int(g(r.ERROR_CODE), None),
-            error_message=_text(g(r.ERROR_MESSAGE)),
-            attempts=int(g(r.ATTEMPTS) or 0),
-            max_attempts=int(g(r.MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS),
-            resumed=int(g(r.RESUMED) or 0),
-            priority=_text(g(r.PRIORITY)) or DEFAULT_QUEUE,
-            created_at=int(h[r.CREATED_AT]),
-            started_at=_int(g(r.STARTED_AT), None),
-            updated_at=int(h[r.UPDATED_AT]),
-            completed_at=_int(g(r.COMPLETED_AT), None),
-            expires_at=int(h[r.EXPIRES_AT]),
-            run_id=_text(g(r.RUN_ID)),
-            seq=int(g(r.SEQ) or 0),
-            checkpoints=int(g(r.CHECKPOINTS) or 0),
-            resume_mark=int(g(r.RESUME_MARK) or 0),
-            lost_runs=int(g(r.LOST_RUNS) or 0),
-            checkpoint_run=_text(g(r.CHECKPOINT_RUN)),
-            run_at=_int(g(r.RUN_AT), None),
-            waiting_for=tuple(g(r.WAITING_FOR, b"").decode().split(",")) if g(r.WAITING_FOR) else (),
-            payload_sha256=_text(g(r.PAYLOAD_SHA256)),
-            batch_id=_first(g(r.BATCH)) or _text(g(r.THEN_OF)),
-            batches=tuple(g(r.BATCH, b"").decode().split(",")) if g(r.BATCH) else (),
-            then_of=_text(g(r.THEN_OF)),
-            callback=_callback(h) if g(r.CALLBACK_URL) else None,
-            output_last=int(g(r.OUTPUT_LAST) or 0),
-            limited=_text(g(r.LIMITED)),
-        )
+        v = g(r.MESSAGE)
+        message = v.decode() or None if v else None
+        v = g(r.ERROR_CODE)
+        error_code = int(v) if v else None
+        v = g(r.ERROR_MESSAGE)
+        error_message = v.decode() or None if v else None
+        v = g(r.PRIORITY)
+        priority = (v.decode() or DEFAULT_QUEUE) if v else DEFAULT_QUEUE
+        v = g(r.STARTED_AT)
+        started_at = int(v) if v else None
+        v = g(r.COMPLETED_AT)
+        completed_at = int(v) if v else None
+        v = g(r.RUN_ID)
+        run_id = v.decode() or None if v else None
+        v = g(r.CHECKPOINT_RUN)
+        checkpoint_run = v.decode() or None if v else None
+        v = g(r.RUN_AT)
+        run_at = int(v) if v else None
+        v = g(r.WAITING_FOR)
+        waiting_for = tuple(v.decode().split(",")) if v else ()
+        v = g(r.PAYLOAD_SHA256)
+        payload_sha256 = v.decode() or None if v else None
+        v = g(r.THEN_OF)
+        then_of = v.decode() or None if v else None
+        v = g(r.BATCH)
+        batches = tuple(v.decode().split(",")) if v else ()
+        batch_id = (batches[0] or then_of) if v else then_of
+        v = g(r.LIMITED)
+        limited = v.decode() or None if v else None
+        task = _new(cls)
+        for fill, value in zip(_FILL, (
+            task_id, h[r.TYPE].decode(), h[r.MEMBER].decode(), h[r.STATUS].decode(), int(g(r.PROGRESS) or 0),
+            message, items, error_code, error_message, int(g(r.ATTEMPTS) or 0),
+            int(g(r.MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS), int(g(r.RESUMED) or 0), priority, int(h[r.CREATED_AT]),
+            started_at, int(h[r.UPDATED_AT]), completed_at, int(h[r.EXPIRES_AT]), run_id, int(g(r.SEQ) or 0),
+            int(g(r.CHECKPOINTS) or 0), int(g(r.RESUME_MARK) or 0), int(g(r.LOST_RUNS) or 0), checkpoint_run, run_at,
+            waiting_for, payload_sha256, batch_id, batches, then_of,
+            _callback(h) if g(r.CALLBACK_URL) else None, int(g(r.OUTPUT_LAST) or 0), limited,
+        ), strict=True):
+            fill(task, value)
+        return task
 
     @property
     def resumable(self) -> bool:
@@ -196,3 +202,9 @@ class Task:
             "batch_id": self.batch_id,
             "callback": self.callback,
         }
+
+
+# Task.from_hash fills a new instance through its slots' setters, in the order of its fields (the tuple it zips
+# with them lists every field in that order: tests/unit/test_task.py checks it against the dataclass's __init__).
+_new = object.__new__
+_FILL = tuple(getattr(Task, field.name).__set__ for field in fields(Task))

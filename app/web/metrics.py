@@ -16,7 +16,6 @@ build many apps). It holds:
 
 from __future__ import annotations
 
-import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from flask import Flask
+from gevent.monkey import get_original
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -139,6 +139,9 @@ class RedisCollector:
         return families
 
 
+allocate_native_lock = get_original("_thread", "allocate_lock")  # _thread's own, patched by gevent or not
+
+
 class HttpMetrics:
     """Request count and latency by endpoint and status, for this process (see the module docstring).
 
@@ -152,7 +155,9 @@ class HttpMetrics:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # A native lock even under gevent (whose patched Lock is Python code, ~0.3 µs more a request): nothing
+        # holding it yields to another greenlet (plain dict and number updates, list copies), so none waits on it.
+        self._lock = allocate_native_lock()
         self._counts: dict[tuple[str, str, str], list[float]] = {}  # (endpoint, method, status) -> [n, created]
         # (endpoint, status) -> [count per bucket (not cumulative) ..., count above the last, sum, created]
         self._latency: dict[tuple[str, str], list[float]] = {}

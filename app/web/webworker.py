@@ -19,12 +19,15 @@ connection, instead of at its next write or two (a first write to a closed socke
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import http
 import logging
 import resource
 import socket
+import time
 import warnings
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import Any
 
 import gevent
@@ -134,12 +137,26 @@ def _client(addr: Any) -> str:
     return str(addr[0]) if isinstance(addr, tuple) and addr else "?"
 
 
+@lru_cache(maxsize=2)
+def _http_date_of(second: int) -> str:
+    return email.utils.formatdate(second, localtime=False, usegmt=True)  # gunicorn's own call
+
+
+def http_date(timestamp: float | None = None) -> str:
+    """gunicorn's ``util.http_date`` (every response's ``Date``), its text made once a second: email.utils'
+    formatdate on every response was ~1 % of a status read's web CPU (bench/README.md, "Submit and status at the
+    floor")."""
+    return _http_date_of(int(time.time() if timestamp is None else timestamp))
+
+
 class ProblemErrors:
     """Mixed into a gunicorn worker class: the worker process answers gunicorn's own errors with
-    :func:`write_problem` (gunicorn's module-level ``util.write_error`` is this process's own)."""
+    :func:`write_problem` (gunicorn's module-level ``util.write_error`` is this process's own), and dates its
+    responses with :func:`http_date`."""
 
     def init_process(self) -> None:
         gunicorn_util.write_error = write_problem
+        gunicorn_util.http_date = http_date
         super().init_process()  # type: ignore[misc]
 
 

@@ -217,3 +217,14 @@ def test_unknown_route_and_method_are_problems(client):
     assert client.get("/api/v1/nope").headers["Content-Type"] == PROBLEM
     r = client.put("/api/v1/tasks")
     assert r.status_code == 405 and r.headers["Content-Type"] == PROBLEM
+
+
+def test_json_content_types_as_sent_or_with_parameters(client):
+    """The submit's Content-Type: "application/json" as is (compared before werkzeug parses it), or with
+    parameters or in other case (parsed); any other type is 415."""
+    for n, content_type in enumerate(("application/json", "application/json; charset=utf-8", "Application/JSON")):
+        body = f'{{"type": "demo.sleep", "payload": {{"seconds": {n}}}}}'  # distinct: no dedup
+        assert client.post("/api/v1/tasks", data=body, content_type=content_type).status_code == 202, content_type
+    body = '{"type": "demo.sleep", "payload": {}}'
+    for content_type in ("text/plain", "application/jsonx", "application/json-patch+json"):
+        assert client.post("/api/v1/tasks", data=body, content_type=content_type).status_code == 415, content_type

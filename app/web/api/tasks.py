@@ -44,6 +44,7 @@ _history_schema = HistoryQuerySchema()
 _retry_schema = RetrySchema()
 RETRY_AFTER = {"Retry-After": "1"}
 NOT_A_CURSOR = "Not a cursor from a previous page."
+JSON_TYPE = "application/json"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -119,7 +120,8 @@ def page_query(schema: Schema) -> dict[str, Any]:
 
 
 def _json_body() -> dict[str, Any]:
-    if request.mimetype != "application/json":
+    # the header as clients send it, compared as is before werkzeug's parse of its parameters (~2 µs a submit)
+    if request.environ.get("CONTENT_TYPE") != JSON_TYPE and request.mimetype != JSON_TYPE:
         raise UnsupportedMediaType("send the body as application/json")
     try:
         body = orjson.loads(_body_bytes(runtime().config.max_body))
