@@ -17,9 +17,11 @@ from app.core.lua import FIRST, LATE, Script, Tail
 # index i up to (not including) stop, the n-th command on command_keys[k + n - 1]. While ``fold`` is a table
 # (the batch create: many jobs in one script), what RQ writes per job to keys its jobs share is collected
 # instead, in order, for fold_writes() to make once: each RPUSH of one id onto a queue (one RPUSH per queue
-# with every id, so the queue order is the same) and each SADD of one member (made once), and a job's
-# consecutive HSETs of one key go as one. Nothing in a replay reads, and the script is atomic, so no one sees
-# the difference.
+# with every id, so the queue order is the same) and each SADD of one member (made once). In every replay a
+# job's consecutive HSETs of one key go as one: RQ writes its job hash in two (its status, then every field, the
+# status again), one command fewer per job (a submit's 26 became 25), the same hash to the byte (the fields in
+# RQ's order: tests/integration/test_submit_round_trips.py). Nothing in a replay reads, and the script is
+# atomic, so no one sees the difference.
 # An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line.
 REPLAY = PUT_IN_LINE + """
 local fold = nil
@@ -50,7 +52,7 @@ local function replay(i, stop, k, from)
         fold.queues[#fold.queues + 1] = key
       end
       ids[#ids + 1] = src[i + 2]
-    elseif fold and name == 'HSET' then
+    elseif name == 'HSET' then
       if not hkey then hkey, hargs = key, {} end
       for j = i + 2, i + 1 + argc do hargs[#hargs + 1] = src[j] end
     else
