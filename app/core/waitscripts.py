@@ -22,10 +22,11 @@ from app.core.lua import FIRST, LATE, Script, Tail
 # status again), one command fewer per job (a submit's 26 became 25), the same hash to the byte (the fields in
 # RQ's order: tests/integration/test_submit_round_trips.py). Nothing in a replay reads, and the script is
 # atomic, so no one sees the difference.
-# An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line.
+# An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line
+# (``into``: the table its task hash's field pair goes into, for the caller to write; nil: written here).
 REPLAY = PUT_IN_LINE + """
 local fold = nil
-local function replay(i, stop, k, from)
+local function replay(i, stop, k, from, into)
   local src = from or ARGV
   local hkey, hargs = nil, nil
   while i < stop do
@@ -37,7 +38,8 @@ local function replay(i, stop, k, from)
       hkey = nil
     end
     if name == 'in_line' then
-      put_in_line(key, unpack(src, i + 2, i + 1 + argc))
+      local a = i + 2  -- the line, the command's six arguments, then ``into``
+      put_in_line(key, src[a], src[a + 1], src[a + 2], src[a + 3], src[a + 4], src[a + 5], into)
     elseif fold and name == 'SADD' and argc == 1 then
       local one = key .. ' ' .. src[i + 2]
       if not fold.added[one] then
