@@ -114,12 +114,12 @@ local function create(t)
   else
     replay(t.job_from, t.job_to, t.k + 2 * n, t.args, more)  -- its place in line goes into ``more``
   end
-  if #more == 0 then
+  if #more == 0 then  -- ``more`` first, so ARGV's fields are passed as they are, not copied into a table
     redis.call('HSET', t.task, unpack(src, t.fields_from, t.fields_to))
+  elseif #more == 2 then
+    redis.call('HSET', t.task, more[1], more[2], unpack(src, t.fields_from, t.fields_to))
   else
-    local all = {unpack(src, t.fields_from, t.fields_to)}
-    for _, v in ipairs(more) do all[#all + 1] = v end
-    redis.call('HSET', t.task, unpack(all))
+    redis.call('HSET', t.task, more[1], more[2], more[3], more[4], unpack(src, t.fields_from, t.fields_to))
   end
   redis.call('EXPIRE', t.task, t.key_ttl)
   local written, h = {}, {}

@@ -54,6 +54,9 @@ local function replay(i, stop, k, from, into)
         fold.queues[#fold.queues + 1] = key
       end
       ids[#ids + 1] = src[i + 2]
+    elseif name == 'HSET' and hkey and not fold and #hargs == 2 then  -- RQ's status, then every field: not copied
+      redis.call('HSET', key, hargs[1], hargs[2], unpack(src, i + 2, i + 1 + argc))
+      hkey = nil
     elseif name == 'HSET' then
       if not hkey then hkey, hargs = key, {} end
       for j = i + 2, i + 1 + argc do hargs[#hargs + 1] = src[j] end
