@@ -71,8 +71,6 @@ local function fold_writes()
 end
 local function create(t)
   redis.call('SET', t.dedup, t.id, 'EX', dedup_window_s)
-  redis.call('HSET', t.task, unpack(t.args or ARGV, t.fields_from, t.fields_to))
-  redis.call('EXPIRE', t.task, t.key_ttl)
   redis.call('SET', t.payload, t.payload_json, 'EX', t.key_ttl)
   if fold then
     local h, e = fold.history, fold.expiry
@@ -104,18 +102,27 @@ local function create(t)
       end
     end
   end
+  local src, more = t.args or ARGV, {}  -- the hash's fields this create adds to those of ARGV: one HSET for all
   if t.hold then
-    redis.call('HSET', t.task, @waiting, 1, @waiting_for, t.hold)
+    more = {@waiting, 1, @waiting_for, t.hold}
     redis.call('ZADD', waiting_tasks, created_ms, t.id)
   elseif #waiting > 0 then
-    redis.call('HSET', t.task, @waiting, #waiting, @waiting_for, table.concat(waiting, ','))
+    more = {@waiting, #waiting, @waiting_for, table.concat(waiting, ',')}
     redis.call('ZADD', waiting_tasks, created_ms, t.id)
   elseif t.run_at ~= '' then
     redis.call('ZADD', delayed, t.run_at, t.id)
   else
-    replay(t.job_from, t.job_to, t.k + 2 * n, t.args)
+    replay(t.job_from, t.job_to, t.k + 2 * n, t.args, more)  -- its place in line goes into ``more``
   end
-  local src, written, h = t.args or ARGV, {}, {}
+  if #more == 0 then  -- ``more`` first, so ARGV's fields are passed as they are, not copied into a table
+    redis.call('HSET', t.task, unpack(src, t.fields_from, t.fields_to))
+  elseif #more == 2 then
+    redis.call('HSET', t.task, more[1], more[2], unpack(src, t.fields_from, t.fields_to))
+  else
+    redis.call('HSET', t.task, more[1], more[2], more[3], more[4], unpack(src, t.fields_from, t.fields_to))
+  end
+  redis.call('EXPIRE', t.task, t.key_ttl)
+  local written, h = {}, {}
   for j = t.fields_from, t.fields_to or #src, 2 do written[src[j]] = src[j + 1] end
   for i, name in ipairs(audited) do h[i] = written[name] end  -- as the HSET above wrote them
   audit_entry(t.id, '', h)

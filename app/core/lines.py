@@ -51,15 +51,19 @@ class LinesField(StrEnum):
 # put_in_line(line, job id, ring, lines hash, task hash, member, weight): the job joins the back of the member's
 # line, the member the back of the ring when its line was empty, and the task's hash records its ticket, its seq
 # in the queue and its job id (TaskField.LINE: "<ticket> <seq> <job id>"). Part of
-# REPLAY, so inside the script that queues the job, in the same atomic step as RQ's own RPUSH.
+# REPLAY, so inside the script that queues the job, in the same atomic step as RQ's own RPUSH. ``into`` (a table,
+# or nil): that field's pair is appended to it instead of written, for a caller about to write the task's hash
+# anyway (a task created: app.core.creation), one HSET fewer.
 PUT_IN_LINE = """
-local function put_in_line(line, job_id, ring, lines, task, member, weight)
+local function put_in_line(line, job_id, ring, lines, task, member, weight, into)
   local ticket = redis.call('HINCRBY', lines, 'in:' .. member, 1)
   local seq = redis.call('HINCRBY', lines, 'queued', 1)
   if redis.call('RPUSH', line, job_id) == 1 then redis.call('RPUSH', ring, member) end
   if weight == '1' then redis.call('HDEL', lines, 'w:' .. member)
   else redis.call('HSET', lines, 'w:' .. member, weight) end
-  redis.call('HSET', task, @line, ticket .. ' ' .. seq .. ' ' .. job_id)
+  local placed = ticket .. ' ' .. seq .. ' ' .. job_id
+  if into then into[#into + 1], into[#into + 2] = @line, placed
+  else redis.call('HSET', task, @line, placed) end
 end
 """
 

@@ -51,15 +51,15 @@ local function audit_trim()
     redis.call('XTRIM', audit_stream, 'MINID', '~', string.format('%d', oldest))
   end
 end
-local function audit_entry(id, from, h)
+local function audit_add(...)  -- the entry's fields passed on as they are, no table built (a submit's Lua time)
   local maxlen = __AUDIT_MAXLEN__
-  local cmd = {'XADD', audit_stream}
-  if maxlen > 0 then cmd = {'XADD', audit_stream, 'MAXLEN', '~', maxlen} end
+  if maxlen > 0 then return redis.call('XADD', audit_stream, 'MAXLEN', '~', maxlen, '*', ...) end
+  return redis.call('XADD', audit_stream, '*', ...)
+end
+local function audit_entry(id, from, h)
   local to = h[3] or ''
-  local entry = {'*', !task, id, !member, h[1] or '', !type, h[2] or '', !from, from, !to, to,
-                 !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or ''}
-  for _, v in ipairs(entry) do cmd[#cmd + 1] = v end
-  redis.call(unpack(cmd))
+  audit_add(!task, id, !member, h[1] or '', !type, h[2] or '', !from, from, !to, to,
+            !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or '')
 end
 local function audit(task_key, id, from)
   audit_entry(id, from, redis.call('HMGET', task_key, unpack(audited)))

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import redis
 from redis.connection import Connection, UnixDomainSocketConnection
+from rq.job import Job
 
+import app.core.jobs
 from app.core import processors
 from app.core.config import Config
 from app.web.service import TaskService
@@ -89,3 +91,31 @@ def test_a_submit_reads_the_counters_of_a_cap_only_when_the_cap_is_on(service: T
     assert hgets(lambda: service.submit("public", "demo.sleep", {"seconds": 0, "label": "off"}, None, None)) == 0
     capped = TaskService(service.redis, replace(service.config, max_active_tasks="5", max_stored_bytes="1mb"))
     assert hgets(lambda: capped.submit("public", "demo.sleep", {"seconds": 0, "label": "on"}, None, None)) == 2
+
+
+def test_a_submit_writes_rqs_job_hash_in_one_hset_the_same_to_the_byte(service: TaskService, redis_conn: redis.Redis,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """RQ's enqueue writes its job hash in two HSETs (the status, then every field, the status again); the submit
+    script sends them as one, and the hash is the same to the byte (DUMP) as RQ's own two writes make it:
+    rq-dashboard and ``rq info`` read it. The task's own hash is written once, its place in line with its other
+    fields: two HSETs in all (four before)."""
+    monkeypatch.setattr(app.core.jobs, "rq_now", lambda: "2026-01-02T03:04:05.678901Z")  # both sides' times
+
+    def hsets(submit: Any) -> int:
+        before = redis_conn.info("commandstats").get("cmdstat_hset", {}).get("calls", 0)
+        submit()
+        return int(redis_conn.info("commandstats").get("cmdstat_hset", {}).get("calls", 0)) - before
+
+    outcome: list[Any] = []
+    assert hsets(lambda: outcome.append(service.submit("public", "demo.sleep", {"seconds": 0, "label": "one"},
+                                                       None, None))) == 2
+    task = outcome[0].task
+    processor = processors.get("demo.sleep")
+    assert processor is not None
+    job_key = Job.key_for(task.id)
+    ours = redis_conn.dump(job_key)
+    redis_conn.delete(job_key)
+    for name, key, args in service.jobs.job_commands(task.id, task.priority, processor.timeout):
+        if key == job_key:
+            redis_conn.execute_command(name, key, *args)
+    assert redis_conn.dump(job_key) == ours
