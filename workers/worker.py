@@ -40,7 +40,7 @@ from app.core import layout
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
 from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK, register_queues
-from app.core.logs import setup_logging
+from app.core.logs import rq_log_level, setup_logging
 from app.core.lua import Command
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
@@ -317,5 +317,6 @@ def main(config: Config, name: str | None = None) -> int:
     log.info("worker %s (%s) listening on %s", worker.name, config.worker_class, ", ".join(QUEUES))
     # after worker_max_jobs jobs the worker exits 0 and its supervisor starts a fresh one: whatever a
     # processor leaks in an in-process (simple) worker is bounded (bench/README.md, "Worker memory")
-    worker.work(with_scheduler=True, logging_level=config.log_level.upper(), max_jobs=config.worker_max_jobs or None)
+    # RQ's per-job INFO lines repeat taskport's own (app.core.logs.rq_log_level)
+    worker.work(with_scheduler=True, logging_level=rq_log_level(config), max_jobs=config.worker_max_jobs or None)
     return 0

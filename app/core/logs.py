@@ -118,3 +118,12 @@ def setup_logging(config: Config, process: str) -> None:
         root.removeHandler(old)
     root.addHandler(make_handler(process))
     root.setLevel(config.log_level_name)
+
+
+def rq_log_level(config: Config) -> str:
+    """RQ's own level in a worker (a task worker, the deliverer): its per-job lines at INFO (dequeued, Job OK)
+    would say again what taskport's lines of the task say (started, completed, with the task id), and cost a
+    record, a format and a write each, about a tenth of a no-op delivery's CPU (bench/README.md); its warnings
+    and errors still pass, and at DEBUG everything does."""
+    level = logging.getLevelNamesMapping()[config.log_level_name]
+    return config.log_level_name if level <= logging.DEBUG else logging.getLevelName(max(level, logging.WARNING))
