@@ -42,6 +42,7 @@ from app.core.connection import connect, ride_out_outages, wait_for_redis
 from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK, register_queues
 from app.core.logs import rq_log_level, setup_logging
 from app.core.lua import Command
+from app.core.packer import use_lean_packer
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
 from workers.dequeue import HonoursPauses
@@ -293,6 +294,8 @@ def build_worker(config: Config, name: str | None = None) -> BaseWorker:
     over before this worker registers.
     """
     conn = connect(config)
+    if config.worker_class != WorkerClass.SPAWN:  # RQ writes a spawn horse's connection arguments as literals
+        use_lean_packer(conn)  # the same bytes, less CPU per command (app.core.packer)
     wait_for_redis(conn)
     layout.upgrade(conn)  # a Redis of an earlier key layout: before any run is taken over (app.core.layout)
     register_queues(conn)
