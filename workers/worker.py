@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any, cast
 
 import rq.job
@@ -35,7 +36,7 @@ from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.results import Result
 from rq.serializers import DefaultSerializer, resolve_serializer
-from rq.utils import now
+from rq.utils import now, str_to_date
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
@@ -67,8 +68,23 @@ def _resolved_serializer(serializer: Any = None) -> Any:
     return serializer if serializer is DefaultSerializer else resolve_serializer(serializer)
 
 
+def _job_time(date_str: bytes | str) -> datetime:
+    """``rq.utils.str_to_date`` (how ``Job.restore`` reads a job's times: created_at, enqueued_at... twice a
+    delivery), by ``datetime.fromisoformat`` for the one text RQ writes (``2026-11-29T10:00:00.120345Z``): the same
+    UTC datetime at a hundredth of strptime's cost (~2% of a no-op delivery's worker CPU). Any other text is RQ's
+    to read (or refuse)."""
+    found = date_str.decode() if isinstance(date_str, bytes) else date_str
+    if len(found) == 27 and found[10] == "T" and found[19] == "." and found[26] == "Z":
+        try:
+            return datetime.fromisoformat(found)
+        except ValueError:
+            pass
+    return str_to_date(date_str)
+
+
 for _module in (rq.job, rq.registry):  # where a delivery builds its Job and its registries
     _module.resolve_serializer = _resolved_serializer  # type: ignore[attr-defined]
+rq.job.str_to_date = _job_time
 
 
 def cancel_aware(worker_class: type[Any]) -> type[Any]:

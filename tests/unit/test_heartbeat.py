@@ -45,8 +45,17 @@ def test_runs_start_no_thread_of_their_own(monkeypatch: pytest.MonkeyPatch) -> N
     """A thread per run was the largest cost of a no-op delivery: many runs, at most one thread started."""
     started: list[object] = []
     real_thread, real_start = _thread.start_new_thread, threading.Thread.start
-    monkeypatch.setattr(_thread, "start_new_thread", lambda *a: started.append(a) or real_thread(*a))
-    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self) or real_start(self))
+
+    def new_thread(*args: Any) -> Any:
+        started.append(args)
+        return real_thread(*args)
+
+    def start(self: threading.Thread) -> None:
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(_thread, "start_new_thread", new_thread)
+    monkeypatch.setattr(threading.Thread, "start", start)
     monkeypatch.setattr(heartbeat, "_the_beater", None)
     store = Store()
     for i in range(5):

@@ -1,6 +1,7 @@
 """workers.worker's cheaper versions of RQ's per-job steps write what RQ's write: it takes RQ's default serializer
 as resolved (the same object, without the Protocol check that cost ~6% of a no-op delivery's worker CPU; any other
-serializer is still checked as RQ checks it), and formats a job's start times by app.core.clock.rq_time."""
+serializer is still checked as RQ checks it), formats a job's start times by app.core.clock.rq_time, and reads a
+job's times by datetime.fromisoformat."""
 
 from __future__ import annotations
 
@@ -10,16 +11,22 @@ from datetime import UTC, datetime
 import pytest
 from rq.job import Job
 from rq.serializers import DefaultSerializer, JSONSerializer
+from rq.utils import str_to_date
 
 from app.core.jobs import RUN_TASK
-from workers.worker import StoppableSimpleWorker
+from workers.worker import StoppableSimpleWorker, _job_time
 
 
 @pytest.fixture
 def protocol_walks(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     walks: list[object] = []
     real = typing._get_protocol_attrs  # type: ignore[attr-defined]
-    monkeypatch.setattr(typing, "_get_protocol_attrs", lambda cls: walks.append(cls) or real(cls))
+
+    def walk(cls: type) -> object:
+        walks.append(cls)
+        return real(cls)
+
+    monkeypatch.setattr(typing, "_get_protocol_attrs", walk)
     return walks
 
 
@@ -52,3 +59,21 @@ def test_a_jobs_start_writes_what_rqs_prepare_for_execution_writes(conn, monkeyp
         assert written == theirs.command_stack[0][0]
     assert (ours.worker_name, ours.started_at, ours.last_heartbeat, ours.get_status(refresh=False)) == (
         rqs.worker_name, rqs.started_at, rqs.last_heartbeat, rqs.get_status(refresh=False))
+
+
+@pytest.mark.parametrize("text", [
+    "2026-12-07T11:40:01.020345Z", b"2026-12-07T11:40:01.020345Z", "2026-12-07T11:40:01Z", "2026-12-07T11:40:01.5Z",
+    "1970-01-01T00:00:00.000000Z"])
+def test_a_jobs_times_read_as_rq_reads_them(text: str | bytes) -> None:
+    ours, rqs = _job_time(text), str_to_date(text)
+    assert ours == rqs and ours.tzinfo is rqs.tzinfo
+
+
+@pytest.mark.parametrize("text", [
+    "2026-12-07 11:40:01.020345Z", "2026-12-07T11:40:01.020345+", "2026-13-07T11:40:01.020345Z",
+    "2026-12-07T11:40:01,020345Z", "x" * 27, "2026-12-07T11:40:01.0203450"])
+def test_a_time_rq_refuses_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        str_to_date(text)
+    with pytest.raises(ValueError):
+        _job_time(text)
