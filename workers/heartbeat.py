@@ -143,19 +143,21 @@ class Heartbeat:
 
 class _Beater:
     """The thread that beats the run in progress in this process (see the module docstring). A run's start and
-    end only set :attr:`current`; the thread is woken only when a run's interval is shorter than its idle sleep."""
+    end only set :attr:`current`; the thread is woken only for a run due before the time it sleeps until (runs
+    of different intervals: tests; a worker's runs all have its ``TASKPORT_HEARTBEAT_INTERVAL``)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.current: Heartbeat | None = None
         self.idle = float("inf")  # seconds the thread sleeps with no run: the shortest interval seen
+        self._until = float("inf")  # monotonic time the thread sleeps until
         self._wake = threading.Event()
         threading.Thread(target=self._loop, name="taskport-heartbeat", daemon=True).start()
 
     def follow(self, beat: Heartbeat) -> None:
         self.current = beat
-        if beat._interval < self.idle:
-            self.idle = beat._interval
+        self.idle = min(self.idle, beat._interval)
+        if beat._due < self._until:
             self._wake.set()
 
     def forget(self, beat: Heartbeat) -> None:
@@ -176,6 +178,7 @@ class _Beater:
                     beat._due = time.monotonic() + beat._interval
                     continue
                 wait = beat._due - now
+            self._until = time.monotonic() + wait
             self._wake.wait(None if wait == float("inf") else wait)
             self._wake.clear()
 

@@ -90,3 +90,13 @@ def test_a_run_no_longer_the_tasks_is_abandoned_and_beaten_no_more(monkeypatch: 
         with beat(other, "other", 0.05):  # the thread goes on for the process's next run
             wait_until(lambda: other.reports, timeout=5, message="the next run beaten")
     assert len(store.reports) == beats == 1
+
+
+def test_a_run_due_before_the_thread_wakes_is_beaten_on_time() -> None:
+    store = Store()
+    with beat(store, "short", 0.05):
+        wait_until(lambda: ("t1", "short") in store.reports, timeout=5, message="the short run's beat")
+    with beat(store, "long", 60.0) as long:  # the thread comes to sleep until this run's first beat, 60 s on
+        wait_until(lambda: heartbeat._beater()._until >= long._due, timeout=5, message="the thread asleep")
+    with beat(store, "next", 0.05):
+        wait_until(lambda: ("t1", "next") in store.reports, timeout=5, message="the next run's beat, on time")
