@@ -40,7 +40,7 @@ from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.connection import connect, ride_out_outages, wait_for_redis
 from app.core.jobs import FAILED_JOB_TTL
-from app.core.logs import setup_logging, task_logger
+from app.core.logs import rq_log_level, setup_logging, task_logger
 from app.core.states import CALLBACK_QUEUE
 from app.core.task import Task
 from app.core.urls import status_document
@@ -184,13 +184,6 @@ def deliver(delivery_id: str, claim: int) -> None:
 class DeliveryWorker(Leased, PromptUnsubscribe, SimpleWorker):
     """The deliverer's RQ worker: attempts run in-process (RQ's job timeout bounds each one); its registration
     leased like every worker's (workers.lease.Leased), so a killed deliverer leaves `rq info` soon."""
-
-
-def rq_log_level(config: Config) -> str:
-    """RQ's own level in the deliverer: its per-job lines at INFO (dequeued, Job OK) would say again what the
-    attempt's one line says; its warnings and errors still pass, and at DEBUG everything does."""
-    level = logging.getLevelNamesMapping()[config.log_level_name]
-    return config.log_level_name if level <= logging.DEBUG else logging.getLevelName(max(level, logging.WARNING))
 
 
 def main(config: Config, name: str | None = None) -> int:

@@ -2,6 +2,12 @@
 a cancel even while the processor is busy in one long step, and enforces the two graces: a run that is no
 longer the task's and ignores it for ``CANCEL_GRACE`` ends its process; a run that does not stop within the
 stop grace of a worker stop is put back from its last checkpoint, then its process ends.
+
+The beats of a process's runs come from one thread (:class:`_Beater`), started with the first run and kept: a
+thread per run (started, woken to end, joined by the interpreter) was the largest single cost of a no-op
+delivery in the simple worker (bench/README.md, "Worker CPU"). The thread needs no word from a run that starts or
+ends: it sleeps until the current run's next beat is due (its start plus the interval, then each beat plus the
+interval, as before) and, with no run, for the shortest interval it has seen, so a run's first beat is never late.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import _thread
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +41,9 @@ INTERRUPTED_EXIT = 0
 
 
 class Heartbeat:
-    """A thread that marks the task alive, flushes pending progress, and notices a cancel even while the
-    processor is busy in one long step; a run that does not stop within CANCEL_GRACE of that ends its
-    process (see :meth:`abandon`)."""
+    """A run's beats (by the process's beat thread, :class:`_Beater`): they mark the task alive, flush pending
+    progress, and notice a cancel even while the processor is busy in one long step; a run that does not stop
+    within CANCEL_GRACE of that ends its process (see :meth:`abandon`)."""
 
     def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float,
                  put_back: Callable[[str], bool] | None = None) -> None:
@@ -49,6 +56,9 @@ class Heartbeat:
         self._interrupting = False
         self._ending = threading.Lock()
         self._decider: int | None = None  # the thread that ends the run (see decide)
+        self._interval = interval
+        self._due = 0.0  # monotonic time of the next beat (set when the run starts)
+        self._beating = False  # between __enter__ and __exit__, until a beat finds the run no longer the task's
 
     def decide(self) -> bool:
         """Claim the run's ending for the calling thread: the processor's return or exception (complete, fail,
@@ -105,26 +115,85 @@ class Heartbeat:
             tlog.warning("could not remove the run's files (left to the orphan sweep): %s", exc)
         _end_process(ABANDONED_EXIT)
 
-    def _beat(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float) -> None:
-        while not self._stop.wait(interval):
-            ctx.flush()  # progress the processor reported since the last throttled write, at least once per beat
-            try:
-                status = store.report(task_id, run_id, None)
-            except redis.RedisError as exc:
-                task_logger(log, task_id).warning("heartbeat failed: %s", exc)
-                continue
-            if status != "PROCESSING":
-                self.abandon(f"the task is {status or 'gone'}")
-                return
+    def _beat_once(self) -> None:
+        """One beat (in the process's beat thread): pending progress out, the task marked alive; a run that is no
+        longer the task's is abandoned and beaten no more."""
+        store, task_id, run_id, ctx = self._args[:4]
+        ctx.flush()  # progress the processor reported since the last throttled write, at least once per beat
+        try:
+            status = store.report(task_id, run_id, None)
+        except redis.RedisError as exc:
+            task_logger(log, task_id).warning("heartbeat failed: %s", exc)
+            return
+        if status != "PROCESSING":
+            self._beating = False
+            self.abandon(f"the task is {status or 'gone'}")
 
     def __enter__(self) -> Heartbeat:
-        # a bare thread: threading.Thread.start() also waits for the thread to come up, which costs a
-        # context switch on every (mostly short) task; nothing here needs that handshake
-        _thread.start_new_thread(self._beat, self._args)
+        self._due = time.monotonic() + self._interval
+        self._beating = True
+        _beater().follow(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._beating = False
         self._stop.set()
+        _beater().forget(self)
+
+
+class _Beater:
+    """The thread that beats the run in progress in this process (see the module docstring). A run's start and
+    end only set :attr:`current`; the thread is woken only for a run due before the time it sleeps until (runs
+    of different intervals: tests; a worker's runs all have its ``TASKPORT_HEARTBEAT_INTERVAL``)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.current: Heartbeat | None = None
+        self.idle = float("inf")  # seconds the thread sleeps with no run: the shortest interval seen
+        self._until = float("inf")  # monotonic time the thread sleeps until
+        self._wake = threading.Event()
+        threading.Thread(target=self._loop, name="taskport-heartbeat", daemon=True).start()
+
+    def follow(self, beat: Heartbeat) -> None:
+        self.current = beat
+        self.idle = min(self.idle, beat._interval)
+        if beat._due < self._until:
+            self._wake.set()
+
+    def forget(self, beat: Heartbeat) -> None:
+        if self.current is beat:
+            self.current = None
+
+    def _loop(self) -> None:
+        while True:
+            beat = self.current
+            wait = self.idle
+            if beat is not None and beat._beating:
+                now = time.monotonic()
+                if now >= beat._due:
+                    try:
+                        beat._beat_once()
+                    except Exception:  # this thread beats every later run of the process too: it must go on
+                        task_logger(log, beat._task_id).exception("heartbeat failed")
+                    beat._due = time.monotonic() + beat._interval
+                    continue
+                wait = beat._due - now
+            self._until = time.monotonic() + wait
+            self._wake.wait(None if wait == float("inf") else wait)
+            self._wake.clear()
+
+
+_the_beater: _Beater | None = None
+
+
+def _beater() -> _Beater:
+    """This process's beat thread, started on first use (a forked work horse starts its own: threads do not
+    survive a fork)."""
+    global _the_beater
+    found = _the_beater
+    if found is None or found.pid != os.getpid():
+        found = _the_beater = _Beater()
+    return found
 
 
 def _end_process(code: int) -> None:

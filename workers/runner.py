@@ -60,6 +60,7 @@ from app.core.keys import TaskField as F
 from app.core.limits import concurrency_spec
 from app.core.logs import task_logger
 from app.core.output import OutputLog
+from app.core.packer import use_lean_packer
 from app.core.process import die_with_parent
 from app.core.results import ResultStore, StoreUnavailable, remove_runs, result_store
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
@@ -83,7 +84,10 @@ class Runner(Endings):
 
     def __init__(self, config: Config, conn: redis.Redis | None = None, results: ResultStore | None = None) -> None:
         self.config = config
-        self.store = TaskStore(conn if conn is not None else connect(config), config)
+        if conn is None:
+            conn = connect(config)
+            use_lean_packer(conn)  # the same bytes, less CPU per command (app.core.packer)
+        self.store = TaskStore(conn, config)
         self.jobs = JobQueue(self.store.redis, config)
         self.output = OutputLog(self.store)
         self.results = results if results is not None else result_store(config)

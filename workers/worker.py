@@ -25,23 +25,29 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any, cast
 
+import rq.job
+import rq.registry
 from rq import Queue, SimpleWorker
 from rq import Worker as RQWorker
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.results import Result
-from rq.utils import now, utcformat
+from rq.serializers import DefaultSerializer, resolve_serializer
+from rq.utils import now, str_to_date
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
 from app.core import layout
+from app.core.clock import rq_time
 from app.core.config import Config, WorkerClass
 from app.core.connection import connect, ride_out_outages, wait_for_redis
 from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK, register_queues
-from app.core.logs import setup_logging
+from app.core.logs import rq_log_level, setup_logging
 from app.core.lua import Command
+from app.core.packer import use_lean_packer
 from app.core.process import forked_children_die_with_me
 from app.core.states import QUEUES
 from workers.dequeue import HonoursPauses
@@ -51,6 +57,34 @@ from workers.stopping import GracefulStop, PromptUnsubscribe
 from workers.takeover import give_back_claims, replace_predecessor
 
 log = logging.getLogger(__name__)
+
+
+def _resolved_serializer(serializer: Any = None) -> Any:
+    """``rq.serializers.resolve_serializer``, less its check of RQ's own default serializer, which is what every
+    taskport job and registry has: the check is an isinstance of a runtime-checkable Protocol, which Python 3.11
+    works out from scratch each time (two walks of the Protocol's attributes), and RQ makes it five times a
+    delivery (the job, and each registry object its start and end name): ~6% of a no-op delivery's worker CPU
+    (bench/README.md, "Worker CPU"). It answers the same object RQ's would; any other serializer takes RQ's."""
+    return serializer if serializer is DefaultSerializer else resolve_serializer(serializer)
+
+
+def _job_time(date_str: bytes | str) -> datetime:
+    """``rq.utils.str_to_date`` (how ``Job.restore`` reads a job's times: created_at, enqueued_at... twice a
+    delivery), by ``datetime.fromisoformat`` for the one text RQ writes (``2026-11-29T10:00:00.120345Z``): the same
+    UTC datetime at a hundredth of strptime's cost (~2% of a no-op delivery's worker CPU). Any other text is RQ's
+    to read (or refuse)."""
+    found = date_str.decode() if isinstance(date_str, bytes) else date_str
+    if len(found) == 27 and found[10] == "T" and found[19] == "." and found[26] == "Z":
+        try:
+            return datetime.fromisoformat(found)
+        except ValueError:
+            pass
+    return str_to_date(date_str)
+
+
+for _module in (rq.job, rq.registry):  # where a delivery builds its Job and its registries
+    _module.resolve_serializer = _resolved_serializer  # type: ignore[attr-defined]
+rq.job.str_to_date = _job_time
 
 
 def cancel_aware(worker_class: type[Any]) -> type[Any]:
@@ -193,7 +227,7 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         with the task's. Recorded from RQ's own calls on a pipeline that is never sent."""
         with self.connection.pipeline() as pipe:
             execution.delete(job=job, pipeline=pipe)
-            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": utcformat(now())})
+            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(now())})
             pipe.expire(job.key, FINISHED_JOB_TTL)
             queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
             return [Command(str(args[0]), args[1], tuple(args[2:])) for args, _ in pipe.command_stack]
@@ -209,9 +243,16 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         self.increment_total_working_time(job.ended_at - job.started_at)
 
     def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
-        """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim)."""
+        """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim). The
+        job's part is RQ's ``Job.prepare_for_execution`` (with last_heartbeat: RQ's job.heartbeat is its twin),
+        the same fields and texts, its two times formatted once by app.core.clock.rq_time (strftime was ~3% of a
+        no-op delivery's worker CPU)."""
         self.heartbeat(ttl, pipeline=pipe)
-        job.prepare_for_execution(self.name, pipeline=pipe)  # with last_heartbeat: RQ's job.heartbeat is its twin
+        job.worker_name, job._status = self.name, JobStatus.STARTED
+        job.last_heartbeat = job.started_at = now()
+        at = rq_time(job.started_at)
+        pipe.hset(job.key, mapping={"last_heartbeat": at, "status": JobStatus.STARTED, "started_at": at,
+                                    "worker_name": self.name})
         if job.func_name != RUN_TASK:
             pipe.persist(job.key)  # taskport's own jobs are queued with no TTL (app.core.jobs): nothing to persist
 
@@ -293,6 +334,8 @@ def build_worker(config: Config, name: str | None = None) -> BaseWorker:
     over before this worker registers.
     """
     conn = connect(config)
+    if config.worker_class != WorkerClass.SPAWN:  # RQ writes a spawn horse's connection arguments as literals
+        use_lean_packer(conn)  # the same bytes, less CPU per command (app.core.packer)
     wait_for_redis(conn)
     layout.upgrade(conn)  # a Redis of an earlier key layout: before any run is taken over (app.core.layout)
     register_queues(conn)
@@ -317,5 +360,6 @@ def main(config: Config, name: str | None = None) -> int:
     log.info("worker %s (%s) listening on %s", worker.name, config.worker_class, ", ".join(QUEUES))
     # after worker_max_jobs jobs the worker exits 0 and its supervisor starts a fresh one: whatever a
     # processor leaks in an in-process (simple) worker is bounded (bench/README.md, "Worker memory")
-    worker.work(with_scheduler=True, logging_level=config.log_level.upper(), max_jobs=config.worker_max_jobs or None)
+    # RQ's per-job INFO lines repeat taskport's own (app.core.logs.rq_log_level)
+    worker.work(with_scheduler=True, logging_level=rq_log_level(config), max_jobs=config.worker_max_jobs or None)
     return 0

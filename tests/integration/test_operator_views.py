@@ -145,6 +145,19 @@ def test_an_idle_scheduler_is_quiet_at_info_and_a_pass_that_acts_logs_one_line(s
     assert len(acted) == 1 and "expire pass: " in acted[0] and "expired_pending=1" in acted[0], info
 
 
+def test_a_worker_at_info_tells_a_task_in_taskports_lines_only(stack: Stack, api: Api) -> None:
+    """RQ's per-job INFO lines (dequeued, "Job OK") repeated taskport's own started and completed lines, at a
+    tenth of a no-op delivery's CPU: a worker at INFO logs a task in taskport's lines, each with its id."""
+    [worker] = stack.start_worker()
+    task_id = api.create("demo.sleep", {"steps": 1}, dedup_key=uuid.uuid4().hex)
+    api.wait_for(task_id, "COMPLETED")
+    wait_until(lambda: f"task_id={task_id} completed" in worker.log(), message="the task's completed line")
+    log = worker.log()
+    lines = [line for line in log.splitlines() if task_id in line]
+    assert len(lines) == 2 and all(" workers.runner " in line for line in lines), lines
+    assert "Job OK" not in log
+
+
 def test_dashboard_actions_refuse_get_and_other_sites_and_metrics_need_the_operator(stack: Stack, api: Api) -> None:
     conn = stack.redis()
     queue = rq.Queue("default", connection=conn)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from app.core.logs import TaskIdFilter, make_handler, task_logger
 
@@ -40,3 +41,11 @@ def test_filter_keeps_an_explicit_task_id():
     rec = record("rq.worker", f"mentions {TASK}", task_id="other")
     TaskIdFilter("worker").filter(rec)
     assert rec.task_id == "other"
+
+
+def test_times_are_utc_iso_with_milliseconds_across_seconds():
+    for created in (1_796_640_001.0, 1_796_640_001.9994, 1_796_640_002.0205, 1_796_640_001.5):
+        rec = record("workers.runner", "completed")
+        rec.created, rec.msecs = created, int((created - int(created)) * 1000) + 0.0
+        expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(rec.msecs):03d}Z"
+        assert render(rec).startswith(expected + " INFO "), render(rec)

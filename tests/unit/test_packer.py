@@ -1,6 +1,9 @@
-"""app.web.packer: the same bytes as redis-py's hiredis packer for every argument type, the same refusals."""
+"""app.core.packer: the same bytes as redis-py's hiredis packer for every argument type, the same refusals;
+who packs with it (the web, the workers)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from redis.connection import HiredisRespSerializer
@@ -41,3 +44,26 @@ def test_the_webs_own_client_packs_lean() -> None:
     rt = Runtime.build(Config.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"}))
     assert isinstance(rt.redis.connection_pool.connection_kwargs["command_packer"], LeanPacker)
     assert isinstance(rt.redis.connection_pool.make_connection()._command_packer, LeanPacker)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("worker_class", ["simple", "fork"])
+def test_a_workers_clients_pack_lean(conn, config, monkeypatch, worker_class: str) -> None:
+    from workers.runner import Runner
+    from workers.worker import build_worker
+
+    monkeypatch.setattr("workers.worker.connect", lambda config: conn)
+    monkeypatch.setattr("workers.worker.wait_for_redis", lambda conn: None)
+    build_worker(replace(config, worker_class=worker_class))
+    assert isinstance(conn.connection_pool.connection_kwargs["command_packer"], LeanPacker)
+    runner = Runner(Config.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"}))
+    assert isinstance(runner.store.redis.connection_pool.connection_kwargs["command_packer"], LeanPacker)
+
+
+def test_a_spawn_workers_client_keeps_redis_pys_packer(conn, config, monkeypatch) -> None:
+    """RQ's SpawnWorker writes its connection's arguments into the horse's source as literals."""
+    from workers.worker import build_worker
+
+    monkeypatch.setattr("workers.worker.connect", lambda config: conn)
+    monkeypatch.setattr("workers.worker.wait_for_redis", lambda conn: None)
+    build_worker(replace(config, worker_class="spawn"))
+    assert "command_packer" not in conn.connection_pool.connection_kwargs
