@@ -106,13 +106,12 @@ class TaskService:
         except StoredBytesReached as exc:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise over_stored_bytes(exc) from None
-        # A DEBUG line, not INFO: a submit is in the audit trail already (the same script writes its entry), and
-        # the line cost ~8% of a submit's web CPU (bench/README.md, "Submit and status at the floor").
+        # At INFO: a task's log lines tell its story from the submit on (docs/operations.md, "Logs"), though the
+        # line costs ~8% of a submit's web CPU (bench/README.md, "Submit and status at the floor").
         if outcome.created:
             assert outcome.task is not None
-            if log.isEnabledFor(logging.DEBUG):
-                task_logger(log, outcome.task_id).debug("submitted %s by %s on queue %s", task_type, member,
-                                                        outcome.task.priority)
+            task_logger(log, outcome.task_id).info("submitted %s by %s on queue %s", task_type, member,
+                                                   outcome.task.priority)
         else:
             task_logger(log, outcome.task_id).info("duplicate submit of %s by %s", task_type, member)
         return outcome
