@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,20 +32,12 @@ from bench.measure_http import history_ids, loadgen, with_commands
 from bench.measure_peers import taskport_drained
 from bench.process_cpu import TOTAL, measured, per_op, with_cpu
 from bench.stack import REPO, Proc, Stack
+from bench.trees import archive
 
 BEFORE = "139e736"  # main before issue 32's changes
 WINDOW = 3.0  # seconds per submit and status window (at most; --quick's are shorter)
 SIDES = ("before", "after")
 OPS = ("submit", "status", "delivery")
-
-
-def archive(rev: str, into: Path) -> str:
-    """``git archive rev`` unpacked in ``into``; returns the commit's short hash."""
-    into.mkdir(parents=True)
-    tar = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
-    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def signal_all(procs: list[Proc], sig: signal.Signals) -> None:

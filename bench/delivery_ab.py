@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))  # runnable as a script from anywhere
 from app.core.config import without_settings  # noqa: E402
 from bench.machine import CpuWatch  # noqa: E402
 from bench.stack import Stack  # noqa: E402
+from bench.trees import before_and_after, table  # noqa: E402
 
 # Runs inside a tree; only APIs that f768fba and today both have.
 CHILD = r"""
@@ -94,15 +95,6 @@ ROWS = (("worker CPU ms", "worker_cpu_ms", 3), ("Redis CPU ms", "redis_cpu_ms", 
         ("Redis commands", "commands", 2), ("round trips", "round_trips", 2), ("wall ms", "wall_ms", 3))
 
 
-def archive(rev: str, into: Path) -> str:
-    """``git archive rev`` unpacked in ``into``; returns the commit's short hash."""
-    into.mkdir(parents=True)
-    tar = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
-    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def run_child(tree: Path, url: str, n: int) -> dict[str, Any]:
     env = {**without_settings(os.environ), "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
     env.pop("REDIS_URL", None)
@@ -114,21 +106,6 @@ def run_child(tree: Path, url: str, n: int) -> dict[str, Any]:
     if not out["tree"].startswith(str(tree)) or not out["fill"].startswith(str(tree)):
         raise RuntimeError(f"child in {tree} imported {out['tree']}, {out['fill']}")
     return out
-
-
-def table(names: tuple[str, str], results: dict[str, list[dict[str, Any]]]) -> str:
-    before, after = names
-    lines = [f"| Per delivery | before ({before}): rounds → median | after ({after}): rounds → median | after/before |",
-             "| --- | --- | --- | --- |"]
-    for label, key, digits in ROWS:
-        cells, medians = [], []
-        for name in names:
-            values = [r[key] for r in results[name]]
-            medians.append(statistics.median(values))
-            cells.append(", ".join(f"{v:.{digits}f}" for v in values) + f" → **{medians[-1]:.{digits}f}**")
-        ratio = f"{medians[1] / medians[0]:.2f}×" if medians[0] else "—"
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
-    return "\n".join(lines)
 
 
 def commands_table(names: tuple[str, str], results: dict[str, list[dict[str, Any]]]) -> str:
@@ -152,10 +129,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="delivery-ab-"))
     watch = CpuWatch().start()
     try:
-        trees = {}
-        for side, rev in (("before", args.before), ("after", args.after)):
-            short = archive(rev, work / side)
-            trees[short if short not in trees else f"{short} ({side})"] = work / side
+        trees = before_and_after(args.before, args.after, work)
         names = (list(trees)[0], list(trees)[1])
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         with Stack() as stack:
@@ -169,7 +143,7 @@ def main() -> None:
     machine = watch.report()
     print(f"\n{args.tasks} no-op tasks a round, {args.rounds} rounds each, alternating; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
-    print(table(names, results))
+    print(table(names, results, ROWS, 'Per delivery'))
     print()
     print(commands_table(names, results))
     print(f"\nmachine: {json.dumps(machine)}")

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from bench.counting import command_delta, commandstats  # noqa: E402
 from bench.machine import CpuWatch, process_tree_cpu  # noqa: E402
 from bench.measure_http import clean_slate, listening_worker, loadgen  # noqa: E402
 from bench.stack import APP_SPEC, BARE_APP_SPEC, Stack, bench_web_command  # noqa: E402
+from bench.trees import before_and_after, table  # noqa: E402
 from tests.integration.harness import wait_until  # noqa: E402
 
 ROWS = (("web CPU ms / submit", "submit_web_ms", 3), ("Redis CPU ms / submit", "submit_redis_ms", 3),
@@ -62,15 +62,6 @@ ROWS = (("web CPU ms / submit", "submit_web_ms", 3), ("Redis CPU ms / submit", "
         ("status req/s (PENDING)", "status_rps", 0), ("status / bare one GET, same round", "status_vs_bare", 2),
         ("status req/s (COMPLETED)", "done_rps", 0), ("COMPLETED status / bare one GET", "done_vs_bare", 2),
         ("bare one GET web CPU ms", "bare_web_ms", 3))
-
-
-def archive(rev: str, into: Path) -> str:
-    """``git archive rev`` unpacked in ``into``; returns the commit's short hash."""
-    into.mkdir(parents=True)
-    tar = subprocess.run(["git", "archive", rev], cwd=REPO, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
-    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 class Web:
@@ -159,21 +150,6 @@ def one_round(stack: Stack, conn: Any, worker: Any, web: Web, bare: Web, seconds
             "done_vs_bare": done["rps"] / bare_get["rps"], "bare_web_ms": bare_get["web_ms"]}
 
 
-def table(names: tuple[str, str], results: dict[str, list[dict[str, Any]]]) -> str:
-    before, after = names
-    lines = [f"| | before ({before}): rounds → median | after ({after}): rounds → median | after/before |",
-             "| --- | --- | --- | --- |"]
-    for label, key, digits in ROWS:
-        cells, medians = [], []
-        for name in names:
-            values = [r[key] for r in results[name]]
-            medians.append(statistics.median(values))
-            cells.append(", ".join(f"{v:.{digits}f}" for v in values) + f" → **{medians[-1]:.{digits}f}**")
-        ratio = f"{medians[1] / medians[0]:.2f}×" if medians[0] else "—"
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="139e736")
@@ -185,10 +161,7 @@ def main() -> None:
     watch = CpuWatch().start()
     webs: list[Web] = []
     try:
-        trees = {}
-        for side, rev in (("before", args.before), ("after", args.after)):
-            short = archive(rev, work / side)
-            trees[short if short not in trees else f"{short} ({side})"] = work / side
+        trees = before_and_after(args.before, args.after, work)
         names = (list(trees)[0], list(trees)[1])
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         with Stack() as stack:
@@ -214,7 +187,7 @@ def main() -> None:
     machine = watch.report()
     print(f"\n{args.seconds:g} s windows (+0.5 s warm-up), 16 connections, {args.rounds} rounds each, alternating; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
-    print(table(names, results))
+    print(table(names, results, ROWS, ''))
     print(f"\nmachine: {json.dumps(machine)}")
 
 
