@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a sc
 from bench import delivery_ab  # noqa: E402
 from bench.report import Row, markdown  # noqa: E402
 from bench.stack import Stack  # noqa: E402
+from bench.trees import archive  # noqa: E402
 
 BEFORE = "1098892"  # the commit before fair dispatch (issue 31): its claim moves the head of RQ's list
 TARGET = 0.95  # the member alone keeps at least this share of its throughput (issue 31)
@@ -40,7 +41,7 @@ def measure(rounds: int = 3, tasks: int = 2000, before: str = BEFORE, after: str
     bench's (its Redis is emptied by every round), or one of its own."""
     work = Path(tempfile.mkdtemp(prefix="fair-ab-"))
     try:
-        trees = {side: (delivery_ab.archive(rev, work / side), work / side)
+        trees = {side: (archive(rev, work / side), work / side)
                  for side, rev in (("before", before), ("after", after))}
         found: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
         with contextlib.ExitStack() as owned:
