@@ -41,6 +41,7 @@ class HonoursPauses:
     """
 
     _claims: Claims | None = None
+    IDLE_WHEN_TAKEN_NOTHING = False  # True: the worker's state goes IDLE only once a take finds nothing
 
     def validate_queues(self) -> None:
         """Any RQ Queue will do, as for RQ's own worker (callers hand in plain ones): only the taking changes."""
@@ -62,7 +63,7 @@ class HonoursPauses:
         ``Queue.dequeue_any``: (the job, its queue), or None once ``max_idle_time`` passed idle (or at once with
         no job, for a burst worker: ``timeout`` None)."""
         worker: Any = self
-        idle_late = getattr(worker, "_idle_when_taken_nothing", lambda: False)()
+        idle_late = self.IDLE_WHEN_TAKEN_NOTHING
         if not idle_late:
             worker.set_state(WorkerStatus.IDLE)
         worker.procline("Listening on " + ",".join(worker.queue_names()))

@@ -132,6 +132,10 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
     _hb_until = 0.0  # monotonic time at which the last heartbeat's expiry runs out
     _suspension_checked = -SUSPENSION_EVERY  # monotonic time of the last `rq suspend` check
     _prepared: str | None = None  # id of the job execute_job already prepared (see prepare_job_execution)
+    # its state goes IDLE when a take finds nothing (workers.dequeue), not after each job: a worker that takes its
+    # next job at once stays BUSY, two HSETs a delivery fewer under load; `rq info` and rq-dashboard show it idle
+    # from the moment it has nothing to do, as before
+    IDLE_WHEN_TAKEN_NOTHING = True
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         ttl = self.lease_ttl(timeout)
@@ -173,12 +177,6 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
             return  # RQ writes IDLE after each job and again before each dequeue
         super().set_state(state, pipeline)
 
-    def _idle_when_taken_nothing(self) -> bool:
-        """The worker's state goes IDLE when a take finds nothing (workers.dequeue), not after each job: a worker
-        that takes its next job at once stays BUSY, two HSETs a delivery fewer under load; ``rq info`` and
-        rq-dashboard show it idle from the moment it has nothing to do, as before."""
-        return True
-
     def check_for_suspension(self, burst: bool) -> None:
         if time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY:
             return
@@ -213,7 +211,7 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         if run is not None:  # its end in RQ goes with the task's completion (see _finish_completed)
             run.rq_finish, run.rq_finished = lambda: self._finish_commands(job, queue, execution), False
         try:
-            self.perform_job(job, queue, execution)  # no IDLE after it: see _idle_when_taken_nothing
+            self.perform_job(job, queue, execution)  # no IDLE after it: see IDLE_WHEN_TAKEN_NOTHING
         finally:
             if run is not None:
                 run.forget_start()
@@ -294,7 +292,6 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
             pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job.id),
                         job.execution_registry.key)
             pipe.execute()
-
 
     def kill_horse(self, sig: Any = None) -> None:
         from workers import runner
