@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 import re
 import sys
-import time
 from collections.abc import MutableMapping
-from functools import lru_cache
 from typing import Any, TextIO
 
+from app.core.clock import utc_second
 from app.core.config import Config
 from app.core.ids import TASK_ID
 
@@ -76,17 +75,11 @@ class QuietLibraryFilter(logging.Filter):
                     and logging.getLogger().getEffectiveLevel() > logging.DEBUG)
 
 
-@lru_cache(maxsize=64)
-def _utc_second(seconds: int) -> str:
-    """A second's text in a log line: the lines of one second share it (a worker writes two per delivery)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-
-
 class UTCFormatter(logging.Formatter):
     """ISO 8601 UTC timestamps with milliseconds and a trailing ``Z``, like the API's."""
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        return f"{_utc_second(int(record.created))}.{int(record.msecs):03d}Z"
+        return f"{utc_second(int(record.created))}.{int(record.msecs):03d}Z"
 
 
 class TaskLogger(logging.LoggerAdapter):

@@ -11,9 +11,9 @@ from redis import Redis
 
 from app.core.config import Config
 from app.core.connection import connect
+from app.core.packer import use_lean_packer
 from app.core.results import ResultStore, result_store
 from app.web.auth import OPEN_MEMBER, Members
-from app.web.packer import use_lean_packer
 from app.web.readiness import Readiness
 from app.web.service import TaskService
 from app.web.streams import Streams

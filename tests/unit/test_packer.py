@@ -12,7 +12,7 @@ from rq.job import JobStatus
 
 from app.core.config import Config
 from app.core.keys import TaskField
-from app.web.packer import LeanPacker
+from app.core.packer import LeanPacker
 from app.web.runtime import Runtime
 
 CALLS = [
