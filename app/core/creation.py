@@ -42,18 +42,20 @@ local function held_bytes(task_key, counted)
   for _, k in ipairs(counted) do n = n + redis.call('STRLEN', k) end
   return n
 end
+local function account_member(member, before, after)  -- the member's sum only (TRANSITION writes @stored itself)
+  if redis.call('HINCRBY', stored_bytes, member, after - before) <= 0 then redis.call('HDEL', stored_bytes, member) end
+end
 local function account(task_key, member, before, after)
   before = tonumber(before) or 0
   if after == before or not member then return end
   redis.call('HSET', task_key, @stored, after)
-  if redis.call('HINCRBY', stored_bytes, member, after - before) <= 0 then redis.call('HDEL', stored_bytes, member) end
+  account_member(member, before, after)
 end
 """
 
 CREATE = """
 local function fold_start()
   fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {}}
-  audit_trim_later = true
 end
 local function fold_writes()
   if fold.created > 0 then
@@ -66,7 +68,7 @@ local function fold_writes()
   end
   for _, add in ipairs(fold.adds) do redis.call('SADD', add[1], add[2]) end
   for _, queue in ipairs(fold.queues) do redis.call('RPUSH', queue, unpack(fold.pushes[queue])) end
-  fold, audit_trim_later = nil, false
+  fold = nil
   audit_trim()
 end
 local function create(t)

@@ -36,13 +36,11 @@ _WAITING_TASKS = "sorted set: PENDING tasks waiting for other tasks -> ms they b
 # MAXLEN ~ (entries) on every entry, cheap (whole stream nodes); 0 = no limit of that kind. The trim by age
 # (MINID ~, with a TIME to know the age) is not written per entry: housekeeping's expiry pass runs it
 # (workers.housekeeping.Housekeeper.trim_audit), and the batch create, which writes many entries, runs it once at
-# its end (``audit_trim``; ``audit_trim_later`` is what it set when every entry trimmed: kept, unused). Two
-# commands a transition, four a delivery (bench/README.md, "A delivery, command by command"). A script that
-# has just written the hash's fields passes their values of ``audited`` to ``audit_entry(id, from, values)``
+# its end (``audit_trim``). Two commands a transition, four a delivery (bench/README.md, "A delivery, command
+# by command"). A script that has just written the hash's fields passes their values of ``audited`` to ``audit_entry(id, from, values)``
 # instead of reading them back (the create: app.core.creation; START and TRANSITION, from their first HMGET).
 AUDIT = """
 local audited = {@member, @type, @status, @error_code, @attempts, @payload_sha256}  -- an entry's, in order
-local audit_trim_later = false
 local function audit_trim()
   local max_age_ms = __AUDIT_MAX_AGE_MS__
   if max_age_ms > 0 then
@@ -281,9 +279,7 @@ if status == $PENDING then  -- it leaves PENDING (a move to PENDING comes from P
 end
 if run_at_ms ~= '' then redis.call('ZADD', delayed, run_at_ms, task_id) end
 replay(first_command, first_field, 1)
-if held ~= held_before and cur[10] and redis.call('HINCRBY', stored_bytes, cur[10], held - held_before) <= 0 then
-  redis.call('HDEL', stored_bytes, cur[10])  -- QUOTA's account(), its HSET of @stored folded into the one above
-end
+if held ~= held_before and cur[10] then account_member(cur[10], held_before, held) end  -- @stored: in the HSET above
 if cur[7] and string.find(',' .. (cur[8] or '') .. ',', ',' .. new_status .. ',', 1, true) then
   redis.call('HSET', task, @callback_state, '__CALLBACK_PENDING__', @callback_attempts, 0, @callback_last_status, '')
   redis.call('ZADD', callbacks_due, now_ms, 't:' .. task_id .. ':' .. seq .. ':' .. new_status)
