@@ -33,12 +33,13 @@ _WAITING_TASKS = "sorted set: PENDING tasks waiting for other tasks -> ms they b
 # that make the task PENDING (submit, run again, a retry's requeue): the payload the next run takes, which
 # no later transition changes ('' elsewhere keeps every entry's fields the same, so the stream stores
 # their names once per node; the digest in every entry cost memory: bench/README.md). Trimmed with
-# MAXLEN ~ (entries) on every entry, cheap (whole stream nodes); 0 = no limit of that kind. The trim by age
-# (MINID ~, with a TIME to know the age) is not written per entry: housekeeping's expiry pass runs it
+# MAXLEN ~ (entries) on every entry, cheap (whole stream nodes); 0 = no limit of that kind. The trim by age (MINID
+# ~, with a TIME to know the age) is not written per entry: housekeeping's expiry pass runs it
 # (workers.housekeeping.Housekeeper.trim_audit), and the batch create, which writes many entries, runs it once at
-# its end (``audit_trim``). Two commands a transition, four a delivery (bench/README.md, "A delivery, command
-# by command"). A script that has just written the hash's fields passes their values of ``audited`` to ``audit_entry(id, from, values)``
-# instead of reading them back (the create: app.core.creation; START and TRANSITION, from their first HMGET).
+# its end (``audit_trim``). Two commands a transition, four a delivery (bench/README.md, "A delivery, command by
+# command"). A script that has just written the hash's fields passes their values of ``audited`` to
+# ``audit_entry(id, from, values)`` instead of reading them back (the create: app.core.creation; START and
+# TRANSITION, from their first HMGET).
 AUDIT = """
 local audited = {@member, @type, @status, @error_code, @attempts, @payload_sha256}  -- an entry's, in order
 local function audit_trim()
