@@ -25,6 +25,8 @@ from typing import Any
 import redis
 from redis._parsers import BaseParser
 from redis.backoff import ExponentialBackoff
+from redis.client import Pipeline
+from redis.commands.core import Script
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
@@ -91,6 +93,33 @@ class LeanPool(redis.BlockingConnectionPool):
         self.pool.put_nowait(connection)
 
 
+class SureScript(Script):
+    """redis-py's registered script, but a NOSCRIPT answer is met with SCRIPT LOAD and EVALSHA on one pipeline:
+    one connection, so one server. redis-py's own remedy sends the two as separate commands, each on a
+    connection from the pool, and a failover between them sends the load to the old primary and the call to
+    the new one, which fails with NOSCRIPT again. Nothing ran on a NOSCRIPT, so the call repeats no write."""
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        client = self.registered_client if client is None else client
+        if isinstance(client, Pipeline):
+            return super().__call__(keys, args, client)  # the pipeline's own SCRIPT EXISTS check before it runs
+        keys, args = keys or [], args or []
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            pipe = client.pipeline(transaction=False)
+            pipe.script_load(self.script)
+            pipe.evalsha(self.sha, len(keys), *keys, *args)
+            return pipe.execute()[1]
+
+
+class Client(redis.Redis):
+    """The Redis client of every process (:func:`connect`): its registered scripts are :class:`SureScript`."""
+
+    def register_script(self, script: Any) -> SureScript:  # type: ignore[override]
+        return SureScript(self, script)
+
+
 class SentinelPool(sentinel.FollowsSentinels, LeanPool):
     """:class:`LeanPool` whose server is the primary the Sentinels name (app/core/sentinel.py)."""
 
@@ -133,7 +162,7 @@ def connect(config: Config, *, timeout: float | None = None, ride_out: bool | No
         if config.redis_url.startswith("rediss://"):  # a plain redis:// URL takes no TLS arguments
             options["ssl_cert_reqs"] = config.redis_tls_verify  # TASKPORT_REDIS_TLS_VERIFY
         pool = LeanPool.from_url(config.redis_url, **options)
-    client = redis.Redis(connection_pool=pool)
+    client = Client(connection_pool=pool)
     client.auto_close_connection_pool = True  # as Redis.from_url does: closing the client closes its pool
     return client
 

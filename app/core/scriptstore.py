@@ -55,16 +55,18 @@ class ScriptStore:
 
     def _replicated(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         """The script, then WAIT on the same connection (WAIT counts that connection's writes): one round
-        trip. A script cache emptied by a failover (the new primary's) is loaded once and the call repeated."""
-        script = self._scripts[name]
-        for _ in range(2):
+        trip. A script cache emptied by a failover (the new primary's) gets the script loaded on that same
+        pipeline, before the call is repeated (as app.core.connection.SureScript)."""
+        sha = self._scripts[name].sha
+        for load in (False, True):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.evalsha(script.sha, len(keys_), *keys_, *args)
+            if load:
+                pipe.script_load(self._sources[name])
+            pipe.evalsha(sha, len(keys_), *keys_, *args)
             pipe.wait(REPLICAS_ACKING, int(self.config.redis_timeout * 500))  # ms: half the socket timeout
-            answer, replicas = pipe.execute(raise_on_error=False)
+            answer, replicas = pipe.execute(raise_on_error=False)[-2:]
             if not isinstance(answer, redis.exceptions.NoScriptError):
                 break
-            self.redis.script_load(self._sources[name])
         for reply in (answer, replicas):
             if isinstance(reply, Exception):
                 raise reply

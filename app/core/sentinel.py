@@ -7,6 +7,11 @@ redis-py's own ``Sentinel.master_for`` pool is close, with two gaps this module 
   -> ``connect_check_health``, which dials the *cached* address: the dead primary, again and again, for as
   long as the retry policy lasts (a worker riding out an outage retried it for a minute). Here every
   connect, however it is reached, asks the Sentinels first (a round trip, on a reconnect only).
+- **A deposed primary is left within a second.** A connection that sat idle in the pool through a failover
+  still points at the old primary; if that server comes back before the Sentinels demote it (a partition
+  that heals), it answers as a primary with what it had: a read there misses every write made since. The
+  pool asks the Sentinels again when a connection is taken and the last answer is older than
+  ``ASK_EVERY``; a new answer drops the idle connections to the old server (redis-py's proxy does that).
 - **The pool stays bounded.** ``SentinelConnectionPool`` is unbounded; a gevent web would open a
   connection per greenlet. :class:`app.core.connection.SentinelPool` is ``LeanPool`` (bounded,
   blocking, lean) with the Sentinel connection class, and drops on release a connection that still
@@ -20,16 +25,18 @@ connection turns into a disconnect plus ``ConnectionError``: the same path.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from redis.connection import AbstractConnection
-from redis.sentinel import Sentinel, SentinelConnectionPoolProxy, SentinelManagedConnection
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPoolProxy, SentinelManagedConnection
 
 from app.core.config import Config
 
 # seconds: a Sentinel that does not answer within this is skipped for the next one, so three dead
 # Sentinels cost a request at most 3 x this before its 503
 SENTINEL_TIMEOUT = 0.5
+ASK_EVERY = 1.0  # seconds: the oldest answer of the Sentinels a pool hands out a connection on
 
 
 class FollowingConnection(SentinelManagedConnection):
@@ -75,6 +82,19 @@ class FollowsSentinels:
             service_name=service_name, sentinel_manager=sentinel_manager)
         super().__init__(connection_class=FollowingConnection, **kwargs)  # type: ignore[call-arg]
         self.connection_kwargs["connection_pool"] = self.proxy  # type: ignore[attr-defined]
+        self._asked = time.monotonic()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A connection to the primary the Sentinels named at most ``ASK_EVERY`` ago (see the module docstring).
+        With no primary named (mid-failover) the connection in hand is used: it fails, or it serves."""
+        now = time.monotonic()
+        if now - self._asked >= ASK_EVERY:
+            self._asked = now
+            try:
+                self.proxy.get_master_address()  # a changed answer disconnects the idle connections
+            except MasterNotFoundError:
+                pass
+        return super().get_connection(*args, **kwargs)  # type: ignore[misc]
 
     def owns_connection(self, connection: Any) -> bool:
         """Only a connection to the current primary goes back to the pool (the pool drops the others)."""

@@ -70,3 +70,16 @@ def test_the_pool_stays_bounded_and_waits_for_a_free_connection(lean: redis.Redi
     assert lean.ping()
     for conn in held:
         pool.release(conn)
+
+
+def test_a_script_runs_though_its_load_lands_on_another_server(lean: redis.Redis,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NOSCRIPT is answered with SCRIPT LOAD and EVALSHA on one pipeline: redis-py's own SCRIPT LOAD, then
+    EVALSHA, takes two connections, and a failover between them (the load to the old primary, emulated here by
+    a load that leaves the cache empty) failed the call with NOSCRIPT again (a 500 in the soak on the bed)."""
+    script = lean.register_script("return redis.call('INCR', KEYS[1])")
+    lean.script_flush()
+    monkeypatch.setattr(lean, "script_load", lambda source: lean.script_flush() and script.sha)
+    assert script(keys=["{tp}:test:counter"]) == 1
+    assert lean.script_exists(script.sha) == [True]  # the next call is one EVALSHA
+    assert script(keys=["{tp}:test:counter"]) == 2

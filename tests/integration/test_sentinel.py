@@ -132,6 +132,27 @@ def test_replica_ack_confirms_a_write_only_once_a_replica_has_it(group: Sentinel
         assert "PENDING" in on_replicas, on_replicas
 
 
+def test_an_idle_connection_leaves_a_deposed_primary(group: SentinelGroup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pooled connection that sat idle through a failover is dropped once the Sentinels name another primary,
+    not used on the old one: the next command goes to the promoted replica at once, while the old primary
+    (paused here) still holds the connection open, as a healed partition's would. There it would wait out the
+    socket timeout, or, once the old primary answers again before its demotion, read what it had (a batch's then
+    task summarized nothing in the soak on the bed). ``ASK_EVERY`` (1 s) is 0 here: every checkout asks."""
+    monkeypatch.setattr(sentinel, "ASK_EVERY", 0.0)
+    config = config_of(group, redis_timeout=5.0)
+    old = group.primary_port()
+    with closing(connect(config)) as client:
+        client.set("sentinel:idle", "before")  # the pool's one connection, to the old primary
+        with group.paused(old):
+            new = group.wait_promoted(old)
+            started = time.monotonic()
+            client.set("sentinel:idle", "after")
+            took = time.monotonic() - started
+            port = client.config_get("port")["port"]
+    print(f"\nthe first command after the promotion took {took:.2f} s")
+    assert port == str(new) and took < 1.0, (port, new, took)
+
+
 # -- following a failover -------------------------------------------------------------------------
 
 

@@ -171,10 +171,12 @@ class Checker:
                 bad.append(f"batch {batch_id}: its then task {batch['then']} started at {starts[0]}, before its last "
                            f"task ended at {max(ends, key=stream_order)}")
             if self.docs.get(batch["then"], {}).get("status") == "COMPLETED":
-                summary = self.get(f"/api/v1/tasks/{batch['then']}/result").json().get("result") or {}
+                answer = self.get(f"/api/v1/tasks/{batch['then']}/result")
+                summary = answer.json().get("result") or {}
                 seen = {t["task_id"]: t["status"] for t in summary.get("tasks", [])}
                 if set(seen) != set(batch["tasks"]) or set(seen.values()) != {"COMPLETED"}:
-                    bad.append(f"batch {batch_id}: its then task {batch['then']} summarized {seen}")
+                    bad.append(f"batch {batch_id}: its then task {batch['then']} summarized {seen} (HTTP "
+                               f"{answer.status_code}, counts {summary.get('counts')})")
         return bad
 
     def callbacks(self) -> list[str]:
