@@ -40,8 +40,8 @@ from app.core.states import QUEUES  # noqa: E402
 from app.core.store import TaskStore  # noqa: E402
 from app.launch.embedded import EmbeddedRedis  # noqa: E402
 from app.web import create_app  # noqa: E402
-from bench.process_cpu import own_and_reaped  # noqa: E402
 from bench.loadgen import SUBMIT_BODY, batch_body  # noqa: E402
+from bench.process_cpu import own_and_reaped  # noqa: E402
 
 SIZES = (1, 10, 100, 1000)
 _NO_AUDIT = ("local function replay(", "local function audit() end\nlocal function audit_entry() end\n"

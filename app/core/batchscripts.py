@@ -227,6 +227,7 @@ for i, t in ipairs(blocks) do
   answer[#answer + 1] = t.held or t.id
   answer[#answer + 1] = outcome
 end
+fold_lines()
 fold_writes()
 local record = {%member, member, %size, #ids, %progress_sum, progress_sum, %items_total, items[1],
                 %items_succeeded, items[2], %items_failed, items[3], %created_at, created_ms, %expires_at, expires,

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from app.core import deferred, keys
+from app.core import deferred, keys, lines
 from app.core.answers import ActiveCapReached, NewTask, StoredBytesReached
 from app.core.batches import DONE, RUNNING, BatchStore, BatchTask
 from app.core.clock import now_ms
@@ -191,6 +191,8 @@ def _shared(conn, ids: list[str]) -> dict:
         "tasks": [{k: v for k, v in conn.hgetall(keys.task(i)).items() if k not in _TIMES} for i in ids],
         "jobs": [{k: v for k, v in conn.hgetall(f"rq:job:{i}").items() if k not in _TIMES} for i in ids],
         "audit": [e for _, e in conn.xrange(keys.AUDIT)],
+        "lines": {q: (conn.hgetall(keys.lines(q)), conn.lrange(keys.ring(q), 0, -1),
+                      conn.lrange(keys.line(q, "public"), 0, -1)) for q in ("default", "high")},
     }
 
 
@@ -198,7 +200,9 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
     """The batch create collects its tasks' writes to shared keys (app.core.creation's fold) and makes them once,
     and takes each task's job and fields as a template's differences: what it leaves is what a submit of each
     task, in order, leaves. The tasks differ in queue and payload, and one has a callback (fields of another
-    shape: a second template)."""
+    shape: a second template). Their jobs join the member's lines (fair dispatch: the batch counts each line's
+    tickets and seqs on from one read, app.core.waitscripts.fold_line), behind a job of an earlier submit in
+    one of the two queues, the member's weight changed since."""
     from dataclasses import replace
 
     jobs = JobQueue(conn, config)
@@ -206,15 +210,26 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
     tasks = [replace(new(batch_id, callback="https://example.com/hook" if i == 4 else ""),
                      priority=("high" if i % 3 == 0 else "default"), payload={"seconds": i % 2}) for i in range(7)]
     ids = [t.task_id for t in tasks]
-    batches.create(batch_id, "public", [BatchTask(t, jobs.job_commands(t.task_id, t.priority, 60)) for t in tasks])
-    by_batch = _shared(conn, ids)
+    earlier = new("")
+
+    def queued(t: NewTask, weight: int = 1):
+        return [*jobs.job_commands(t.task_id, t.priority, 60), lines.line_command(t.priority, "public", t.task_id,
+                                                                                  t.task_id, weight)]
+
+    assert store.create(earlier, queued(earlier, 3)).created
+    batches.create(batch_id, "public", [BatchTask(t, queued(t)) for t in tasks])
+    by_batch = _shared(conn, [earlier.task_id, *ids])
     conn.flushall()
+    assert store.create(earlier, queued(earlier, 3)).created
     for t in tasks:
-        assert store.create(t, jobs.job_commands(t.task_id, t.priority, 60)).created
-    by_submits = _shared(conn, ids)
+        assert store.create(t, queued(t)).created
+    by_submits = _shared(conn, [earlier.task_id, *ids])
     assert by_batch == by_submits
     assert by_batch["queues"]["rq:queue:high"] == [ids[0], ids[3], ids[6]]
-    assert by_batch["counters"][0] == b"7" and len(by_batch["audit"]) == 7
+    assert by_batch["counters"][0] == b"8" and len(by_batch["audit"]) == 8
+    assert by_batch["lines"]["high"][2] == [i.encode() for i in (ids[0], ids[3], ids[6])]
+    assert by_batch["lines"]["default"][1] == [b"public"] and by_batch["lines"]["default"][2][0] == \
+        earlier.task_id.encode()
 
 
 def test_a_cancelled_then_task_run_again_waits_for_its_running_batch_and_is_queued_once(conn, store, batches,
