@@ -179,12 +179,15 @@ class BatchStore:
         if answer[0] == 3:
             raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
         entries, failed = [], False
-        for i in range(len(tasks)):
-            made, task_id, outcome = answer[1 + 3 * i:4 + 3 * i]
-            task_id, outcome = task_id.decode(), outcome.decode()
-            if made and outcome:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
-                failed = self.store.fail_waiting(task_id, outcome) or failed
-            entries.append(Entry(task_id, outcome if not made else TaskStatus.PENDING, not made))
+        for bt, outcome in zip(tasks, answer[1:1 + len(tasks)], strict=True):  # "", an ended id, a holder and status
+            if not outcome:
+                entries.append(Entry(bt.new.task_id, TaskStatus.PENDING, False))
+                continue
+            holder, _, status = outcome.decode().partition(" ")
+            if not status:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
+                failed = self.store.fail_waiting(bt.new.task_id, holder) or failed
+            entries.append(Entry(holder, status, True) if status else Entry(bt.new.task_id, TaskStatus.PENDING,
+                                                                             False))
         # the batch as the script wrote it, in the same state as its tasks' entries (a worker may have started one
         # since), unless a task was failed -6 just now
         flat = answer[-1]

@@ -117,8 +117,10 @@ end
 # n_deps, n_jobs, its template's number (from 1), n_diffs, then n_diffs pairs (a position in the template's
 # values, from 1; the block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash,
 # dependents set), n_jobs job command keys.
-# Returns {1, per block: 1 (created) or 0 (held), the task id, '' or the id of a task it runs after that ended
-# otherwise (created) or the holder's status (held); then the batch's hash as this step wrote it (HGETALL)}, or
+# A block's values are its template's with its differences put in place for its create and taken out after
+# (``with_block``): no copy of the ~70 values per task.
+# Returns {1, per block: '' (created), or the id of a task it runs after that ended otherwise (created), or
+# "<holder id> <holder's status>" (held); then the batch's hash as this step wrote it (HGETALL)}, or
 # {2, unfinished_count} at the cap, or {3, bytes_held} past the member's quota of stored bytes.
 BATCH = Script(
     "batch_create",
@@ -164,18 +166,26 @@ for i = 1, tonumber(block_count) do
   local id, key_ttl, expiry_ms, run_at, after_ids, payload_json, n_deps, n_jobs, template, n_diffs =
     unpack(ARGV, a, a + 9)
   local tp = templates[tonumber(template)]
-  local args = {unpack(tp.values)}
   n_diffs = tonumber(n_diffs)
-  for j = a + 10, a + 8 + 2 * n_diffs, 2 do
-    local at, value = unpack(ARGV, j, j + 1)
-    args[tonumber(at)] = value
-  end
   local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
              payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
-             payload = command_keys[k + 2], k = k + 3, args = args, job_from = 1, job_to = 1 + tp.job_argc,
-             fields_from = 1 + tp.job_argc, fields_to = tp.job_argc + tp.n_fields}
+             payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 1, job_to = 1 + tp.job_argc,
+             fields_from = 1 + tp.job_argc, fields_to = tp.job_argc + tp.n_fields, diffs = a + 10,
+             diffs_end = a + 8 + 2 * n_diffs}
   a, k = a + 10 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
   blocks[i] = t
+end
+local function with_block(t)  -- create(t) over its template's values with its differences in place
+  local values, was = t.args, {}
+  for j = t.diffs, t.diffs_end, 2 do
+    local at, value = unpack(ARGV, j, j + 1)
+    at = tonumber(at)
+    was[#was + 1], was[#was + 2] = at, values[at]
+    values[at] = value
+  end
+  local ended = create(t)
+  for j = #was - 1, 1, -2 do values[was[j]] = was[j + 1] end
+  return ended
 end
 local seen, fresh, bytes = {}, 0, 0
 for _, t in ipairs(blocks) do
@@ -201,7 +211,7 @@ for i, t in ipairs(blocks) do
   if has_then ~= '' and i == #blocks then
     t.hold = batch_id
     then_id = t.id
-    create(t)
+    with_block(t)
   elseif t.held then
     local holder = sibling(t.task, t.id, t.held)
     local h = redis.call('HMGET', holder, @status, @progress, @items_total, @items_succeeded, @items_failed,
@@ -216,15 +226,13 @@ for i, t in ipairs(blocks) do
       ttl = math.max(ttl, redis.call('PTTL', holder))
     end
     ids[#ids + 1] = t.held
-    outcome = status
+    outcome = t.held .. ' ' .. status
   else
-    outcome = create(t)
+    outcome = with_block(t)
     counts[$PENDING] = counts[$PENDING] + 1
     expires = math.max(expires, tonumber(t.expiry_ms))
     ids[#ids + 1] = t.id
   end
-  answer[#answer + 1] = t.held and 0 or 1
-  answer[#answer + 1] = t.held or t.id
   answer[#answer + 1] = outcome
 end
 fold_lines()
