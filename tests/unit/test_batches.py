@@ -268,3 +268,22 @@ def test_a_then_task_run_again_after_its_batch_ended_is_queued_at_once(conn, sto
     again = rerun(store, then_id, job_id, jobs.requeue_commands(then, job_id), budget=1).task
     assert again is not None and again.waiting_for == ()
     assert conn.lrange(queue, 0, -1) == [job_id.encode()]
+
+
+def test_a_block_goes_as_every_difference_from_its_template() -> None:
+    """The positions the last block differed at are tried first (app.core.batches._Template): a block differing
+    elsewhere, or of another type only (1.0 for 1, True for 1: equal, not written alike), still has all its
+    differences; the template with them put in is the block, value for value and type for type."""
+    from app.core.batches import _Template
+
+    template = _Template(1, ["a", 1, "b", b"c"])
+    assert template.diffs(["a", 1, "b", b"c"]) == []
+    assert template.diffs(["x", 1, "b", b"y"]) == [1, "x", 4, b"y"]
+    for block in (["x", 1.0, "b", b"y"], ["x", 1, "b", b"y"], ["x", True, "b", b"y"], ["z", 1, "b", b"c"],
+                  ["z", 2, "b", b"c"], ["a", 1.0, "b", b"c"], ["a", True, "b", b"c"],
+                  ["a", 1, "b", b"c"], ["a", 1, "B", b"c"], ["a", 1, "b", "c"]):
+        diffs = template.diffs(block)
+        rebuilt = list(template.values)
+        for at, value in zip(diffs[::2], diffs[1::2], strict=True):
+            rebuilt[at - 1] = value
+        assert [(type(v), v) for v in rebuilt] == [(type(v), v) for v in block], block
