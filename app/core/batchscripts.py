@@ -187,9 +187,11 @@ local function with_block(t)  -- create(t) over its template's values with its d
   for j = #was - 1, 1, -2 do values[was[j]] = was[j + 1] end
   return ended
 end
-local seen, fresh, bytes = {}, 0, 0
-for _, t in ipairs(blocks) do
-  t.held = redis.call('GET', t.dedup) or seen[t.dedup]
+local seen, fresh, bytes, dedups = {}, 0, 0, {}
+for i, t in ipairs(blocks) do dedups[i] = t.dedup end
+local holders = redis.call('MGET', unpack(dedups))  -- one read of every dedup key, not a GET a task
+for i, t in ipairs(blocks) do
+  t.held = holders[i] or seen[t.dedup]
   if not t.held then
     seen[t.dedup] = t.id
     fresh, bytes = fresh + 1, bytes + #t.payload_json
