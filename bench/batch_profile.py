@@ -66,13 +66,14 @@ def fresh(conn: redis.Redis) -> None:
     Worker(list(QUEUES), connection=conn).register_birth()
 
 
-def per_size(client: Any, conn: redis.Redis, server_pid: int, rounds: int) -> dict[int, tuple[float, ...]]:
+def per_size(client: Any, conn: redis.Redis, server_pid: int, rounds: int,
+             sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, ...]]:
     """Per task: (web CPU µs, Redis µs of the script, Redis process CPU µs, tasks/s), median of ``rounds``, for
-    each of :data:`SIZES`."""
-    found: dict[int, list[tuple[float, ...]]] = {size: [] for size in SIZES}
+    each of ``sizes``."""
+    found: dict[int, list[tuple[float, ...]]] = {size: [] for size in sizes}
     n = 0
     for _ in range(rounds):
-        for size in SIZES:
+        for size in sizes:
             fresh(conn)
             reps = max(5, 2000 // size)
             u0, c0, r0, w0 = usec(conn, "evalsha"), time.process_time(), own_and_reaped(server_pid), time.perf_counter()
@@ -138,6 +139,9 @@ def per_part(client: Any, conn: redis.Redis, rounds: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", type=lambda text: tuple(int(n) for n in text.split(",")), default=SIZES,
+                        help="batch sizes, comma-separated (default: 1,10,100,1000)")
+    parser.add_argument("--no-parts", action="store_true", help="the first table only")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # the open-mode warning
     with tempfile.TemporaryDirectory(prefix="tp-batch-") as tmp:
@@ -147,15 +151,16 @@ def main(argv: list[str] | None = None) -> int:
             conn = server.client(timeout=60)
             client = create_app(config, conn=server.client(timeout=60)).test_client()
             assert server.pid is not None
-            sizes = per_size(client, conn, server.pid, args.rounds)
-            parts = per_part(client, conn, args.rounds)
+            sizes = per_size(client, conn, server.pid, args.rounds, args.sizes)
+            parts = {} if args.no_parts else per_part(client, conn, args.rounds)
     print("| tasks a request | web CPU µs per task | Redis µs per task (the script, its commands included) "
           "| Redis process CPU µs per task | tasks/s, one client |")
     print("| --- | --- | --- | --- | --- |")
     for size, (web, red, proc, rate) in sizes.items():
         print(f"| {size:,}{' (POST /api/v1/tasks)' if size == 1 else ''} | {web:,.0f} | {red:,.0f} | {proc:,.0f} "
               f"| {rate:,.0f} |")
-    print("\n| batch create script of 1,000 tasks, replayed | Redis µs per task |\n| --- | --- |")
+    if parts:
+        print("\n| batch create script of 1,000 tasks, replayed | Redis µs per task |\n| --- | --- |")
     for label, value in parts.items():
         print(f"| {label} | {value:,.1f} |")
     return 0

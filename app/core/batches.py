@@ -124,8 +124,9 @@ class BatchCreated(NamedTuple):
 
 
 class _Template:
-    """One shape of block of a batch create (its job's commands and hash fields), sent once: each block goes as its
-    differences from it, (position from 1, value) pairs. A value differs when it is unequal or of another type (1
+    """One shape of block of a batch create (its head, its job's commands and hash fields), sent once: each block
+    goes as its differences from it, (position from 1, value) pairs in the order of their positions (the script
+    reads the head's first). A value differs when it is unequal or of another type (1
     and 1.0 are equal, not written alike). The tasks of a batch differ at the same few positions (ids, digests,
     RQ's job data), so the last block's positions are tried first: the block with the template's values put back
     there equal to the template (one C comparison of the lists and of their types) differs at those alone;
@@ -167,21 +168,20 @@ class BatchStore:
         for bt in (*tasks, *((then,) if then else ())):
             start, fields, body = self.store.task_fields(bt.new, created, bt.run_at)
             job_keys, job_args = lua.replay(bt.job)
-            values = [*job_args, *fields]
+            key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
+            longest = max(longest, key_ttl)
+            values = [key_ttl, start + c.task_ttl * 1000, start if start > created else "", ",".join(bt.after),
+                      len(bt.after), len(job_keys), *job_args, *fields]  # the block's head first
             shape = (len(job_args), len(fields))
             template = templates.get(shape)
             if template is None:
                 template = templates[shape] = _Template(len(templates) + 1, values)
                 template_args += [*shape, *values]
             diffs = template.diffs(values)
-            key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
-            longest = max(longest, key_ttl)
             task_id = bt.new.task_id
             command_keys += [keys.dedup(member, bt.new.dedup_digest), keys.task(task_id), keys.payload(task_id),
                              *(key for dep in bt.after for key in (keys.task(dep), keys.dependents(dep))), *job_keys]
-            block_args += [task_id, key_ttl, start + c.task_ttl * 1000, start if start > created else "",
-                           ",".join(bt.after), body, len(bt.after), len(job_keys), template.number, len(diffs) // 2,
-                           *diffs]
+            block_args += [task_id, body, template.number, len(diffs) // 2, *diffs]
         answer = self.store.run_script(BATCH.name, *BATCH.call(
             keys={"history": keys.history(member), "expiry": keys.EXPIRY, "members": keys.MEMBERS, "stats": keys.STATS,
                   "active": keys.ACTIVE, "delayed": keys.DELAYED, "settled": keys.SETTLED,

@@ -109,14 +109,15 @@ end
 # hash is gone. Refused whole when the member's unfinished tasks plus the new ones (``then`` included) would pass
 # the cap. The last block is the ``then`` task when there is one: created waiting for the batch (``hold``), not
 # counted in it. A batch with no unfinished task (every task a finished duplicate) is done at once.
-# A block's job commands and hash fields come as a template and the block's differences from it (the tasks of a
-# batch differ in a few of their ~70 values: ids, digests, RQ's job data and times), which saves the web packing
-# and Redis reading ~60 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each
-# job_argc, n_fields, then the job's commands (job_argc entries: name, argc, args... each) and the hash's field
-# pairs (n_fields entries); then per block: task_id, key_ttl_s, expiry_ms, run_at_ms, after_ids, payload_json,
-# n_deps, n_jobs, its template's number (from 1), n_diffs, then n_diffs pairs (a position in the template's
-# values, from 1; the block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash,
-# dependents set), n_jobs job command keys.
+# A block's head (its key_ttl_s, expiry_ms, run_at_ms, after_ids, n_deps, n_jobs: the same for most tasks of a
+# batch), job commands and hash fields come as a template and the block's differences from it (the tasks of a
+# batch differ in a few of their ~80 values: ids, digests, RQ's job data), which saves the web packing and Redis
+# reading ~65 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each job_argc,
+# n_fields, then the head's 6 values, the job's commands (job_argc entries: name, argc, args... each) and the
+# hash's field pairs (n_fields entries); then per block: task_id, payload_json, its template's number (from 1),
+# n_diffs, then n_diffs pairs in the order of their positions (a position in the template's values, from 1; the
+# block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash, dependents set),
+# n_jobs job command keys.
 # A block's values are its template's with its differences put in place for its create and taken out after
 # (``with_block``): no copy of the ~70 values per task.
 # Returns {1, per block: '' (created), or the id of a task it runs after that ended otherwise (created), or
@@ -159,20 +160,28 @@ local templates, blocks, a, k = {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
   local job_argc, n_fields = unpack(ARGV, a, a + 1)
   job_argc, n_fields = tonumber(job_argc), tonumber(n_fields)
-  templates[i] = {job_argc = job_argc, n_fields = n_fields, values = {unpack(ARGV, a + 2, a + 1 + job_argc + n_fields)}}
-  a = a + 2 + job_argc + n_fields
+  templates[i] = {job_argc = job_argc, n_fields = n_fields,
+                  values = {unpack(ARGV, a + 2, a + 7 + job_argc + n_fields)}}
+  a = a + 8 + job_argc + n_fields
 end
 for i = 1, tonumber(block_count) do
-  local id, key_ttl, expiry_ms, run_at, after_ids, payload_json, n_deps, n_jobs, template, n_diffs =
-    unpack(ARGV, a, a + 9)
+  local id, payload_json, template, n_diffs = unpack(ARGV, a, a + 3)
   local tp = templates[tonumber(template)]
   n_diffs = tonumber(n_diffs)
+  local head = {unpack(tp.values, 1, 6)}
+  for j = a + 4, a + 2 + 2 * n_diffs, 2 do  -- the head's differences come first
+    local at, value = unpack(ARGV, j, j + 1)
+    at = tonumber(at)
+    if at > 6 then break end
+    head[at] = value
+  end
+  local key_ttl, expiry_ms, run_at, after_ids, n_deps, n_jobs = unpack(head)
   local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
              payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
-             payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 1, job_to = 1 + tp.job_argc,
-             fields_from = 1 + tp.job_argc, fields_to = tp.job_argc + tp.n_fields, diffs = a + 10,
-             diffs_end = a + 8 + 2 * n_diffs}
-  a, k = a + 10 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
+             payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 7, job_to = 7 + tp.job_argc,
+             fields_from = 7 + tp.job_argc, fields_to = 6 + tp.job_argc + tp.n_fields, diffs = a + 4,
+             diffs_end = a + 2 + 2 * n_diffs}
+  a, k = a + 4 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
   blocks[i] = t
 end
 local function with_block(t)  -- create(t) over its template's values with its differences in place

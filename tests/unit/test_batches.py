@@ -232,6 +232,47 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
         earlier.task_id.encode()
 
 
+def test_tasks_that_wait_are_written_by_a_batch_as_by_a_submit_each(conn, store, batches, config) -> None:
+    """Blocks of other heads (a run_at ahead, each its own; tasks run after others, one after two): each task as
+    its submit makes it, its key's lifetime counted from its run_at, in keys.DELAYED at its time or waiting in
+    its deps' dependents sets."""
+    jobs = JobQueue(conn, config)
+    batch_id = str(uuid.uuid4())
+    now = now_ms()
+    deps = [new("") for _ in range(2)]
+    tasks = [new(batch_id) for _ in range(6)]
+    plan = [(None, ()), (now + 60_000, ()), (now + 7_200_000, ()), (None, (deps[0].task_id,)),
+            (None, (deps[0].task_id, deps[1].task_id)), (None, ())]
+
+    def made() -> dict:
+        ids = [t.task_id for t in tasks]
+        return {"tasks": [{k: v for k, v in conn.hgetall(keys.task(i)).items() if k not in _TIMES} for i in ids],
+                "ttl": [round(conn.ttl(keys.task(i)), -2) for i in ids],
+                "delayed": conn.zrange(keys.DELAYED, 0, -1, withscores=True),
+                "waiting": sorted(conn.zrange(keys.WAITING, 0, -1)),
+                "dependents": [sorted(conn.smembers(keys.dependents(d.task_id))) for d in deps],
+                "queue": conn.lrange("rq:queue:default", 0, -1)}
+
+    def setup() -> None:
+        for d in deps:
+            assert store.create(d).created
+
+    setup()
+    batches.create(batch_id, "public", [BatchTask(t, () if run_at else jobs.job_commands(t.task_id, "default", 60),
+                                                  run_at, after) for t, (run_at, after) in zip(tasks, plan,
+                                                                                               strict=True)])
+    by_batch = made()
+    conn.flushall()
+    setup()
+    for t, (run_at, after) in zip(tasks, plan, strict=True):
+        job = () if run_at else jobs.job_commands(t.task_id, "default", 60)
+        assert store.create(t, job, run_at=run_at, after=after).created
+    assert by_batch == made()
+    assert [score for _, score in by_batch["delayed"]] == [now + 60_000, now + 7_200_000]
+    assert by_batch["ttl"][2] > by_batch["ttl"][0] and len(by_batch["waiting"]) == 2
+    assert by_batch["queue"] == [tasks[0].task_id.encode(), tasks[5].task_id.encode()]
+
+
 def test_a_cancelled_then_task_run_again_waits_for_its_running_batch_and_is_queued_once(conn, store, batches,
                                                                                        config) -> None:
     # issue 29, finding 9: the run again queued it at once (it ran before its batch ended), and the batch's end
