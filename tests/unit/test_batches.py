@@ -328,3 +328,18 @@ def test_a_block_goes_as_every_difference_from_its_template() -> None:
         for at, value in zip(diffs[::2], diffs[1::2], strict=True):
             rebuilt[at - 1] = value
         assert [(type(v), v) for v in rebuilt] == [(type(v), v) for v in block], block
+
+
+def test_a_batchs_task_ids_are_random_uuids_as_uuid4_makes_them() -> None:
+    """app.core.ids.new_task_ids: a batch's ids from one read of the system's randomness, each what
+    ``str(uuid.uuid4())`` would be (version 4, RFC 4122's variant, canonical text), none twice."""
+    from app.core.ids import is_task_id, new_task_ids
+
+    ids = new_task_ids(2000)
+    assert len(set(ids)) == 2000 and new_task_ids(1)[0] not in ids
+    for task_id in ids:
+        parsed = uuid.UUID(task_id)
+        assert str(parsed) == task_id and is_task_id(task_id)
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert {i[19] for i in ids} == set("89ab") and {i[14] for i in ids} == {"4"}
+    assert len({c for i in ids for c in i[20:]}) == 17  # 16 hex digits and the dash: the rest is random
