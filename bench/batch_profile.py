@@ -4,8 +4,10 @@ Redis, a minute or less.
     .venv/bin/python bench/batch_profile.py [--rounds 5]
 
 1. Per task, for batches of 1, 10, 100 and 1,000 (1 = ``POST /api/v1/tasks``): the web's CPU (the WSGI app
-   through Flask's test client, ``time.process_time``) and Redis's (``INFO commandstats`` usec of the script
-   call, which includes the commands it runs).
+   through Flask's test client, ``time.process_time``), Redis's (``INFO commandstats`` usec of the script
+   call, which includes the commands it runs; and the redis-server process's CPU from ``/proc``, which adds
+   reading the request, the append-only file's copy of every write and the reply) and the tasks a second one
+   client gets through, one request after another (web and Redis in turn: their sum, as a rate).
 2. The batch create script of one real 1,000-task ``POST /api/v1/batches`` (captured at ``TaskStore.run_script``)
    replayed with EVAL on a flushed Redis, as is and with one part of its Lua neutralized in a copy of the source
    (the product's script is not touched): what each part costs Redis per task. Beside it the submit script,
@@ -39,6 +41,7 @@ from app.core.store import TaskStore  # noqa: E402
 from app.launch.embedded import EmbeddedRedis  # noqa: E402
 from app.web import create_app  # noqa: E402
 from bench.loadgen import SUBMIT_BODY, batch_body  # noqa: E402
+from bench.process_cpu import own_and_reaped  # noqa: E402
 
 SIZES = (1, 10, 100, 1000)
 _NO_AUDIT = ("local function replay(", "local function audit() end\nlocal function audit_entry() end\n"
@@ -63,15 +66,17 @@ def fresh(conn: redis.Redis) -> None:
     Worker(list(QUEUES), connection=conn).register_birth()
 
 
-def per_size(client: Any, conn: redis.Redis, rounds: int) -> dict[int, tuple[float, float]]:
-    """Per task: (web CPU µs, Redis µs of the script), median of ``rounds``, for each of :data:`SIZES`."""
-    found: dict[int, list[tuple[float, float]]] = {size: [] for size in SIZES}
+def per_size(client: Any, conn: redis.Redis, server_pid: int, rounds: int,
+             sizes: tuple[int, ...] = SIZES) -> dict[int, tuple[float, ...]]:
+    """Per task: (web CPU µs, Redis µs of the script, Redis process CPU µs, tasks/s), median of ``rounds``, for
+    each of ``sizes``."""
+    found: dict[int, list[tuple[float, ...]]] = {size: [] for size in sizes}
     n = 0
     for _ in range(rounds):
-        for size in SIZES:
+        for size in sizes:
             fresh(conn)
-            reps = max(2, 1000 // size)
-            u0, c0 = usec(conn, "evalsha"), time.process_time()
+            reps = max(5, 2000 // size)
+            u0, c0, r0, w0 = usec(conn, "evalsha"), time.process_time(), own_and_reaped(server_pid), time.perf_counter()
             for _ in range(reps):
                 if size == 1:
                     answer = client.post("/api/v1/tasks", data=SUBMIT_BODY % n, content_type="application/json")
@@ -79,9 +84,11 @@ def per_size(client: Any, conn: redis.Redis, rounds: int) -> dict[int, tuple[flo
                     answer = client.post("/api/v1/batches", data=batch_body(n, size), content_type="application/json")
                 assert answer.status_code == 202, answer.get_data(as_text=True)[:300]
                 n += size
+            wall, web, red = time.perf_counter() - w0, time.process_time() - c0, own_and_reaped(server_pid) - r0
             tasks = reps * size
-            found[size].append(((time.process_time() - c0) / tasks * 1e6, (usec(conn, "evalsha") - u0) / tasks))
-    return {size: (statistics.median(w for w, _ in f), statistics.median(r for _, r in f)) for size, f in found.items()}
+            found[size].append((web / tasks * 1e6, (usec(conn, "evalsha") - u0) / tasks, red / tasks * 1e6,
+                                tasks / wall))
+    return {size: tuple(statistics.median(row[i] for row in f) for i in range(4)) for size, f in found.items()}
 
 
 def per_part(client: Any, conn: redis.Redis, rounds: int) -> dict[str, float]:
@@ -132,6 +139,9 @@ def per_part(client: Any, conn: redis.Redis, rounds: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", type=lambda text: tuple(int(n) for n in text.split(",")), default=SIZES,
+                        help="batch sizes, comma-separated (default: 1,10,100,1000)")
+    parser.add_argument("--no-parts", action="store_true", help="the first table only")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # the open-mode warning
     with tempfile.TemporaryDirectory(prefix="tp-batch-") as tmp:
@@ -140,13 +150,17 @@ def main(argv: list[str] | None = None) -> int:
             config = replace(base, redis_url=server.url)
             conn = server.client(timeout=60)
             client = create_app(config, conn=server.client(timeout=60)).test_client()
-            sizes = per_size(client, conn, args.rounds)
-            parts = per_part(client, conn, args.rounds)
-    print("| tasks a request | web CPU µs per task | Redis µs per task (the script, its commands included) |")
-    print("| --- | --- | --- |")
-    for size, (web, red) in sizes.items():
-        print(f"| {size:,}{' (POST /api/v1/tasks)' if size == 1 else ''} | {web:,.0f} | {red:,.0f} |")
-    print("\n| batch create script of 1,000 tasks, replayed | Redis µs per task |\n| --- | --- |")
+            assert server.pid is not None
+            sizes = per_size(client, conn, server.pid, args.rounds, args.sizes)
+            parts = {} if args.no_parts else per_part(client, conn, args.rounds)
+    print("| tasks a request | web CPU µs per task | Redis µs per task (the script, its commands included) "
+          "| Redis process CPU µs per task | tasks/s, one client |")
+    print("| --- | --- | --- | --- | --- |")
+    for size, (web, red, proc, rate) in sizes.items():
+        print(f"| {size:,}{' (POST /api/v1/tasks)' if size == 1 else ''} | {web:,.0f} | {red:,.0f} | {proc:,.0f} "
+              f"| {rate:,.0f} |")
+    if parts:
+        print("\n| batch create script of 1,000 tasks, replayed | Redis µs per task |\n| --- | --- |")
     for label, value in parts.items():
         print(f"| {label} | {value:,.1f} |")
     return 0

@@ -69,7 +69,8 @@ def tour(store: TaskStore, jobs: JobQueue, conn: Any) -> None:
     one, then = new_task(), new_task()
     one = NewTask(**{**one.__dict__, "batch": batch_id})
     then = NewTask(**{**then.__dict__, "then_of": batch_id})
-    BatchStore(store).create(batch_id, "public", [BatchTask(one, jobs.job_commands(one.task_id, "default", 60)),
+    BatchStore(store).create(batch_id, "public", [BatchTask(one, jobs.job_commands(one.task_id, "default", 60,
+                                                                                   member="public")),  # in line
                                                   BatchTask(NewTask(**{**one.__dict__, "task_id": str(uuid.uuid4())}))],
                              BatchTask(then), "https://example.com/hook")
     store.cancel(one.task_id)  # the batch done: its then released, its callback due

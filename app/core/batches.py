@@ -123,6 +123,29 @@ class BatchCreated(NamedTuple):
     entries: list[Entry]
 
 
+class _Template:
+    """One shape of block of a batch create (its head, its job's commands and hash fields), sent once: each block
+    goes as its differences from it, (position from 1, value) pairs in the order of their positions (the script
+    reads the head's first). A value differs when it is unequal or of another type (1
+    and 1.0 are equal, not written alike). The tasks of a batch differ at the same few positions (ids, digests,
+    RQ's job data), so the last block's positions are tried first: the block with the template's values put back
+    there equal to the template (one C comparison of the lists and of their types) differs at those alone;
+    otherwise every value is compared."""
+
+    def __init__(self, number: int, values: list[Any]) -> None:
+        self.number, self.values, self.types = number, values, list(map(type, values))
+        self.last: list[int] = []  # 0-based
+
+    def diffs(self, values: list[Any]) -> list[Any]:
+        base, probe = self.values, values.copy()
+        for at in self.last:
+            probe[at] = base[at]
+        if probe != base or list(map(type, probe)) != self.types:
+            self.last = [at for at, (value, was) in enumerate(zip(values, base, strict=True))
+                         if value != was or type(value) is not type(was)]
+        return [x for at in self.last for x in (at + 1, values[at])]
+
+
 class BatchStore:
     """Every read and write of a batch's own keys, over a task store (whose connection and config it shares)."""
 
@@ -139,28 +162,26 @@ class BatchStore:
         created = now_ms()
         command_keys: list[str] = []
         block_args: list[Any] = []
-        templates: dict[tuple[int, int], tuple[int, list[Any]]] = {}  # (job argc, fields) -> number, values
+        templates: dict[tuple[int, int], _Template] = {}  # (job argc, fields) -> the template of that shape
         template_args: list[Any] = []
         longest = 0
         for bt in (*tasks, *((then,) if then else ())):
             start, fields, body = self.store.task_fields(bt.new, created, bt.run_at)
             job_keys, job_args = lua.replay(bt.job)
-            values = [*job_args, *fields]
+            key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
+            longest = max(longest, key_ttl)
+            values = [key_ttl, start + c.task_ttl * 1000, start if start > created else "", ",".join(bt.after),
+                      len(bt.after), len(job_keys), *job_args, *fields]  # the block's head first
             shape = (len(job_args), len(fields))
             template = templates.get(shape)
             if template is None:
-                template = templates[shape] = (len(templates) + 1, values)
+                template = templates[shape] = _Template(len(templates) + 1, values)
                 template_args += [*shape, *values]
-            number, base = template
-            diffs = [x for at, (value, was) in enumerate(zip(values, base, strict=True), 1)
-                     if value != was or type(value) is not type(was) for x in (at, value)]
-            key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
-            longest = max(longest, key_ttl)
+            diffs = template.diffs(values)
             task_id = bt.new.task_id
             command_keys += [keys.dedup(member, bt.new.dedup_digest), keys.task(task_id), keys.payload(task_id),
                              *(key for dep in bt.after for key in (keys.task(dep), keys.dependents(dep))), *job_keys]
-            block_args += [task_id, key_ttl, start + c.task_ttl * 1000, start if start > created else "",
-                           ",".join(bt.after), body, len(bt.after), len(job_keys), number, len(diffs) // 2, *diffs]
+            block_args += [task_id, body, template.number, len(diffs) // 2, *diffs]
         answer = self.store.run_script(BATCH.name, *BATCH.call(
             keys={"history": keys.history(member), "expiry": keys.EXPIRY, "members": keys.MEMBERS, "stats": keys.STATS,
                   "active": keys.ACTIVE, "delayed": keys.DELAYED, "settled": keys.SETTLED,
@@ -179,12 +200,15 @@ class BatchStore:
         if answer[0] == 3:
             raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
         entries, failed = [], False
-        for i in range(len(tasks)):
-            made, task_id, outcome = answer[1 + 3 * i:4 + 3 * i]
-            task_id, outcome = task_id.decode(), outcome.decode()
-            if made and outcome:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
-                failed = self.store.fail_waiting(task_id, outcome) or failed
-            entries.append(Entry(task_id, outcome if not made else TaskStatus.PENDING, not made))
+        for bt, outcome in zip(tasks, answer[1:1 + len(tasks)], strict=True):  # "", an ended id, a holder and status
+            if not outcome:
+                entries.append(Entry(bt.new.task_id, TaskStatus.PENDING, False))
+                continue
+            holder, _, status = outcome.decode().partition(" ")
+            if not status:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
+                failed = self.store.fail_waiting(bt.new.task_id, holder) or failed
+            entries.append(Entry(holder, status, True) if status else Entry(bt.new.task_id, TaskStatus.PENDING,
+                                                                             False))
         # the batch as the script wrote it, in the same state as its tasks' entries (a worker may have started one
         # since), unless a task was failed -6 just now
         flat = answer[-1]

@@ -109,16 +109,19 @@ end
 # hash is gone. Refused whole when the member's unfinished tasks plus the new ones (``then`` included) would pass
 # the cap. The last block is the ``then`` task when there is one: created waiting for the batch (``hold``), not
 # counted in it. A batch with no unfinished task (every task a finished duplicate) is done at once.
-# A block's job commands and hash fields come as a template and the block's differences from it (the tasks of a
-# batch differ in a few of their ~70 values: ids, digests, RQ's job data and times), which saves the web packing
-# and Redis reading ~60 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each
-# job_argc, n_fields, then the job's commands (job_argc entries: name, argc, args... each) and the hash's field
-# pairs (n_fields entries); then per block: task_id, key_ttl_s, expiry_ms, run_at_ms, after_ids, payload_json,
-# n_deps, n_jobs, its template's number (from 1), n_diffs, then n_diffs pairs (a position in the template's
-# values, from 1; the block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash,
-# dependents set), n_jobs job command keys.
-# Returns {1, per block: 1 (created) or 0 (held), the task id, '' or the id of a task it runs after that ended
-# otherwise (created) or the holder's status (held); then the batch's hash as this step wrote it (HGETALL)}, or
+# A block's head (its key_ttl_s, expiry_ms, run_at_ms, after_ids, n_deps, n_jobs: the same for most tasks of a
+# batch), job commands and hash fields come as a template and the block's differences from it (the tasks of a
+# batch differ in a few of their ~80 values: ids, digests, RQ's job data), which saves the web packing and Redis
+# reading ~65 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each job_argc,
+# n_fields, then the head's 6 values, the job's commands (job_argc entries: name, argc, args... each) and the
+# hash's field pairs (n_fields entries); then per block: task_id, payload_json, its template's number (from 1),
+# n_diffs, then n_diffs pairs in the order of their positions (a position in the template's values, from 1; the
+# block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash, dependents set),
+# n_jobs job command keys.
+# A block's values are its template's with its differences put in place for its create and taken out after
+# (``with_block``): no copy of the ~70 values per task.
+# Returns {1, per block: '' (created), or the id of a task it runs after that ended otherwise (created), or
+# "<holder id> <holder's status>" (held); then the batch's hash as this step wrote it (HGETALL)}, or
 # {2, unfinished_count} at the cap, or {3, bytes_held} past the member's quota of stored bytes.
 BATCH = Script(
     "batch_create",
@@ -157,29 +160,47 @@ local templates, blocks, a, k = {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
   local job_argc, n_fields = unpack(ARGV, a, a + 1)
   job_argc, n_fields = tonumber(job_argc), tonumber(n_fields)
-  templates[i] = {job_argc = job_argc, n_fields = n_fields, values = {unpack(ARGV, a + 2, a + 1 + job_argc + n_fields)}}
-  a = a + 2 + job_argc + n_fields
+  templates[i] = {job_argc = job_argc, n_fields = n_fields,
+                  values = {unpack(ARGV, a + 2, a + 7 + job_argc + n_fields)}}
+  a = a + 8 + job_argc + n_fields
 end
 for i = 1, tonumber(block_count) do
-  local id, key_ttl, expiry_ms, run_at, after_ids, payload_json, n_deps, n_jobs, template, n_diffs =
-    unpack(ARGV, a, a + 9)
+  local id, payload_json, template, n_diffs = unpack(ARGV, a, a + 3)
   local tp = templates[tonumber(template)]
-  local args = {unpack(tp.values)}
   n_diffs = tonumber(n_diffs)
-  for j = a + 10, a + 8 + 2 * n_diffs, 2 do
+  local head = {unpack(tp.values, 1, 6)}
+  for j = a + 4, a + 2 + 2 * n_diffs, 2 do  -- the head's differences come first
     local at, value = unpack(ARGV, j, j + 1)
-    args[tonumber(at)] = value
+    at = tonumber(at)
+    if at > 6 then break end
+    head[at] = value
   end
+  local key_ttl, expiry_ms, run_at, after_ids, n_deps, n_jobs = unpack(head)
   local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
              payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
-             payload = command_keys[k + 2], k = k + 3, args = args, job_from = 1, job_to = 1 + tp.job_argc,
-             fields_from = 1 + tp.job_argc, fields_to = tp.job_argc + tp.n_fields}
-  a, k = a + 10 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
+             payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 7, job_to = 7 + tp.job_argc,
+             fields_from = 7 + tp.job_argc, fields_to = 6 + tp.job_argc + tp.n_fields, diffs = a + 4,
+             diffs_end = a + 2 + 2 * n_diffs}
+  a, k = a + 4 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
   blocks[i] = t
 end
-local seen, fresh, bytes = {}, 0, 0
-for _, t in ipairs(blocks) do
-  t.held = redis.call('GET', t.dedup) or seen[t.dedup]
+local function with_block(t)  -- create(t) over its template's values with its differences in place
+  local values, was = t.args, {}
+  for j = t.diffs, t.diffs_end, 2 do
+    local at, value = unpack(ARGV, j, j + 1)
+    at = tonumber(at)
+    was[#was + 1], was[#was + 2] = at, values[at]
+    values[at] = value
+  end
+  local ended = create(t)
+  for j = #was - 1, 1, -2 do values[was[j]] = was[j + 1] end
+  return ended
+end
+local seen, fresh, bytes, dedups = {}, 0, 0, {}
+for i, t in ipairs(blocks) do dedups[i] = t.dedup end
+local holders = redis.call('MGET', unpack(dedups))  -- one read of every dedup key, not a GET a task
+for i, t in ipairs(blocks) do
+  t.held = holders[i] or seen[t.dedup]
   if not t.held then
     seen[t.dedup] = t.id
     fresh, bytes = fresh + 1, bytes + #t.payload_json
@@ -201,7 +222,7 @@ for i, t in ipairs(blocks) do
   if has_then ~= '' and i == #blocks then
     t.hold = batch_id
     then_id = t.id
-    create(t)
+    with_block(t)
   elseif t.held then
     local holder = sibling(t.task, t.id, t.held)
     local h = redis.call('HMGET', holder, @status, @progress, @items_total, @items_succeeded, @items_failed,
@@ -216,17 +237,16 @@ for i, t in ipairs(blocks) do
       ttl = math.max(ttl, redis.call('PTTL', holder))
     end
     ids[#ids + 1] = t.held
-    outcome = status
+    outcome = t.held .. ' ' .. status
   else
-    outcome = create(t)
+    outcome = with_block(t)
     counts[$PENDING] = counts[$PENDING] + 1
     expires = math.max(expires, tonumber(t.expiry_ms))
     ids[#ids + 1] = t.id
   end
-  answer[#answer + 1] = t.held and 0 or 1
-  answer[#answer + 1] = t.held or t.id
   answer[#answer + 1] = outcome
 end
+fold_lines()
 fold_writes()
 local record = {%member, member, %size, #ids, %progress_sum, progress_sum, %items_total, items[1],
                 %items_succeeded, items[2], %items_failed, items[3], %created_at, created_ms, %expires_at, expires,

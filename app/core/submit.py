@@ -19,13 +19,14 @@ from app.core.store import TaskStore
 
 
 def new_task(member: str, task_type: str, payload: dict[str, Any], dedup_digest: str, priority: str | None, *,
-             callback: dict[str, Any] | None = None, batch: str = "", then_of: str = "") -> NewTask:
-    """A new task's record: a fresh id, its processor's queue (unless ``priority``) and attempts; KeyError for a
-    type no processor is registered for. ``callback`` {"url", "events"}; ``batch`` / ``then_of``: see NewTask."""
+             callback: dict[str, Any] | None = None, batch: str = "", then_of: str = "", task_id: str = "") -> NewTask:
+    """A new task's record: a fresh id (``task_id`` when given: one of app.core.ids.new_task_ids), its processor's
+    queue (unless ``priority``) and attempts; KeyError for a type no processor is registered for. ``callback``
+    {"url", "events"}; ``batch`` / ``then_of``: see NewTask."""
     proc = processors.get(task_type)
     if proc is None:
         raise KeyError(task_type)
-    task_id = new_task_id()
+    task_id = task_id or new_task_id()
     return NewTask(
         task_id=task_id, member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
         priority=priority or proc.priority, max_attempts=proc.retries + 1,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from app.core.answers import ActiveCapReached, StoredBytesReached
 from app.core.batches import Batch, BatchCreated, BatchStore, BatchTask
 from app.core.clock import now_ms
-from app.core.ids import digest, is_task_id, new_task_id
+from app.core.ids import digest, is_task_id, new_task_ids
 from app.core.jobs import rq_now
 from app.core.logs import task_logger
 from app.core.states import ACTIVE
@@ -35,11 +35,11 @@ class BatchService:
         """The batch of ``subs`` (each loaded and checked) with its ``then`` task: all created or nothing, and the
         queues its new tasks went on now (for the no-worker warning). ValidationFailed naming
         ``tasks.N.after.M`` for an ``after`` id that is not the member's; 429 at the cap."""
-        batch_id = new_task_id()
+        batch_id, *task_ids = new_task_ids(len(subs) + 2)  # the batch's, its tasks', its then task's
         blocks: list[BatchTask] = []
         errors: dict[str, list[str]] = {}
         at = rq_now()  # the jobs' times, as RQ writes them: read once for the batch
-        for i, sub in enumerate(subs):
+        for i, (sub, task_id) in enumerate(zip(subs, task_ids, strict=False)):
             after: Sequence[str] = ()
             if sub.after is not None:
                 try:
@@ -48,14 +48,15 @@ class BatchService:
                     errors.update(prefixed(exc, f"tasks.{i}"))
                     continue
             new = new_task(member, sub.type, sub.payload, dedup_digest(sub.type, sub.submitted, sub.dedup_key),
-                           sub.priority, callback=sub.callback, batch=batch_id)
+                           sub.priority, callback=sub.callback, batch=batch_id, task_id=task_id)
             blocks.append(BatchTask(new, job_for(self.tasks.jobs, new, sub.run_at, at), sub.run_at, after))
         if errors:
             raise refused(errors)
         then_task = None
         if then is not None:  # its dedup key is the batch's own: never held, never holding a submit's
             then_task = BatchTask(new_task(member, then.type, then.payload, digest(b"then\n" + batch_id.encode()),
-                                           then.priority, callback=then.callback, then_of=batch_id))
+                                           then.priority, callback=then.callback, then_of=batch_id,
+                                           task_id=task_ids[-1]))
         try:
             created = self.store.create(batch_id, member, blocks, then_task, callback_url)
         except ActiveCapReached as exc:

@@ -59,3 +59,46 @@ def test_a_task_of_a_batch_names_its_batch_and_the_batch_its_then(conn) -> None:
     assert task["batch_id"] == then["batch_id"] == batch["batch_id"]
     assert then["status"] == "PENDING" and then["waiting_for"] == [batch["batch_id"]]
     assert app.get(f"/api/v1/batches/{batch['batch_id']}/tasks?cursor=nope").status_code == 422
+
+
+def test_a_batch_is_made_with_the_garbage_collector_paused_and_resumed_after(conn, monkeypatch) -> None:
+    """Its thousand tasks' containers set off the collector's whole-heap passes (bench/README.md, "Batch submit
+    per task"): paused while a batch is made, refused or not, and running again after."""
+    import gc
+
+    from app.core.batches import BatchStore
+
+    seen = []
+    create = BatchStore.create
+
+    def spy(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return create(self, *args, **kwargs)
+
+    monkeypatch.setattr(BatchStore, "create", spy)
+    app = client(conn)
+    assert gc.isenabled()
+    assert app.post("/api/v1/batches", json={"tasks": [sleep(1), sleep(2)]}).status_code == 202
+    assert app.post("/api/v1/batches", json={"tasks": [{"type": "nosuch"}]}).status_code == 422
+    assert seen == [False] and gc.isenabled()
+
+
+def test_the_collector_resumes_with_the_last_batch_in_flight_and_only_if_it_ran() -> None:
+    import gc
+
+    from app.web.api.batches import collector_paused
+
+    first, second = collector_paused(), collector_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()  # the second batch is still being made
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+    gc.disable()  # a process that runs without it keeps it off
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from app.core import deferred, keys
+from app.core import deferred, keys, lines
 from app.core.answers import ActiveCapReached, NewTask, StoredBytesReached
 from app.core.batches import DONE, RUNNING, BatchStore, BatchTask
 from app.core.clock import now_ms
@@ -191,6 +191,8 @@ def _shared(conn, ids: list[str]) -> dict:
         "tasks": [{k: v for k, v in conn.hgetall(keys.task(i)).items() if k not in _TIMES} for i in ids],
         "jobs": [{k: v for k, v in conn.hgetall(f"rq:job:{i}").items() if k not in _TIMES} for i in ids],
         "audit": [e for _, e in conn.xrange(keys.AUDIT)],
+        "lines": {q: (conn.hgetall(keys.lines(q)), conn.lrange(keys.ring(q), 0, -1),
+                      conn.lrange(keys.line(q, "public"), 0, -1)) for q in ("default", "high")},
     }
 
 
@@ -198,7 +200,9 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
     """The batch create collects its tasks' writes to shared keys (app.core.creation's fold) and makes them once,
     and takes each task's job and fields as a template's differences: what it leaves is what a submit of each
     task, in order, leaves. The tasks differ in queue and payload, and one has a callback (fields of another
-    shape: a second template)."""
+    shape: a second template). Their jobs join the member's lines (fair dispatch: the batch counts each line's
+    tickets and seqs on from one read, app.core.waitscripts.fold_line), behind a job of an earlier submit in
+    one of the two queues, the member's weight changed since."""
     from dataclasses import replace
 
     jobs = JobQueue(conn, config)
@@ -206,15 +210,67 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
     tasks = [replace(new(batch_id, callback="https://example.com/hook" if i == 4 else ""),
                      priority=("high" if i % 3 == 0 else "default"), payload={"seconds": i % 2}) for i in range(7)]
     ids = [t.task_id for t in tasks]
-    batches.create(batch_id, "public", [BatchTask(t, jobs.job_commands(t.task_id, t.priority, 60)) for t in tasks])
-    by_batch = _shared(conn, ids)
+    earlier = new("")
+
+    def queued(t: NewTask, weight: int = 1):
+        return [*jobs.job_commands(t.task_id, t.priority, 60), lines.line_command(t.priority, "public", t.task_id,
+                                                                                  t.task_id, weight)]
+
+    assert store.create(earlier, queued(earlier, 3)).created
+    batches.create(batch_id, "public", [BatchTask(t, queued(t)) for t in tasks])
+    by_batch = _shared(conn, [earlier.task_id, *ids])
     conn.flushall()
+    assert store.create(earlier, queued(earlier, 3)).created
     for t in tasks:
-        assert store.create(t, jobs.job_commands(t.task_id, t.priority, 60)).created
-    by_submits = _shared(conn, ids)
+        assert store.create(t, queued(t)).created
+    by_submits = _shared(conn, [earlier.task_id, *ids])
     assert by_batch == by_submits
     assert by_batch["queues"]["rq:queue:high"] == [ids[0], ids[3], ids[6]]
-    assert by_batch["counters"][0] == b"7" and len(by_batch["audit"]) == 7
+    assert by_batch["counters"][0] == b"8" and len(by_batch["audit"]) == 8
+    assert by_batch["lines"]["high"][2] == [i.encode() for i in (ids[0], ids[3], ids[6])]
+    assert by_batch["lines"]["default"][1] == [b"public"] and by_batch["lines"]["default"][2][0] == \
+        earlier.task_id.encode()
+
+
+def test_tasks_that_wait_are_written_by_a_batch_as_by_a_submit_each(conn, store, batches, config) -> None:
+    """Blocks of other heads (a run_at ahead, each its own; tasks run after others, one after two): each task as
+    its submit makes it, its key's lifetime counted from its run_at, in keys.DELAYED at its time or waiting in
+    its deps' dependents sets."""
+    jobs = JobQueue(conn, config)
+    batch_id = str(uuid.uuid4())
+    now = now_ms()
+    deps = [new("") for _ in range(2)]
+    tasks = [new(batch_id) for _ in range(6)]
+    plan = [(None, ()), (now + 60_000, ()), (now + 7_200_000, ()), (None, (deps[0].task_id,)),
+            (None, (deps[0].task_id, deps[1].task_id)), (None, ())]
+
+    def made() -> dict:
+        ids = [t.task_id for t in tasks]
+        return {"tasks": [{k: v for k, v in conn.hgetall(keys.task(i)).items() if k not in _TIMES} for i in ids],
+                "ttl": [round(conn.ttl(keys.task(i)), -2) for i in ids],
+                "delayed": conn.zrange(keys.DELAYED, 0, -1, withscores=True),
+                "waiting": sorted(conn.zrange(keys.WAITING, 0, -1)),
+                "dependents": [sorted(conn.smembers(keys.dependents(d.task_id))) for d in deps],
+                "queue": conn.lrange("rq:queue:default", 0, -1)}
+
+    def setup() -> None:
+        for d in deps:
+            assert store.create(d).created
+
+    setup()
+    batches.create(batch_id, "public", [BatchTask(t, () if run_at else jobs.job_commands(t.task_id, "default", 60),
+                                                  run_at, after) for t, (run_at, after) in zip(tasks, plan,
+                                                                                               strict=True)])
+    by_batch = made()
+    conn.flushall()
+    setup()
+    for t, (run_at, after) in zip(tasks, plan, strict=True):
+        job = () if run_at else jobs.job_commands(t.task_id, "default", 60)
+        assert store.create(t, job, run_at=run_at, after=after).created
+    assert by_batch == made()
+    assert [score for _, score in by_batch["delayed"]] == [now + 60_000, now + 7_200_000]
+    assert by_batch["ttl"][2] > by_batch["ttl"][0] and len(by_batch["waiting"]) == 2
+    assert by_batch["queue"] == [tasks[0].task_id.encode(), tasks[5].task_id.encode()]
 
 
 def test_a_cancelled_then_task_run_again_waits_for_its_running_batch_and_is_queued_once(conn, store, batches,
@@ -253,3 +309,37 @@ def test_a_then_task_run_again_after_its_batch_ended_is_queued_at_once(conn, sto
     again = rerun(store, then_id, job_id, jobs.requeue_commands(then, job_id), budget=1).task
     assert again is not None and again.waiting_for == ()
     assert conn.lrange(queue, 0, -1) == [job_id.encode()]
+
+
+def test_a_block_goes_as_every_difference_from_its_template() -> None:
+    """The positions the last block differed at are tried first (app.core.batches._Template): a block differing
+    elsewhere, or of another type only (1.0 for 1, True for 1: equal, not written alike), still has all its
+    differences; the template with them put in is the block, value for value and type for type."""
+    from app.core.batches import _Template
+
+    template = _Template(1, ["a", 1, "b", b"c"])
+    assert template.diffs(["a", 1, "b", b"c"]) == []
+    assert template.diffs(["x", 1, "b", b"y"]) == [1, "x", 4, b"y"]
+    for block in (["x", 1.0, "b", b"y"], ["x", 1, "b", b"y"], ["x", True, "b", b"y"], ["z", 1, "b", b"c"],
+                  ["z", 2, "b", b"c"], ["a", 1.0, "b", b"c"], ["a", True, "b", b"c"],
+                  ["a", 1, "b", b"c"], ["a", 1, "B", b"c"], ["a", 1, "b", "c"]):
+        diffs = template.diffs(block)
+        rebuilt = list(template.values)
+        for at, value in zip(diffs[::2], diffs[1::2], strict=True):
+            rebuilt[at - 1] = value
+        assert [(type(v), v) for v in rebuilt] == [(type(v), v) for v in block], block
+
+
+def test_a_batchs_task_ids_are_random_uuids_as_uuid4_makes_them() -> None:
+    """app.core.ids.new_task_ids: a batch's ids from one read of the system's randomness, each what
+    ``str(uuid.uuid4())`` would be (version 4, RFC 4122's variant, canonical text), none twice."""
+    from app.core.ids import is_task_id, new_task_ids
+
+    ids = new_task_ids(2000)
+    assert len(set(ids)) == 2000 and new_task_ids(1)[0] not in ids
+    for task_id in ids:
+        parsed = uuid.UUID(task_id)
+        assert str(parsed) == task_id and is_task_id(task_id)
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert {i[19] for i in ids} == set("89ab") and {i[14] for i in ids} == {"4"}
+    assert len({c for i in ids for c in i[20:]}) == 17  # 16 hex digits and the dash: the rest is random

@@ -191,7 +191,8 @@ def test_every_status_word_in_the_scripts_is_a_status_or_the_claim_answer():
                               "TIME", "XADD", "XTRIM", "MAXLEN", "MINID", "APPEND", "PTTL", "PEXPIRE",
                               "EXISTS", "SREM", "SCARD", "LPUSH", "LREM", "RPUSH", "STRLEN", "HSTRLEN",
                               "LRANGE", "LTRIM",  # the output's (app.core.outputscripts)
-                              "ZCARD", "ZRANGE", "ZPOPMIN"}  # the concurrency limits' (app.core.limitscripts)
+                              "ZCARD", "ZRANGE", "ZPOPMIN",  # the concurrency limits' (app.core.limitscripts)
+                              "MGET"}  # the batch create's dedup keys (app.core.batchscripts)
 
 
 def test_the_script_sources_spell_no_status_field_or_stat_by_hand():
