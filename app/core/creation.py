@@ -14,8 +14,8 @@ them ``waiting_tasks``, keys.WAITING, which a task that waits for others joins)
 and the ``replay`` and ``audit_entry`` functions. A script creating many tasks (the batch create) calls
 ``fold_start()`` first (``fold``: see app.core.waitscripts.REPLAY): each ``create`` then collects its writes to
 the keys every task shares (the history, the expiry index, the counters; its job's queue entry; the audit
-trim) and ``fold_writes()`` makes them once, in order, at the end: a batch runs 7 commands per task instead of
-19 (bench/README.md, batches).
+trim) and ``fold_writes()`` makes them once, in order, at the end: a batch runs 6 commands per task instead of
+19 (bench/README.md, "Batch submit per task").
 ``create`` returns the id of a task it runs after that ended otherwise already ('' = none: the caller fails it
 -6) and the ids it waits for (comma list).
 """
