@@ -179,3 +179,20 @@ def test_a_job_requeued_in_rqs_list_alone_is_not_held_behind_the_lines(conn, con
     conn.hset(f"rq:job:{first}", "origin", "default")
     others = [submit(conn, config, m) for m in ("b", "c", "b")]
     assert take_all(conn) == [first, others[0], others[2], others[1]]  # b has the weight 3
+
+
+def test_a_run_that_ends_its_task_drops_its_place_in_line(conn, config):
+    """The task's ``line`` field (~50 bytes) serves only while its job is queued: a finished task keeps none, and a
+    task put back (PROCESSING -> PENDING) gets its new place as it is queued again."""
+    store = TaskStore(conn, config)
+    done, again = submit(conn, config, "a"), submit(conn, config, "a")
+    take_all(conn)
+    assert store.start(done, "run-1").started is not None
+    assert store.complete(done, "run-1", {"ok": True}, items=None, failures=[], error_code=None)
+    assert conn.hget(keys.task(done), "line") is None
+    assert store.start(again, "run-2").started is not None
+    job_id = store.job_id(again)
+    placed = conn.hget(keys.task(again), "line")
+    job = JobQueue(conn, config).job_commands(again, "default", 60, job_id=job_id, member="a")
+    assert store.interrupted(again, "run-2", "stopping", job, job_id)
+    assert conn.hget(keys.task(again), "line") not in (None, placed)
