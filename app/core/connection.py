@@ -17,7 +17,6 @@ ConnectionError, so both policies above apply to it unchanged.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
@@ -153,11 +152,17 @@ class Slots:
                 self._waiters -= 1
 
 
-@functools.cache
+_PIPELINE_CLASSES: dict[type, bool] = {}
+
+
 def _is_pipeline(kind: type) -> bool:
     """``isinstance(client, Pipeline)``, answered once per class: redis-py's clients are typing Protocols, whose
     isinstance runs Python code (~0.4 µs) on every script call."""
-    return issubclass(kind, Pipeline)
+    try:
+        return _PIPELINE_CLASSES[kind]
+    except KeyError:
+        answer = _PIPELINE_CLASSES[kind] = issubclass(kind, Pipeline)
+        return answer
 
 
 class SureScript(Script):
