@@ -66,9 +66,9 @@ class LeanPool(redis.BlockingConnectionPool):
       when no meter is configured; taskport exports none of it).
 
     - Idle connections in :class:`Slots`, not a ``LifoQueue``: a take and a return touch no lock while a
-      connection is free (under gevent the queue's condition and lock are Python code, ~20 µs of a status
-      read's web CPU: bench/README.md, "Submit and status at the floor"); ``connect()`` only for a
-      connection with no socket.
+      connection is free (under gevent the queue's condition and lock are Python code, entered twice a
+      command); ``connect()`` only for a connection with no socket. With the two changes beside it, a status
+      read's web CPU went down ~0.06-0.08 ms (bench/README.md, "Submit and status at the floor", fourth pass).
 
     Everything else is the parent's: the pid check after a fork, waiting up to ``timeout`` for a free
     connection, connecting lazily, dropping a connection marked for reconnect, health checks.
