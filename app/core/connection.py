@@ -18,8 +18,9 @@ ConnectionError, so both policies above apply to it unchanged.
 from __future__ import annotations
 
 import math
+import threading
 import time
-from queue import Empty
+from queue import Empty, Full
 from typing import Any
 
 import redis
@@ -64,9 +65,18 @@ class LeanPool(redis.BlockingConnectionPool):
     - No per-checkout OpenTelemetry bookkeeping (redis-py records connection counts and wait times even
       when no meter is configured; taskport exports none of it).
 
+    - Idle connections in :class:`Slots`, not a ``LifoQueue``: a take and a return touch no lock while a
+      connection is free (under gevent the queue's condition and lock are Python code, entered twice a
+      command); ``connect()`` only for a connection with no socket. With the two changes beside it, a status
+      read's web CPU went down ~0.06-0.08 ms (bench/README.md, "Submit and status at the floor", fourth pass).
+
     Everything else is the parent's: the pid check after a fork, waiting up to ``timeout`` for a free
     connection, connecting lazily, dropping a connection marked for reconnect, health checks.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("queue_class", Slots)
+        super().__init__(*args, **kwargs)
 
     def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
         self._checkpid()
@@ -76,11 +86,12 @@ class LeanPool(redis.BlockingConnectionPool):
             raise redis.exceptions.ConnectionError("No connection available.") from None
         if connection is None:
             connection = self.make_connection()
-        try:
-            connection.connect()  # a no-op once connected
-        except BaseException:
-            self.release(connection)
-            raise
+        if connection._sock is None:  # connected: redis-py's connect() would only find that out, through a retry
+            try:
+                connection.connect()
+            except BaseException:
+                self.release(connection)
+                raise
         return connection
 
     def release(self, connection: Any) -> None:
@@ -93,6 +104,67 @@ class LeanPool(redis.BlockingConnectionPool):
         self.pool.put_nowait(connection)
 
 
+class Slots:
+    """The part of ``queue.LifoQueue`` a :class:`LeanPool` uses (``get``, ``put_nowait``, ``queue``), the last
+    connection returned taken first, with no lock taken while one is free.
+
+    ``list.pop`` and ``list.append`` are atomic (the GIL), so a take or a return is one call. Only a take that
+    finds the list empty takes the condition: it counts itself a waiter, looks once more, then waits; a return
+    that sees a waiter notifies under the condition. A return between the waiter's count and its wait finds the
+    count and its notify waits for the condition, which the waiter releases only inside ``wait``: no wake-up
+    is lost. Under gevent the condition and its lock are gevent's (patched ``threading``): a wait yields.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self.queue: list[Any] = []
+        self._waiters = 0
+        self._returned = threading.Condition(threading.Lock())
+
+    def put_nowait(self, item: Any) -> None:
+        if len(self.queue) >= self.maxsize:
+            raise Full  # the pool fills its slots with None until Full
+        self.queue.append(item)
+        if self._waiters:
+            with self._returned:
+                self._returned.notify()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        try:
+            return self.queue.pop()
+        except IndexError:
+            if not block:
+                raise Empty from None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._returned:
+            self._waiters += 1
+            try:
+                while True:
+                    try:
+                        return self.queue.pop()
+                    except IndexError:
+                        pass
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise Empty
+                    self._returned.wait(left)
+            finally:
+                self._waiters -= 1
+
+
+_PIPELINE_CLASSES: dict[type, bool] = {}
+
+
+def _is_pipeline(kind: type) -> bool:
+    """``isinstance(client, Pipeline)``, answered once per class: redis-py's clients are typing Protocols, whose
+    isinstance runs Python code (~0.4 µs) on every script call."""
+    try:
+        return _PIPELINE_CLASSES[kind]
+    except KeyError:
+        answer = _PIPELINE_CLASSES[kind] = issubclass(kind, Pipeline)
+        return answer
+
+
 class SureScript(Script):
     """redis-py's registered script, but a NOSCRIPT answer is met with SCRIPT LOAD and EVALSHA on one pipeline:
     one connection, so one server. redis-py's own remedy sends the two as separate commands, each on a
@@ -101,11 +173,11 @@ class SureScript(Script):
 
     def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
         client = self.registered_client if client is None else client
-        if isinstance(client, Pipeline):
+        if _is_pipeline(type(client)):
             return super().__call__(keys, args, client)  # the pipeline's own SCRIPT EXISTS check before it runs
         keys, args = keys or [], args or []
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+        try:  # the command itself: redis-py's evalsha adds two calls, and nothing else, on every status read and submit
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
             pipe = client.pipeline(transaction=False)
             pipe.script_load(self.script)

@@ -34,6 +34,7 @@ import gevent
 from gevent import monkey
 from gevent.socket import wait_read
 from gunicorn import util as gunicorn_util
+from gunicorn.config import Config as GunicornConfig
 from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
 from gunicorn.workers.gthread import ThreadWorker as _GunicornThreadWorker
 
@@ -149,14 +150,32 @@ def http_date(timestamp: float | None = None) -> str:
     return _http_date_of(int(time.time() if timestamp is None else timestamp))
 
 
+class SettledConfig(GunicornConfig):  # type: ignore[misc]
+    """gunicorn's ``Config`` in a worker process, each setting kept as an attribute once read.
+
+    gunicorn reads its settings through ``Config.__getattr__`` (a dict lookup and the setting's ``get()``) a dozen
+    times a request (its parser, environ and response): ~2 % of a status read's web CPU (bench/README.md, "Submit
+    and status at the floor"). A worker's settings never change (a reload starts new workers), so the first read
+    is kept in the instance, where later reads find it without ``__getattr__``. Properties (``address``,
+    ``is_ssl``, ...) are the class's and still computed on each read."""
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        self.__dict__[name] = value
+        return value
+
+
 class ProblemErrors:
     """Mixed into a gunicorn worker class: the worker process answers gunicorn's own errors with
-    :func:`write_problem` (gunicorn's module-level ``util.write_error`` is this process's own), and dates its
-    responses with :func:`http_date`."""
+    :func:`write_problem` (gunicorn's module-level ``util.write_error`` is this process's own), dates its
+    responses with :func:`http_date`, and reads its settings as :class:`SettledConfig`."""
 
     def init_process(self) -> None:
         gunicorn_util.write_error = write_problem
         gunicorn_util.http_date = http_date
+        cfg = getattr(self, "cfg", None)
+        if type(cfg) is GunicornConfig:
+            cfg.__class__ = SettledConfig  # the same object, which the worker's log and parser hold too
         super().init_process()  # type: ignore[misc]
 
 
