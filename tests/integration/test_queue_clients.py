@@ -40,6 +40,6 @@ def test_status_watch_and_follow_say_how_many_tasks_are_ahead(stack: Stack) -> N
                     assert doc["status"] == "PENDING" and doc["queue"]["position"] == 2
             assert still.value.doc is not None and still.value.doc["queue"]["position"] == 2
         finally:
-            for task in (blocker, *waiting):
+            for task in (*reversed(waiting), blocker):  # the queued first: behind the blocker they cannot end
                 if client.status(task["task_id"])["status"] in ("PENDING", "PROCESSING"):
                     client.cancel(task["task_id"])
