@@ -27,6 +27,7 @@ import logging
 import time
 from datetime import datetime
 from typing import Any, cast
+from uuid import uuid4
 
 import rq.job
 import rq.registry
@@ -184,19 +185,22 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         self._suspension_checked = time.monotonic()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """RQ's SimpleWorker.execute_job, with the execution record and the job's start in one pipeline. Not a
-        MULTI (two commands a delivery saved): it clears the job's claim (app.core.jobclaims) after the started
-        registry's write, so a pipeline cut short leaves the id in the claim list as well as in RQ's started
-        registry, never in neither, and what RQ writes of a start is its own worker's keys and the job's, which
-        no one else writes meanwhile. A taskport job's START goes last on it (workers.runner.Runner.start_on):
-        one round trip for the start, where it took two."""
+        """RQ's SimpleWorker.execute_job, with the execution (a taskport job's: :meth:`_recorded_start`) and the
+        job's start in one pipeline. Not a MULTI (two commands a delivery saved): it clears the job's claim
+        (app.core.jobclaims) after the started registry's write, so a pipeline cut short leaves the id in the claim
+        list as well as in RQ's started registry, never in neither, and what RQ writes of a start is its own
+        worker's keys and the job's, which no one else writes meanwhile. A taskport job's START goes last on it
+        (workers.runner.Runner.start_on): one round trip for the start, where it took two."""
         from workers import runner  # late, as workers.worker.main imports it
         with self.connection.pipeline(transaction=False) as pipe:
             ttl = self.get_heartbeat_ttl(job)
-            execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
+            if job.func_name == RUN_TASK:
+                execution = self._recorded_start(job, ttl, pipe)
+            else:
+                execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
+                self._start_job(job, ttl, pipe)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            self._start_job(job, ttl, pipe)
             self._unclaim(job, pipe)  # the id is in RQ's started registry by then
             # a taskport job's START in the same round trip, after those writes (Runner.start_on)
             started = runner.active().start_on(pipe, job.args[0]) if job.func_name == RUN_TASK else None
@@ -217,14 +221,29 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
                 run.forget_start()
                 run.rq_finish, run.rq_finished = None, False
 
+    def _recorded_start(self, job: Job, ttl: int, pipe: Any) -> Execution:
+        """A taskport job's start in RQ, on the start pipeline: the job's started state (worker_name: where RQ's
+        stop-job command goes), then its entry in RQ's started registry (``{job}:{execution}``, as RQ's). No
+        execution record, execution index of the job or of the worker (six commands a delivery, and three at
+        the end: bench/README.md, "A delivery, command by command"): the task hash and ``{tp}:running`` hold the
+        run, and this worker's current job is the Execution kept in memory (``self.executions``), which is where
+        RQ's stop-job command looks in the worker's own process. A dead worker's run is found from the started
+        registry and the job's worker_name (workers.takeover), written first so the entry never names no one."""
+        self._start_job(job, ttl, pipe)
+        execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
+        execution._job = job
+        job.started_job_registry.add_execution(execution, pipeline=pipe, ttl=ttl)
+        return execution
+
     def _finish_commands(self, job: Job, queue: Queue, execution: Execution) -> list[Command]:
-        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the execution out
-        of RQ's registries, the job FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
+        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the job out of
+        RQ's started registry, FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
-        with the task's. Recorded from RQ's own calls on a pipeline that is never sent."""
+        with the task's. Recorded from RQ's own calls on a pipeline that is never sent. A taskport job has no
+        execution record to delete (:meth:`_recorded_start`)."""
         with self.connection.pipeline() as pipe:
-            execution.delete(job=job, pipeline=pipe)
+            queue.started_job_registry.remove_execution(execution, pipeline=pipe)
             pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(now())})
             pipe.expire(job.key, FINISHED_JOB_TTL)
             queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
