@@ -222,28 +222,33 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
                 run.rq_finish, run.rq_finished = None, False
 
     def _recorded_start(self, job: Job, ttl: int, pipe: Any) -> Execution:
-        """A taskport job's start in RQ, on the start pipeline: the job's started state (worker_name: where RQ's
-        stop-job command goes), then its entry in RQ's started registry (``{job}:{execution}``, as RQ's). No
-        execution record, execution index of the job or of the worker (six commands a delivery, and three at
-        the end: bench/README.md, "A delivery, command by command"): the task hash and ``{tp}:running`` hold the
-        run, and this worker's current job is the Execution kept in memory (``self.executions``), which is where
-        RQ's stop-job command looks in the worker's own process. A dead worker's run is found from the started
-        registry and the job's worker_name (workers.takeover), written first so the entry never names no one."""
+        """A taskport job's start in RQ, on the start pipeline: RQ's ``Execution.create`` less the job's own index
+        of its executions (``rq:executions:<job>``: ZADD and EXPIRE here, ZREM at the end; read by RQ's
+        ``Job.get_executions`` alone, which nothing of taskport, RQ's worker or rq-dashboard calls on a taskport
+        job). The job's started state goes first (worker_name: where RQ's stop-job command goes, and where
+        workers.takeover finds a dead worker's run whose execution record has expired), then what RQ reads of the
+        worker's current job from another process (the execution record and the worker's index of them:
+        ``Worker.get_current_job_id``, rq-dashboard's current job), and the started registry's entry."""
         self._start_job(job, ttl, pipe)
         execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
         execution._job = job
+        execution.save(ttl=ttl, pipeline=pipe)
         job.started_job_registry.add_execution(execution, pipeline=pipe, ttl=ttl)
+        pipe.sadd(execution.worker_executions_key, execution.composite_key)
+        pipe.expire(execution.worker_executions_key, ttl + 60)
         return execution
 
     def _finish_commands(self, job: Job, queue: Queue, execution: Execution) -> list[Command]:
-        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the job out of
-        RQ's started registry, FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
+        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the execution out
+        of RQ's registries, the job FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
-        with the task's. Recorded from RQ's own calls on a pipeline that is never sent. A taskport job has no
-        execution record to delete (:meth:`_recorded_start`)."""
+        with the task's. Recorded from RQ's own calls on a pipeline that is never sent; the execution's removal is
+        RQ's ``Execution.delete`` less the job's index of executions that :meth:`_recorded_start` never wrote."""
         with self.connection.pipeline() as pipe:
+            pipe.delete(execution.key)
             queue.started_job_registry.remove_execution(execution, pipeline=pipe)
+            pipe.srem(execution.worker_executions_key, execution.composite_key)
             pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(now())})
             pipe.expire(job.key, FINISHED_JOB_TTL)
             queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)

@@ -236,11 +236,12 @@ def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_fr
     successor.register_death()
 
 
-def test_a_simple_workers_run_with_no_execution_record_is_taken_over_from_the_started_registry(
+def test_a_simple_workers_run_whose_execution_record_expired_is_taken_over_from_the_started_registry(
         hk, conn, config, caplog):
-    """The simple worker records a taskport job's start as its job hash (worker_name, STARTED) and its entry in
-    RQ's started registry, no execution record or index (workers.worker.StoppableSimpleWorker._recorded_start):
-    its successor finds the run there. Another worker's entry in the same registry is left alone."""
+    """The simple worker never renews a run's execution record (RQ's TTL: 90 s from the start), so a longer run's
+    is gone and RQ lists no current job for it: its successor finds the run from the job hash (worker_name,
+    STARTED) and its entry in RQ's started registry (workers.worker.StoppableSimpleWorker._recorded_start).
+    Another worker's entry in the same registry is left alone."""
     task_id, other = make(hk, max_attempts=1), make(hk, max_attempts=1)
     for t in (task_id, other):
         run(hk, t)
@@ -255,7 +256,9 @@ def test_a_simple_workers_run_with_no_execution_record_is_taken_over_from_the_st
             worker._recorded_start(job, 120, pipe)
             pipe.execute()
         started.append(job)
-    assert not list(conn.scan_iter("rq:execution*")) and not conn.exists(f"rq:worker:{SLOT}:executions")
+    assert not list(conn.scan_iter("rq:executions:*"))  # no job's index of its executions (nothing reads it)
+    for key in conn.scan_iter("rq:execution:*"):
+        conn.delete(key)  # both runs longer than 90 s
     with caplog.at_level(logging.INFO, logger="workers.worker"):
         replace_predecessor(conn, config, SLOT)
     assert hk.store.get(task_id).status == TaskStatus.PENDING  # recovered at once
