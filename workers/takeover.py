@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import redis
 from rq import Queue
@@ -71,7 +72,7 @@ def _runs_of(conn: redis.Redis, predecessor: BaseWorker) -> list[Execution]:
     runs = {execution.job_id: execution for execution in predecessor.get_current_executions(refresh=True)}
     entries = []
     for queue in QUEUES:
-        for member in conn.zrange(StartedJobRegistry(queue, connection=conn).key, 0, -1):
+        for member in cast(list[bytes], conn.zrange(StartedJobRegistry(queue, connection=conn).key, 0, -1)):
             job_id, execution_id = parse_composite_key(as_text(member))
             if job_id not in runs:
                 entries.append((job_id, execution_id))
