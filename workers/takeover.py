@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import redis
 from rq import Queue
@@ -18,7 +19,7 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
 from rq.job_lifecycle import record_job_failure
 from rq.registry import StartedJobRegistry
-from rq.utils import as_text, utcparse
+from rq.utils import as_text, parse_composite_key, utcparse
 from rq.worker import BaseWorker
 
 from app.core import keys, processors
@@ -45,7 +46,7 @@ def replace_predecessor(conn: redis.Redis, config: Config, name: str) -> None:
     predecessor = RQWorker.find_by_key(key, connection=conn)
     if predecessor is None:
         return
-    executions = predecessor.get_current_executions(refresh=True)
+    executions = _runs_of(conn, predecessor)
     for execution in executions:
         _take_over_run(conn, config, predecessor, execution)
     predecessor.register_death()  # out of RQ's worker sets; its hash goes 60 s later, its executions index now
@@ -60,6 +61,30 @@ def give_back_claims(conn: redis.Redis, name: str) -> None:
     if back:
         log.warning("worker %s: %d job(s) its predecessor had taken but not started are back on their queues",
                     name, back)
+
+
+def _runs_of(conn: redis.Redis, predecessor: BaseWorker) -> list[Execution]:
+    """The runs ``predecessor`` was making: its execution records (a fork or spawn worker's, RQ's own), and the
+    entries of RQ's started registries whose job it had started (the job's hash names it and says STARTED): the
+    simple worker records no execution for a taskport job (workers.worker.StoppableSimpleWorker._recorded_start).
+    Its slot's name is used by one live worker at a time and this one has not registered yet, so an entry whose
+    job names it is a run of a predecessor; whether that run is still the task's, recover_now decides."""
+    runs = {execution.job_id: execution for execution in predecessor.get_current_executions(refresh=True)}
+    entries = []
+    for queue in QUEUES:
+        for member in cast(list[bytes], conn.zrange(StartedJobRegistry(queue, connection=conn).key, 0, -1)):
+            job_id, execution_id = parse_composite_key(as_text(member))
+            if job_id not in runs:
+                entries.append((job_id, execution_id))
+    if entries:
+        with conn.pipeline(transaction=False) as pipe:
+            for job_id, _ in entries:
+                pipe.hmget(Job.key_for(job_id), "worker_name", "status")
+            named = pipe.execute()
+        for (job_id, execution_id), (worker, status) in zip(entries, named, strict=True):
+            if worker and status and as_text(worker) == predecessor.name and as_text(status) == JobStatus.STARTED:
+                runs.setdefault(job_id, Execution(execution_id, job_id, conn, worker_name=predecessor.name))
+    return list(runs.values())
 
 
 def _unclean(conn: redis.Redis, key: str) -> bool:

@@ -236,6 +236,41 @@ def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_fr
     successor.register_death()
 
 
+def test_a_simple_workers_run_whose_execution_record_expired_is_taken_over_from_the_started_registry(
+        hk, conn, config, caplog):
+    """The simple worker never renews a run's execution record (RQ's TTL: 90 s from the start), so a longer run's
+    is gone and RQ lists no current job for it: its successor finds the run from the job hash (worker_name,
+    STARTED) and its entry in RQ's started registry (workers.worker.StoppableSimpleWorker._recorded_start).
+    Another worker's entry in the same registry is left alone."""
+    task_id, other = make(hk, max_attempts=1), make(hk, max_attempts=1)
+    for t in (task_id, other):
+        run(hk, t)
+    started = []
+    for t, name in ((task_id, SLOT), (other, "host.0123abcd.worker-2")):
+        worker = StoppableSimpleWorker(list(QUEUES), name=name, connection=conn)
+        worker.register_birth()
+        worker._renewing.set()
+        conn.lrem("rq:queue:default", 0, t)
+        job = Job.fetch(hk.store.job_id(t), connection=conn)
+        with conn.pipeline(transaction=False) as pipe:
+            worker._recorded_start(job, 120, pipe)
+            pipe.execute()
+        started.append(job)
+    assert not list(conn.scan_iter("rq:executions:*"))  # no job's index of its executions (nothing reads it)
+    for key in conn.scan_iter("rq:execution:*"):
+        conn.delete(key)  # both runs longer than 90 s
+    with caplog.at_level(logging.INFO, logger="workers.worker"):
+        replace_predecessor(conn, config, SLOT)
+    assert hk.store.get(task_id).status == TaskStatus.PENDING  # recovered at once
+    assert hk.store.get(other).status == TaskStatus.PROCESSING  # the other slot's run: not this one's
+    assert started[0].get_status(refresh=True) == JobStatus.FAILED  # an abandoned job, as RQ records one
+    assert started[1].get_status(refresh=True) == JobStatus.STARTED
+    wip = StartedJobRegistry("default", connection=conn)
+    assert wip.get_job_ids() == [started[1].id]
+    [line] = [r for r in caplog.records if "predecessor" in r.getMessage()]
+    assert getattr(line, "task_id", None) == task_id and "its run recovered at once" in line.getMessage()
+
+
 def test_past_the_bound_of_lost_runs_the_predecessors_run_fails_minus_3(hk, conn, tmp_path):
     config = Config.from_env({}, redis_url="redis://fake", data_dir=tmp_path, lost_runs=0)
     task_id = make(hk, max_attempts=1)
