@@ -220,6 +220,7 @@ def test_retry_of_an_unknown_task_is_404(client, path):
     (b'{"payload": {}}', "application/json", 422, "payload"),
     (b"[]", "application/json", 400, None),
     (b"{", "application/json", 400, None),
+    (b"\t", "application/json", 400, None),  # whitespace alone is a body, and not JSON (the fuzzer's find)
     (b"x=1", "application/x-www-form-urlencoded", 415, None),
 ])
 def test_retry_takes_no_field(client, store, body, ctype, status, field):

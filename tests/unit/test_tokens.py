@@ -237,6 +237,8 @@ def test_minting_takes_a_ttl_of_1_to_86400(client):
         assert answer.status_code == 422 and "ttl" in answer.json["errors"], bad
     answer = client.post(f"/api/v1/tasks/{task_id}/tokens", json={"other": 1}, headers=ALICE)
     assert answer.status_code == 422 and answer.json["type"] == "/problems/validation"
+    answer = client.post(f"/api/v1/tasks/{task_id}/tokens", data=b" ", content_type="application/json", headers=ALICE)
+    assert answer.status_code == 400 and answer.content_type == "application/problem+json"  # whitespace: not JSON
 
 
 def test_minting_for_a_foreign_or_unknown_task_is_404(client):

@@ -292,21 +292,30 @@ def retry(task_id: str) -> Response:
 
 def _retry_body(limit: int) -> None:
     """A retry's body: none, or a JSON object with no member (:class:`RetrySchema`; a member is 422 naming it)."""
-    raw = _body_bytes(limit)
-    if not raw.strip():
+    body = optional_object(limit, "send no body, or {} as application/json")
+    if body is None:
         return
+    try:
+        _retry_schema.load(body)
+    except ValidationError as exc:
+        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+
+
+def optional_object(limit: int, hint: str) -> dict[str, Any] | None:
+    """The body of a route whose body is optional: None when there is none (zero bytes), else a JSON object sent
+    as application/json (415 with ``hint``, 400 for anything else: whitespace alone is not JSON)."""
+    raw = _body_bytes(limit)
+    if not raw:
+        return None
     if request.mimetype != "application/json":
-        raise UnsupportedMediaType("send no body, or {} as application/json")
+        raise UnsupportedMediaType(hint)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
-    try:
-        _retry_schema.load(body)
-    except ValidationError as exc:
-        raise ValidationFailed(processors.flatten_errors(exc.messages)) from None
+    return body
 
 
 @bp.get("/tasks")

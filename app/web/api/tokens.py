@@ -7,10 +7,7 @@ batch) puts the same object in its 202 (:func:`read_token`).
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response
 from marshmallow import ValidationError
 
 from app.core import processors
@@ -19,8 +16,8 @@ from app.core.states import TaskStatus
 from app.core.urls import API_PREFIX, status_document
 from app.web.api import json_response
 from app.web.api.batches import _service
-from app.web.api.tasks import _body_bytes
-from app.web.errors import BadRequest, UnsupportedMediaType, ValidationFailed
+from app.web.api.tasks import optional_object
+from app.web.errors import ValidationFailed
 from app.web.runtime import runtime
 from app.web.schemas import TokenRequestSchema
 from app.web.tokens import BATCH, DEFAULT_TTL, TASK
@@ -59,17 +56,9 @@ def read_token(kind: str, scope_id: str, ttl: int = DEFAULT_TTL, now: int | None
 
 def _ttl() -> int:
     """The body's ``ttl`` (none, or ``{}``: the default); 422 naming the member at fault."""
-    raw = _body_bytes(runtime().config.max_body)
-    if not raw.strip():
+    body = optional_object(runtime().config.max_body, "send no body, or {\"ttl\": seconds} as application/json")
+    if body is None:
         return DEFAULT_TTL
-    if request.mimetype != "application/json":
-        raise UnsupportedMediaType("send no body, or {\"ttl\": seconds} as application/json")
-    try:
-        body: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise BadRequest("the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
     try:
         return int(_request_schema.load(body)["ttl"])
     except ValidationError as exc:
