@@ -28,15 +28,15 @@ def is_run_id(value: Any) -> bool:
 
 
 def new_task_id() -> str:
-    """A fresh task id."""
-    return str(uuid.uuid4())
+    """A fresh task id (:func:`new_task_ids`'s one)."""
+    return new_task_ids(1)[0]
 
 
 _VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}  # RFC 4122's variant: the digit's top bits 10
 
 
 def new_task_ids(n: int) -> list[str]:
-    """``n`` fresh task ids, each as :func:`new_task_id` makes one (a random UUID, version 4, as its text), from
+    """``n`` fresh task ids, each what ``str(uuid.uuid4())`` makes (a random UUID, version 4, as its text), from
     one read of the system's randomness and without a UUID object each: a batch's (~2 µs a task saved)."""
     raw = os.urandom(16 * n).hex()
     return [f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
