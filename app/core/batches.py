@@ -201,14 +201,13 @@ class BatchStore:
             raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
         entries, failed = [], False
         for bt, outcome in zip(tasks, answer[1:1 + len(tasks)], strict=True):  # "", an ended id, a holder and status
-            if not outcome:
-                entries.append(Entry(bt.new.task_id, TaskStatus.PENDING, False))
+            held, _, status = outcome.decode().partition(" ")
+            if status:  # a duplicate: its holder and the holder's status
+                entries.append(Entry(held, status, True))
                 continue
-            holder, _, status = outcome.decode().partition(" ")
-            if not status:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
-                failed = self.store.fail_waiting(bt.new.task_id, holder) or failed
-            entries.append(Entry(holder, status, True) if status else Entry(bt.new.task_id, TaskStatus.PENDING,
-                                                                             False))
+            if held:  # a task it runs after ended otherwise already: FAILED -6 now, as a submit does
+                failed = self.store.fail_waiting(bt.new.task_id, held) or failed
+            entries.append(Entry(bt.new.task_id, TaskStatus.PENDING, False))
         # the batch as the script wrote it, in the same state as its tasks' entries (a worker may have started one
         # since), unless a task was failed -6 just now
         flat = answer[-1]
