@@ -21,6 +21,7 @@ from app.core import keys, processors
 from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.jobs import FAILED_JOB_TTL
 from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
 from workers.housekeeping import Housekeeper, PassReport, recover_now
 from workers.takeover import replace_predecessor
@@ -124,6 +125,23 @@ def test_a_stalled_run_is_requeued_without_using_an_attempt(hk, conn, config):
     assert again is not None and again.task.attempts == 1
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # never the new run's PROCESSING
     assert hk.stats.read()["recovered"] == 1
+
+
+def test_a_stalled_simple_worker_runs_job_expires_as_a_failed_job_would(hk, conn, config):
+    """The simple worker writes no started registry entry for a taskport run (RQ's clean-up of it filed a dead
+    worker's job as abandoned, with a TTL): the recovery gives the lost run's job hash, STARTED, that TTL."""
+    task_id = make(hk, max_attempts=2)
+    run(hk, task_id)
+    conn.lrem("rq:queue:default", 0, task_id)
+    job = Job.fetch(hk.store.job_id(task_id), connection=conn)
+    worker = StoppableSimpleWorker(list(QUEUES), name=SLOT, connection=conn)
+    with conn.pipeline(transaction=False) as pipe:
+        worker._start_job(job, 120, pipe)
+        pipe.execute()
+    assert conn.ttl(job.key) == -1
+    pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
+    assert hk.store.get(task_id).status == TaskStatus.PENDING
+    assert 0 < conn.ttl(job.key) <= FAILED_JOB_TTL
 
 
 def test_lost_runs_past_the_bound_without_progress_fail_minus_3(hk, config):
