@@ -238,8 +238,8 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         return execution
 
     def _finish_commands(self, job: Job, queue: Queue, execution: Execution) -> list[Command]:
-        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the execution out
-        of RQ's registries, the job FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
+        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the job FINISHED in
+        the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
         with the task's. Recorded from RQ's own calls on a pipeline that is never sent. Nothing of the execution:
