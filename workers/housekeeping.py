@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 from rq import Retry
+from rq.job import Job
 
 from app.core import audit, keys, processors
 from app.core.clock import iso, now_ms
@@ -28,7 +29,7 @@ from app.core.history import Histories
 from app.core.housekeeping_passes import QUEUE
 from app.core.indexes import ExpiryIndex, FailureIndex, Locks, RunningIndex, SlowTasks
 from app.core.jobclaims import Claims
-from app.core.jobs import JobQueue, resume_job_id
+from app.core.jobs import FAILED_JOB_TTL, JobQueue, resume_job_id
 from app.core.logs import task_logger
 from app.core.results import ResultStore, result_store
 from app.core.states import TERMINAL, TaskStatus
@@ -220,7 +221,14 @@ def recover_run(store: TaskStore, jobs: JobQueue, task: Task, stale_before_ms: i
     # a job id of its own: the stalled delivery's job, once its work horse ends, is deleted by RQ
     # (result_ttl 0), and must not take the re-queued one with it
     job = resume_job_id(task.id, task.seq)
-    return store.recover(task, stale_before_ms, jobs.requeue_commands(task, job), job_id=job)
+    lost = store.job_id(task.id)
+    outcome = store.recover(task, stale_before_ms, jobs.requeue_commands(task, job), job_id=job)
+    if outcome:
+        # the lost run's job hash says STARTED with no TTL: the simple worker gives RQ no started registry entry
+        # whose clean-up would file it as abandoned (workers.worker.StoppableSimpleWorker._recorded_start), so it
+        # expires as a failed job would (a worker that was only slow and ends it later keeps the TTL: HSET does)
+        store.redis.expire(Job.key_for(lost), FAILED_JOB_TTL)
+    return outcome
 
 
 def recover_now(store: TaskStore, jobs: JobQueue, task_id: str, job_id: str) -> tuple[Task, str] | None:

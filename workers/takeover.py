@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import cast
+from uuid import uuid4
 
 import redis
 from rq import Queue
@@ -19,13 +20,15 @@ from rq.executions import Execution, ExecutionRegistry
 from rq.job import Job, JobStatus
 from rq.job_lifecycle import record_job_failure
 from rq.registry import StartedJobRegistry
-from rq.utils import as_text, parse_composite_key, utcparse
+from rq.utils import as_text, utcparse
 from rq.worker import BaseWorker
 
 from app.core import keys, processors
 from app.core.config import Config
+from app.core.indexes import RunningIndex
 from app.core.jobclaims import Claims
 from app.core.jobs import JobQueue, task_of_job
+from app.core.keys import TaskField as F
 from app.core.logs import task_logger
 from app.core.states import QUEUES, TaskStatus
 from app.core.store import TaskStore
@@ -65,25 +68,26 @@ def give_back_claims(conn: redis.Redis, name: str) -> None:
 
 def _runs_of(conn: redis.Redis, predecessor: BaseWorker) -> list[Execution]:
     """The runs ``predecessor`` was making: its execution records (a fork or spawn worker's, RQ's own), and the
-    entries of RQ's started registries whose job it had started (the job's hash names it and says STARTED): the
-    simple worker records no execution for a taskport job (workers.worker.StoppableSimpleWorker._recorded_start).
-    Its slot's name is used by one live worker at a time and this one has not registered yet, so an entry whose
-    job names it is a run of a predecessor; whether that run is still the task's, recover_now decides."""
+    PROCESSING tasks of taskport's running index whose job it had started (the job's hash names it and says
+    STARTED): the simple worker records no execution and no started registry entry for a taskport job
+    (workers.worker.StoppableSimpleWorker._recorded_start). Its slot's name is used by one live worker at a time
+    and this one has not registered yet, so a job that names it is a run of a predecessor; whether that run is
+    still the task's, recover_now decides. The running index holds the running tasks alone (a few per worker):
+    two pipelined reads, once per takeover."""
     runs = {execution.job_id: execution for execution in predecessor.get_current_executions(refresh=True)}
-    entries = []
-    for queue in QUEUES:
-        for member in cast(list[bytes], conn.zrange(StartedJobRegistry(queue, connection=conn).key, 0, -1)):
-            job_id, execution_id = parse_composite_key(as_text(member))
-            if job_id not in runs:
-                entries.append((job_id, execution_id))
-    if entries:
-        with conn.pipeline(transaction=False) as pipe:
-            for job_id, _ in entries:
-                pipe.hmget(Job.key_for(job_id), "worker_name", "status")
-            named = pipe.execute()
-        for (job_id, execution_id), (worker, status) in zip(entries, named, strict=True):
-            if worker and status and as_text(worker) == predecessor.name and as_text(status) == JobStatus.STARTED:
-                runs.setdefault(job_id, Execution(execution_id, job_id, conn, worker_name=predecessor.name))
+    task_ids = [as_text(member) for member in cast(list[bytes], conn.zrange(RunningIndex.key, 0, -1))]
+    if not task_ids:
+        return list(runs.values())
+    with conn.pipeline(transaction=False) as pipe:
+        for task_id in task_ids:
+            pipe.hget(keys.task(task_id), F.JOB)
+        job_ids = [as_text(job) if job else task_id for task_id, job in zip(task_ids, pipe.execute(), strict=True)]
+        for job_id in job_ids:
+            pipe.hmget(Job.key_for(job_id), "worker_name", "status")
+        named = pipe.execute()
+    for job_id, (worker, status) in zip(job_ids, named, strict=True):
+        if worker and status and as_text(worker) == predecessor.name and as_text(status) == JobStatus.STARTED:
+            runs.setdefault(job_id, Execution(uuid4().hex, job_id, conn, worker_name=predecessor.name))
     return list(runs.values())
 
 

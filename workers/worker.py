@@ -186,11 +186,11 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """RQ's SimpleWorker.execute_job, with the execution (a taskport job's: :meth:`_recorded_start`) and the
-        job's start in one pipeline. Not a MULTI (two commands a delivery saved): it clears the job's claim
-        (app.core.jobclaims) after the started registry's write, so a pipeline cut short leaves the id in the claim
-        list as well as in RQ's started registry, never in neither, and what RQ writes of a start is its own
-        worker's keys and the job's, which no one else writes meanwhile. A taskport job's START goes last on it
-        (workers.runner.Runner.start_on): one round trip for the start, where it took two."""
+        job's start in one pipeline. Not a MULTI (two commands a delivery saved): what RQ writes of a start is its
+        own worker's keys and the job's, which no one else writes meanwhile; the job's claim (app.core.jobclaims)
+        is cleared after the started state (and, for another job than taskport's, RQ's started registry) is written.
+        A taskport job's START goes last on it (workers.runner.Runner.start_on): one round trip for the start, where
+        it took two."""
         from workers import runner  # late, as workers.worker.main imports it
         with self.connection.pipeline(transaction=False) as pipe:
             ttl = self.get_heartbeat_ttl(job)
@@ -201,7 +201,9 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
                 self._start_job(job, ttl, pipe)
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            self._unclaim(job, pipe)  # the id is in RQ's started registry by then
+            # the id leaves the claim list before START makes the task PROCESSING: cut short between the two, the task
+            # is PENDING with its job nowhere, which RECONCILE puts back (workers.housekeeping)
+            self._unclaim(job, pipe)
             # a taskport job's START in the same round trip, after those writes (Runner.start_on)
             started = runner.active().start_on(pipe, job.args[0]) if job.func_name == RUN_TASK else None
             replies = pipe.execute(raise_on_error=started is None)
@@ -222,33 +224,27 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
                 run.rq_finish, run.rq_finished = None, False
 
     def _recorded_start(self, job: Job, ttl: int, pipe: Any) -> Execution:
-        """A taskport job's start in RQ, on the start pipeline: RQ's ``Execution.create`` less the job's own index
-        of its executions (``rq:executions:<job>``: ZADD and EXPIRE here, ZREM at the end; read by RQ's
-        ``Job.get_executions`` alone, which nothing of taskport, RQ's worker or rq-dashboard calls on a taskport
-        job). The job's started state goes first (worker_name: where RQ's stop-job command goes, and where
-        workers.takeover finds a dead worker's run whose execution record has expired), then what RQ reads of the
-        worker's current job from another process (the execution record and the worker's index of them:
-        ``Worker.get_current_job_id``, rq-dashboard's current job), and the started registry's entry."""
+        """A taskport job's start in RQ, on the start pipeline: the job's started state alone (worker_name: where
+        RQ's stop-job command, a cancel, goes; workers.takeover finds a dead worker's run from it and the task's
+        place in taskport's running index). No execution record, index of the worker's executions or of the job's,
+        and no started registry entry: five commands here and three at the end (bench/README.md, "A delivery,
+        command by command"), each a copy of what the task hash and ``{tp}:running`` hold (START, on the same
+        pipeline, writes them). The execution lives in this process's memory (``self.executions``), which is
+        where RQ's stop-job command looks; another process (rq-dashboard, ``rq info``, ``Worker.all()``) sees no
+        current job for this worker and no "started" job: the decision issue 32 allows (docs/operations.md)."""
         self._start_job(job, ttl, pipe)
         execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
         execution._job = job
-        execution.save(ttl=ttl, pipeline=pipe)
-        job.started_job_registry.add_execution(execution, pipeline=pipe, ttl=ttl)
-        pipe.sadd(execution.worker_executions_key, execution.composite_key)
-        pipe.expire(execution.worker_executions_key, ttl + 60)
         return execution
 
     def _finish_commands(self, job: Job, queue: Queue, execution: Execution) -> list[Command]:
-        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the execution out
-        of RQ's registries, the job FINISHED in the finished registry for ``FINISHED_JOB_TTL``), as commands that
+        """What :meth:`RecordsOutcome._finish_completed` writes of a completed job's end in RQ (the job FINISHED in
+        the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
-        with the task's. Recorded from RQ's own calls on a pipeline that is never sent; the execution's removal is
-        RQ's ``Execution.delete`` less the job's index of executions that :meth:`_recorded_start` never wrote."""
+        with the task's. Recorded from RQ's own calls on a pipeline that is never sent. Nothing of the execution:
+        :meth:`_recorded_start` wrote none of it to Redis."""
         with self.connection.pipeline() as pipe:
-            pipe.delete(execution.key)
-            queue.started_job_registry.remove_execution(execution, pipeline=pipe)
-            pipe.srem(execution.worker_executions_key, execution.composite_key)
             pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(now())})
             pipe.expire(job.key, FINISHED_JOB_TTL)
             queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)

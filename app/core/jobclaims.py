@@ -12,8 +12,8 @@ lists, so the take is split, as BullMQ's is:
   taskport pushes one entry there (app.core.jobs records it with RQ's enqueue), and a claim uses one. A lost
   answer to that BLPOP costs nothing. A job queued without one (RQ's own enqueue, a queue resumed) is seen
   at the worker's next look, within ``WAKE_WAIT`` s.
-- The claim is cleared in the pipeline that records the job's execution in RQ's started registry
-  (workers.dequeue), so the id moves from the claim list to that registry in one MULTI.
+- The claim is cleared in the pipeline that starts the job (workers.dequeue; the simple worker's
+  workers.worker.StoppableSimpleWorker.execute_job, where START, last on it, makes the task PROCESSING).
 
 A claim left behind goes back to the head of its queue: by the next claim of the same worker (one holds at
 most one claim at a time, so a leftover is a take whose answer was lost), by the worker that starts in its

@@ -36,8 +36,13 @@ START = Script(
           "concurrency": "the concurrency limits, type=N/key;... ('' = none)",
           "stall_ms": "the stall timeout (ms): a slot holder's heartbeat older than it lapses"},
     body=SYNC + OWN_TASK + LIMITS + """
-local cur = redis.call('HMGET', task, @status, @expires_at, @run_id, @batch, @attempts, @seq, @resumed, @type,
-                       @member, @created_at, @limited, @started_at, @checkpoints, @error_code, @payload_sha256)
+-- the whole document, read once: the answer is it with this start's writes (no HGETALL after them: bench/README.md)
+local doc = redis.call('HGETALL', task)
+local at = {}
+for i = 1, #doc, 2 do at[doc[i]] = doc[i + 1] end
+local cur = {at[@status], at[@expires_at], at[@run_id], at[@batch], at[@attempts], at[@seq], at[@resumed], at[@type],
+             at[@member], at[@created_at], at[@limited], at[@started_at], at[@checkpoints], at[@error_code],
+             at[@payload_sha256]}
 local status = cur[1]
 if status == $PROCESSING and cur[3] == run_id then
   -- this run's own start again (its answer was lost to a Redis restart and the client sent it once more)
@@ -86,7 +91,21 @@ redis.call('ZADD', running, now_ms, task_id)
 redis.call('PUBLISH', events, seq)
 batch_sync(task, task_id, before, now_ms, nil)
 audit_entry(task_id, status, {cur[9], cur[8], $PROCESSING, cur[14], fields[10], cur[15]})  -- as written above
-return {1, payload_json, redis.call('HGETALL', task), log, saved}
+if cur[4] or lk then  -- a batch's sync or a slot's HDEL wrote more than ``fields``: the document read back
+  return {1, payload_json, redis.call('HGETALL', task), log, saved}
+end
+-- in HGETALL's order for a small (listpack) hash, which a repeat's answer above reads: the fields it had, then
+-- the new ones in the order HSET added them (a large hash's order differs; the answer is read as a map)
+for i = 1, #fields, 2 do
+  local name, value = fields[i], tostring(fields[i + 1])  -- as HSET stored it
+  if at[name] == nil then
+    doc[#doc + 1] = name
+    doc[#doc + 1] = value
+  end
+  at[name] = value
+end
+for i = 2, #doc, 2 do doc[i] = at[doc[i - 1]] end
+return {1, payload_json, doc, log, saved}
 """)
 
 # Progress and heartbeat of a running task: only the run that started it may write, and only while

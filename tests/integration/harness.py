@@ -471,6 +471,16 @@ def task_workers(conn: redis.Redis) -> list[Worker]:
     return [w for w in Worker.all(connection=conn) if "default" in w.queue_names()]
 
 
+def running_workers(conn: redis.Redis, job_id: str) -> list[Worker]:
+    """The task workers running RQ job ``job_id``: the one its job hash names (worker_name) while the job is
+    STARTED, as RQ's stop-job command finds it. Not ``Worker.get_current_job_id``, read from RQ's execution
+    records, which the simple worker does not write for a taskport job (bench/README.md, issue 32)."""
+    name, status = conn.hmget(f"rq:job:{job_id}", ["worker_name", "status"])
+    if not name or status != b"started":
+        return []
+    return [w for w in task_workers(conn) if w.name == name.decode()]
+
+
 def children(pid: int) -> list[int]:
     """Live child pids of ``pid`` (Linux /proc)."""
     found = []

@@ -30,7 +30,7 @@ from app.core import audit, keys
 from app.core.config import Config
 from app.core.process import alive, session_members
 from app.launch.supervisorconf import worker_slot_name
-from tests.integration.harness import Up, started, task_workers, wait_until
+from tests.integration.harness import Up, running_workers, started, task_workers, wait_until
 from tests.integration.test_resume import ITEM_SECONDS, ITEMS, ended, items_done, status, submit
 
 pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
@@ -59,7 +59,7 @@ def worker_pid(up: Up, task_id: str) -> int:
     """The pid of the worker whose registration in RQ names the task's job as its current one."""
     conn = redis_of(up)
     try:
-        return int(wait_until(lambda: [w.pid for w in task_workers(conn) if w.get_current_job_id() == task_id],
+        return int(wait_until(lambda: [w.pid for w in running_workers(conn, task_id)],
                               message=f"a worker to report {task_id} as its job")[0])
     finally:
         conn.close()

@@ -33,7 +33,7 @@ from app.core.connection import connect
 from app.core.process import alive, session_members
 from app.core.states import QUEUES
 from app.web.readiness import QueuePauses
-from tests.integration.harness import TASKS, Api, RedisServer, Up, children, started, task_workers, wait_until
+from tests.integration.harness import TASKS, Api, RedisServer, Up, children, running_workers, started, wait_until
 
 pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
 
@@ -122,7 +122,7 @@ def worker_running(up: Up, task_id: str) -> tuple[str, int]:
     """(supervisor name, pid) of the worker whose work horse runs ``task_id``."""
     conn = redis.Redis.from_url(up.redis_url())
     try:
-        pids = wait_until(lambda: [w.pid for w in task_workers(conn) if w.get_current_job_id() == task_id],
+        pids = wait_until(lambda: [w.pid for w in running_workers(conn, task_id)],
                           message=f"a worker to report {task_id} as its job")
     finally:
         conn.close()

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from app.core.process import alive
-from tests.integration.harness import TASKS, Api, Up, children, started, task_workers, wait_until
+from tests.integration.harness import TASKS, Api, Up, children, running_workers, started, task_workers, wait_until
 
 pytestmark = pytest.mark.faults  # processes killed, signalled or failing: make test-faults
 
@@ -52,7 +52,7 @@ def test_a_task_that_never_checkpoints_is_stopped_within_2s_of_its_cancel(
         stuck = api.create("test.stuck", {"seconds": 60})
         api.wait_for(stuck, "PROCESSING")
         conn = redis.Redis.from_url(up.redis_url())
-        wait_until(lambda: any(w.get_current_job_id() == stuck for w in task_workers(conn)),
+        wait_until(lambda: running_workers(conn, stuck),
                    message="the worker to hold the job")
         [worker] = task_workers(conn)
         conn.close()

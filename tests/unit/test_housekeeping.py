@@ -21,6 +21,7 @@ from app.core import keys, processors
 from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
+from app.core.jobs import FAILED_JOB_TTL
 from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
 from workers.housekeeping import Housekeeper, PassReport, recover_now
 from workers.takeover import replace_predecessor
@@ -124,6 +125,23 @@ def test_a_stalled_run_is_requeued_without_using_an_attempt(hk, conn, config):
     assert again is not None and again.task.attempts == 1
     assert hk.store.report(task_id, run_id, None) == CLAIM_TAKEN  # never the new run's PROCESSING
     assert hk.stats.read()["recovered"] == 1
+
+
+def test_a_stalled_simple_worker_runs_job_expires_as_a_failed_job_would(hk, conn, config):
+    """The simple worker writes no started registry entry for a taskport run (RQ's clean-up of it filed a dead
+    worker's job as abandoned, with a TTL): the recovery gives the lost run's job hash, STARTED, that TTL."""
+    task_id = make(hk, max_attempts=2)
+    run(hk, task_id)
+    conn.lrem("rq:queue:default", 0, task_id)
+    job = Job.fetch(hk.store.job_id(task_id), connection=conn)
+    worker = StoppableSimpleWorker(list(QUEUES), name=SLOT, connection=conn)
+    with conn.pipeline(transaction=False) as pipe:
+        worker._start_job(job, 120, pipe)
+        pipe.execute()
+    assert conn.ttl(job.key) == -1
+    pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
+    assert hk.store.get(task_id).status == TaskStatus.PENDING
+    assert 0 < conn.ttl(job.key) <= FAILED_JOB_TTL
 
 
 def test_lost_runs_past_the_bound_without_progress_fail_minus_3(hk, config):
@@ -236,12 +254,12 @@ def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_fr
     successor.register_death()
 
 
-def test_a_simple_workers_run_whose_execution_record_expired_is_taken_over_from_the_started_registry(
-        hk, conn, config, caplog):
-    """The simple worker never renews a run's execution record (RQ's TTL: 90 s from the start), so a longer run's
-    is gone and RQ lists no current job for it: its successor finds the run from the job hash (worker_name,
-    STARTED) and its entry in RQ's started registry (workers.worker.StoppableSimpleWorker._recorded_start).
-    Another worker's entry in the same registry is left alone."""
+def test_a_simple_workers_run_is_taken_over_from_the_running_index_and_the_job_hash(hk, conn, config, caplog):
+    """The simple worker records nothing of a taskport run in RQ but the job hash's started state (no execution
+    record, no index of the worker's executions, no started registry entry: workers.worker
+    StoppableSimpleWorker._recorded_start), so RQ lists no current job for it: its successor finds the run from
+    taskport's running index (the task PROCESSING) and the job hash (worker_name, STARTED). Another worker's run
+    is left alone."""
     task_id, other = make(hk, max_attempts=1), make(hk, max_attempts=1)
     for t in (task_id, other):
         run(hk, t)
@@ -253,22 +271,32 @@ def test_a_simple_workers_run_whose_execution_record_expired_is_taken_over_from_
         conn.lrem("rq:queue:default", 0, t)
         job = Job.fetch(hk.store.job_id(t), connection=conn)
         with conn.pipeline(transaction=False) as pipe:
-            worker._recorded_start(job, 120, pipe)
+            worker._start_job(job, 120, pipe)  # the job's started state alone
             pipe.execute()
         started.append(job)
-    assert not list(conn.scan_iter("rq:executions:*"))  # no job's index of its executions (nothing reads it)
-    for key in conn.scan_iter("rq:execution:*"):
-        conn.delete(key)  # both runs longer than 90 s
     with caplog.at_level(logging.INFO, logger="workers.worker"):
         replace_predecessor(conn, config, SLOT)
     assert hk.store.get(task_id).status == TaskStatus.PENDING  # recovered at once
     assert hk.store.get(other).status == TaskStatus.PROCESSING  # the other slot's run: not this one's
     assert started[0].get_status(refresh=True) == JobStatus.FAILED  # an abandoned job, as RQ records one
     assert started[1].get_status(refresh=True) == JobStatus.STARTED
-    wip = StartedJobRegistry("default", connection=conn)
-    assert wip.get_job_ids() == [started[1].id]
     [line] = [r for r in caplog.records if "predecessor" in r.getMessage()]
     assert getattr(line, "task_id", None) == task_id and "its run recovered at once" in line.getMessage()
+
+
+def test_a_simple_workers_start_of_a_taskport_job_records_only_the_jobs_started_state(hk, conn):
+    """What RQ would record of the run beside the job hash (the execution record, the worker's and the job's
+    indexes of executions, the started registry) repeats the task hash and the running index: none is written."""
+    task_id = make(hk)
+    worker = StoppableSimpleWorker(list(QUEUES), name=SLOT, connection=conn)
+    job = Job.fetch(hk.store.job_id(task_id), connection=conn)
+    before = set(conn.keys("*"))
+    with conn.pipeline(transaction=False) as pipe:
+        execution = worker._recorded_start(job, 120, pipe)
+        pipe.execute()
+    assert execution.job_id == job.id and execution.worker_name == SLOT
+    assert set(conn.keys("*")) - before == {worker.key.encode()}  # its heartbeat: the worker's registration
+    assert conn.hmget(job.key, "status", "worker_name") == [b"started", SLOT.encode()]
 
 
 def test_past_the_bound_of_lost_runs_the_predecessors_run_fails_minus_3(hk, conn, tmp_path):

@@ -225,6 +225,23 @@ def test_a_start_sent_again_by_the_same_run_is_answered_again_and_counts_once(st
     assert store.start(new.task_id, "run-2").started is None  # another delivery still does nothing
 
 
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_starts_answer_is_the_task_document_as_written(store, conn, resumed):
+    """START reads the task hash once (HGETALL) and answers it with its own writes applied, not a second HGETALL
+    after them: the answer is, field for field and byte for byte, what the hash holds."""
+    from app.core import runscripts
+    new = new_task()
+    create(store, new)
+    if resumed:  # a checkpoint to resume from: @resumed and @checkpoints written too
+        run_id = started(store, new)
+        store.report(new.task_id, run_id, 10, checkpoint=b'{"c":[1,0,0]}')
+        assert store.interrupted(new.task_id, run_id, "a worker stop", [], "job-r")
+    answer = store.run_script(runscripts.START.name, *store._start_call(new.task_id, "run-9", ""))
+    assert answer[0] == 1
+    flat = answer[2]
+    assert dict(zip(flat[::2], flat[1::2], strict=True)) == conn.hgetall(keys.task(new.task_id))
+
+
 def test_started_at_is_the_first_start_a_resume_and_a_retry_keep_it_and_a_run_again_resets_it(store, conn):
     """It was overwritten at each resume: a task interrupted after an hour showed a start of a minute ago."""
     new = new_task()
