@@ -22,6 +22,16 @@ trim) and ``fold_writes()`` makes them once, in order, at the end: a batch runs 
 
 from __future__ import annotations
 
+from app.core.keys import TaskField as F
+
+# The first field pairs of every created task's hash, in this order (app.core.store.TaskStore.task_fields writes
+# them so, for a submit and for each task of a batch): ``create`` reads the audit entry's values at their places
+# here (``audited``, app.core.scripts.AUDIT: member, type, status, attempts and the payload's digest; a new task has
+# no error code) instead of a table of every field by name, ~2 µs of Lua a task (bench/README.md, "Submit, fifth
+# pass").
+CREATED_HEAD = (F.TYPE, F.MEMBER, F.STATUS, F.PROGRESS, F.ATTEMPTS, F.CREATED_AT, F.UPDATED_AT, F.EXPIRES_AT, F.SEQ,
+                F.PAYLOAD_SHA256)
+
 # sibling(key, id, other): the key of the same kind as ``key`` (which names ``id``) for ``other``: how a script
 # names the hash of a task (or batch) whose id it learns only by reading (on the same slot: see app.core.keys).
 SIBLING = """
@@ -87,7 +97,7 @@ local function create(t)
     redis.call('HINCRBY', active, member, 1)
     redis.call('HINCRBY', stored_bytes, member, #t.payload_json)
   end
-  local waiting, ended, n, open_statuses = {}, '', 0, $ACTIVE
+  local waiting, ended, n, open_statuses = {}, '', 0, t.after_ids ~= '' and $ACTIVE
   for dep in string.gmatch(t.after_ids, '[^,]+') do
     local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
     n = n + 1
@@ -124,10 +134,13 @@ local function create(t)
     redis.call('HSET', t.task, more[1], more[2], more[3], more[4], unpack(src, t.fields_from, t.fields_to))
   end
   redis.call('EXPIRE', t.task, t.key_ttl)
-  local written, h = {}, {}
-  for j = t.fields_from, t.fields_to or #src, 2 do written[src[j]] = src[j + 1] end
-  for i, name in ipairs(audited) do h[i] = written[name] end  -- as the HSET above wrote them
-  audit_entry(t.id, '', h)
+  local f = t.fields_from - 1  -- the audited values as the HSET above wrote them, at their places in the head
+  audit_entry(t.id, '', {src[f + __AT_member__], src[f + __AT_type__], src[f + __AT_status__], nil,
+                         src[f + __AT_attempts__], src[f + __AT_payload_sha256__]})
   return ended, table.concat(waiting, ',')
 end
 """
+for _at, _field in enumerate(CREATED_HEAD):
+    CREATE = CREATE.replace(f"__AT_{_field.value}__", str(2 * _at + 2))
+if "__AT_" in CREATE:
+    raise RuntimeError("app.core.creation: an audited field is not in CREATED_HEAD")

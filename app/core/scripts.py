@@ -75,7 +75,11 @@ end
 # not passed in (its id is known only once the dedup key is read): the new task's name with the holder's
 # id in place of the new one, so a duplicate costs the same one round trip as a new task.
 # Safe twice by construction: the same call again finds its own task (holding the dedup key, or existing once the
-# key lapsed) and answers as it did, without a call record (a key less per submit).
+# key lapsed) and answers as it did, without a call record (a key less per submit). A repeat comes within
+# Config.call_record_ms of the first call (the time every script's call record is kept for the same reason), so with
+# a dedup window at least that long (the default: 300 s against 124 s) the key the first call set is still there,
+# and a call that finds no key is a first call: it looks for its own task (EXISTS) only when the window is shorter
+# (``lapse_check``).
 # Returns {1, ended dep or '', waiting ids} when created, {0, holder_id, the holder's HGETALL (empty once it is
 # gone)} for a duplicate, {2, unfinished_count} at the cap, {3, bytes_held} when its payload would take the member
 # past its quota of stored bytes (keys.STORED_BYTES, kept by every script that changes what a task holds:
@@ -109,6 +113,9 @@ SUBMIT = Script(
         "job_argc": "how many ARGV entries the job's commands take",
         "run_at_ms": "when the task is due, if ahead: it waits in delayed instead of being queued ('' = now)",
         "after_ids": "the tasks it runs after, comma-separated ('' = none)",
+        "lapse_check": "'1' when the dedup key may lapse before a repeat of this call comes (the dedup window is "
+                       "shorter than Config.call_record_ms): a call that finds no key looks for its own task; '' = "
+                       "the key outlives any repeat, so finding none is proof enough (no EXISTS)",
     },
     rest_keys=Tail("command_keys", "per task of after_ids its hash and its dependents set, then one key per job "
                                    "command, in order"),
@@ -116,7 +123,7 @@ SUBMIT = Script(
                          "hash's field, value pairs"),
     body=REPLAY + SIBLING + CREATE + """
 local holder_id = redis.call('GET', dedup)
-if holder_id == task_id or (not holder_id and redis.call('EXISTS', task) == 1) then
+if holder_id == task_id or (not holder_id and lapse_check ~= '' and redis.call('EXISTS', task) == 1) then
   -- this call again (its answer lost; its dedup key may have lapsed since): answered as the first time was,
   -- from what it wrote (the tasks it still waits for; the first of them that ended otherwise)
   local waiting, ended, open = redis.call('HGET', task, @waiting_for) or '', '', $ACTIVE

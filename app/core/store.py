@@ -66,7 +66,8 @@ class TaskStore(RunStore):
                   "created_ms": created, "expiry_ms": start + c.task_ttl * 1000, "payload_json": body,
                   "member": new.member, "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
                   "job_argc": len(job_args),
-                  "run_at_ms": start if start > created else "", "after_ids": ",".join(after)},
+                  "run_at_ms": start if start > created else "", "after_ids": ",".join(after),
+                  "lapse_check": "1" if c.dedup_window * 1000 < c.call_record_ms else ""},
             rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields], record_ms=c.call_record_ms,
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:

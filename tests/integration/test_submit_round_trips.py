@@ -14,7 +14,7 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from rq.job import Job
 
 import app.core.jobs
-from app.core import processors
+from app.core import keys, processors
 from app.core.config import Config
 from app.web.service import TaskService
 from tests.integration.harness import RedisServer
@@ -74,8 +74,41 @@ def test_a_new_task_and_a_duplicate_each_cost_one_round_trip(service: TaskServic
     after = redis_conn.info("commandstats")
     calls = {name: after[name]["calls"] - before.get(name, {}).get("calls", 0) for name in after}
     assert calls["cmdstat_evalsha"] == 2  # the two submits, and no other command sent by the client
-    # the dedup reads; the new task's look for itself (safe twice: a repeat finds it); the holder's hash
-    assert calls.get("cmdstat_get", 0) == 2 and calls["cmdstat_exists"] == 1 and calls["cmdstat_hgetall"] == 1
+    # the dedup reads and the holder's hash; no look for the new task itself: with the default dedup window (300 s)
+    # the key outlives any repeat of the call (Config.call_record_ms, 124 s), so finding none proves a first call
+    assert calls.get("cmdstat_get", 0) == 2 and calls.get("cmdstat_exists", 0) == 0 and calls["cmdstat_hgetall"] == 1
+
+
+@pytest.mark.parametrize("window", [1, 300])
+def test_a_repeat_of_a_submit_creates_nothing_whatever_the_dedup_window(service: TaskService, redis_conn: redis.Redis,
+                                                                        window: int) -> None:
+    """The same call sent again (its reply lost) is answered "created" from its own task and writes nothing more.
+    With a dedup window shorter than a repeat may come (1 s against Config.call_record_ms) the key may have lapsed
+    (gone here): the script then looks for its task (EXISTS). With a longer one it finds its key still held."""
+    config = replace(service.config, dedup_window=window)
+    assert (window * 1000 < config.call_record_ms) == (window == 1)
+    repeating = TaskService(service.redis, config)
+    store = repeating.store
+    sent: list[tuple[str, list[str], list[Any]]] = []
+    run = store.run_script
+
+    def kept(name: str, keys_: list[str], args: list[Any], *rest: Any, **options: Any) -> Any:
+        sent.append((name, keys_, args))
+        return run(name, keys_, args, *rest, **options)
+
+    store.run_script = kept  # type: ignore[method-assign]
+    first = repeating.submit("public", "demo.sleep", {"seconds": 0, "label": "twice"}, None, None)
+    assert first.created
+    name, keys_, args = sent[-1]
+    if window == 1:
+        redis_conn.delete(keys_[0])  # the dedup key lapsed before the repeat came
+    queued = redis_conn.llen("rq:queue:default")
+    before = redis_conn.info("commandstats").get("cmdstat_exists", {}).get("calls", 0)
+    assert list(run(name, keys_, args)[:1]) == [1]  # answered "created", as the first time
+    looked = redis_conn.info("commandstats").get("cmdstat_exists", {}).get("calls", 0) - before
+    assert looked == (1 if window == 1 else 0)
+    assert redis_conn.llen("rq:queue:default") == queued  # no second job
+    assert redis_conn.zcard(keys.history("public")) == 2  # the warm-up's task and this one, once
 
 
 def test_a_submit_reads_the_counters_of_a_cap_only_when_the_cap_is_on(service: TaskService,

@@ -260,3 +260,14 @@ def test_started_at_is_the_first_start_a_resume_and_a_retry_keep_it_and_a_run_ag
     assert rerun(store, new.task_id, "job-a", (), 1).task.started_at is None
     started(store, new)
     assert store.get(new.task_id).started_at > first
+
+
+def test_a_created_task_s_fields_begin_with_the_head_the_create_reads_its_audit_entry_from(store):
+    """The create script reads the audit entry's values at their places in CREATED_HEAD (app.core.creation), not by
+    name: every created task's fields (a submit's, each of a batch's, with or without run_at) must begin with it."""
+    from app.core.creation import CREATED_HEAD
+
+    new = dataclasses.replace(new_task(), priority="high", traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+    for run_at in (None, now_ms() + 60_000):
+        _, fields, _ = store.task_fields(new, now_ms(), run_at)
+        assert tuple(fields[0:2 * len(CREATED_HEAD):2]) == CREATED_HEAD
