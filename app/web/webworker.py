@@ -298,31 +298,6 @@ class ProblemErrors:
             cfg.__dict__["pre_request"] = _no_pre_request
 
 
-class HeadDeadline:
-    """gunicorn's gevent ``timeout_ctx``, the deadline of a whole request head (``--keep-alive`` seconds: it ends
-    the wait silently, and gunicorn closes the connection), made once per connection and restarted for each head.
-
-    gunicorn makes a gevent ``Timeout`` (a loop timer) per request and closes it after: ~7 µs a request timed
-    alone, ~2 % of a hello's samples (bench/README.md, "The per-request floor"). Cancelled, the same timer
-    starts again for the next head."""
-
-    __slots__ = ("timeout",)
-
-    def __init__(self, seconds: float) -> None:
-        self.timeout = gevent.Timeout(seconds, False)
-
-    def __enter__(self) -> gevent.Timeout:
-        self.timeout.start()
-        return self.timeout
-
-    def __exit__(self, typ: Any, value: Any, tb: Any) -> bool:
-        self.timeout.cancel()
-        return value is self.timeout  # its own expiry ends the wait silently, as gunicorn's Timeout(..., False)
-
-
-HEAD_DEADLINE = "taskport_head_deadline"  # the connection greenlet's attribute that holds its HeadDeadline
-
-
 class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
     """gunicorn's ``gevent`` worker whose client sockets time out after ``TASKPORT_WEB_IO_TIMEOUT`` idle s."""
 
@@ -341,15 +316,6 @@ class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=monkey.MonkeyPatchWarning)
             super().patch()
-
-    def timeout_ctx(self) -> HeadDeadline:
-        # called by gunicorn in the connection's own greenlet (one per connection), before each head is read
-        greenlet = gevent.getcurrent()
-        deadline: HeadDeadline | None = getattr(greenlet, HEAD_DEADLINE, None)
-        if deadline is None:
-            deadline = HeadDeadline(self.cfg.keepalive)
-            setattr(greenlet, HEAD_DEADLINE, deadline)
-        return deadline
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> None:
         # The head was read already (under gunicorn's keep-alive deadline); the timeout covers reading the

@@ -177,31 +177,3 @@ def test_a_worker_not_at_debug_calls_no_default_pre_request(monkeypatch) -> None
     debugging.init_process()
     debugging.load_wsgi()
     assert debugging.cfg.pre_request is not webworker._no_pre_request  # its DEBUG line is logged
-
-
-def test_a_connections_head_deadline_is_one_timer_restarted_for_each_head() -> None:
-    import time
-
-    import gevent
-
-    from app.web.webworker import GeventWorker, HeadDeadline
-
-    worker = GeventWorker.__new__(GeventWorker)  # timeout_ctx reads only the settings
-    worker.cfg = settled()
-    worker.cfg.__dict__["keepalive"] = 0.05  # gunicorn takes whole seconds: a settled value, for a short test
-    seen: list[tuple[HeadDeadline, float, bool]] = []
-
-    def connection() -> None:
-        for _ in range(2):  # two heads on one connection: the same deadline, expiring silently each time
-            started = time.monotonic()
-            with worker.timeout_ctx() as timeout:
-                gevent.sleep(5)
-            seen.append((worker.timeout_ctx(), time.monotonic() - started, timeout.pending))
-        with pytest.raises(KeyError), worker.timeout_ctx():  # another error goes through
-            raise KeyError("x")
-
-    gevent.spawn(connection).get(timeout=5)
-    other = gevent.spawn(worker.timeout_ctx).get(timeout=5)
-    (first, waited, pending), (second, waited_again, pending_again) = seen
-    assert first is second and other is not first  # one per connection's greenlet (seen failing: one per head)
-    assert waited < 1 and waited_again < 1 and not pending and not pending_again
