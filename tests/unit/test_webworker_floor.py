@@ -33,6 +33,14 @@ class Wire:
         return len(data)
 
 
+class Narrow(Wire):
+    """A socket whose ``send`` takes at most 10 bytes (a full send buffer)."""
+
+    def send(self, data: Any) -> int:
+        self.writes.append(bytes(data[:10]))
+        return min(10, len(data))
+
+
 def settled() -> Config:
     cfg = Config()
     cfg.__class__ = SettledConfig
@@ -177,3 +185,12 @@ def test_a_worker_not_at_debug_calls_no_default_pre_request(monkeypatch) -> None
     debugging.init_process()
     debugging.load_wsgi()
     assert debugging.cfg.pre_request is not webworker._no_pre_request  # its DEBUG line is logged
+
+
+def test_what_one_send_leaves_goes_by_sendall() -> None:
+    wire = Narrow()
+    webworker.send_all(wire, b"0123456789abcdefghij-and-the-rest")
+    assert wire.writes == [b"0123456789", b"abcdefghij-and-the-rest"]
+    whole = Wire()
+    webworker.send_all(whole, b"short")
+    assert whole.writes == [b"short"]
