@@ -39,6 +39,7 @@ from gunicorn.config import Config as GunicornConfig
 from gunicorn.config import PreRequest
 from gunicorn.http import message as gunicorn_message
 from gunicorn.http import wsgi as gunicorn_wsgi
+from gunicorn.http.body import LengthReader
 from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
 from gunicorn.workers.gthread import ThreadWorker as _GunicornThreadWorker
 
@@ -125,17 +126,35 @@ class ClientBody:
             raise BodyStalled(self._seconds) from None
 
 
-@contextlib.contextmanager
-def timed_body(req: Any, addr: Any, seconds: float) -> Iterator[None]:
+class TimedBody:
     """``req`` with a :class:`ClientBody` while the app runs (gunicorn builds its environ from ``req.body``); its
-    own body again afterwards, for gunicorn's drain of what the app left unread, which has timeouts of its own."""
-    body = req.body
-    if body is not None:
-        req.body = ClientBody(body, req, _client(addr), seconds)
-    try:
-        yield
-    finally:
-        req.body = body
+    own body again afterwards, for gunicorn's drain of what the app left unread, which has timeouts of its own.
+
+    A body of no bytes (gunicorn's reader of length 0: every GET without a body) reads nothing from the socket,
+    so it cannot stall and is left as it is. A class rather than a generator-based context manager: it is
+    entered once per request (the generator's was ~2 % of a hello's samples)."""
+
+    __slots__ = ("_req", "_body")
+
+    def __init__(self, req: Any, addr: Any, seconds: float) -> None:
+        self._req = req
+        self._body = body = req.body
+        if body is not None and not _empty(body):
+            req.body = ClientBody(body, req, _client(addr), seconds)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._req.body = self._body
+
+
+timed_body = TimedBody
+
+
+def _empty(body: Any) -> bool:
+    reader = getattr(body, "reader", None)
+    return isinstance(reader, LengthReader) and reader.length == 0
 
 
 def _client(addr: Any) -> str:
@@ -338,8 +357,10 @@ class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
             log_response_stalled(addr, self.io_timeout)
             raise StopIteration from None
         finally:
-            with contextlib.suppress(OSError):
+            try:
                 sock.settimeout(None)
+            except OSError:  # the socket is gone: nothing to lift
+                pass
 
 
 class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
@@ -364,8 +385,10 @@ class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
             log_response_stalled(conn.client, self.io_timeout)
             return False  # gunicorn closes the connection
         finally:
-            with contextlib.suppress(OSError):
+            try:
                 conn.sock.settimeout(None)
+            except OSError:  # the socket is gone: nothing to lift
+                pass
 
 
 def log_response_stalled(addr: Any, seconds: float) -> None:
