@@ -1,5 +1,6 @@
 """gunicorn's gevent and gthread workers with two additions: a socket timeout on every client connection, and
-gunicorn's own error answers as problem+json (:func:`write_problem`).
+gunicorn's own error answers as problem+json (:func:`write_problem`); and with gunicorn's per-request work trimmed
+to what it needs, the same bytes on the wire (:class:`ProblemErrors`: bench/README.md, "The per-request floor").
 
 ``--worker-class app.web.webworker.GeventWorker`` or ``ThreadWorker`` (see ``app.launch.cli.web_command``).
 gunicorn's own workers put client sockets in blocking mode with no timeout, so a client that stops reading a
