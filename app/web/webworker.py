@@ -195,8 +195,8 @@ class OneWriteResponse(gunicorn_wsgi.Response):  # type: ignore[misc]
     gunicorn writes the head (status line and headers) and then each body chunk with a ``sendall`` of its own: two
     per response for every JSON answer here, each through gevent's Python ``sendall`` (which also asks the
     kernel the socket's send buffer size, a ``getsockopt``, every call) and a ``sendto``. Here the head waits
-    for the body's first write and both go in one ``sendall`` (the bytes on the wire are the same, in one segment
-    instead of two). A response with no body to write (HEAD, a 204, an empty body, ``sendfile``) sends its head
+    for the body's first write and both go in one write (:func:`send_all`; the bytes on the wire are the same, in one
+    segment instead of two). A response with no body to write (HEAD, a 204, an empty body, ``sendfile``) sends its head
     alone, as gunicorn does; so does one whose first write fails (the head goes, then the error)."""
 
     _holding = False
