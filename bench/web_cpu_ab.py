@@ -1,16 +1,19 @@
 """A submit's and a status read's cost before and after, in the same run: web CPU, Redis CPU, Redis commands.
 
 Each tree (``git archive`` of two commits, main's 139e736 and HEAD by default) serves the real web as
-``taskport web`` execs it (``app.launch.cli.web_command``: gunicorn, gevent, ``app.web:create_app()``),
-with the tree as its working directory and ``PYTHONPATH`` (its own ``app`` is imported, not the checkout's),
-both against one valkey-server (``bench.stack.Stack``); the bare Flask one-GET app
-(``bench.apps:create_bare_app()``, the after tree's) runs beside them on the same argv. An RQ worker is
-registered and never takes a job (``bench.measure_http.listening_worker``), as in ``make bench``.
+``taskport web`` execs it (``app.launch.cli.web_command``: gunicorn, gevent), its app
+``bench.apps:create_bench_app()`` (``app.web:create_app()`` plus the two baseline routes, ``/bench/hello``
+among them), with the tree as its working directory and ``PYTHONPATH`` (its own ``app`` is imported, not the
+checkout's), both against one valkey-server (``bench.stack.Stack``); each tree's bare Flask one-GET app
+(``bench.apps:create_bare_app()``) runs beside them on the same argv, so that a change to the server (the
+gunicorn worker class, its argv) shows in the bare app's row too. An RQ worker is registered and never takes a
+job (``bench.measure_http.listening_worker``), as in ``make bench``.
 
 A round, for each tree in turn (A B A B ...): Redis flushed, ``bench.loadgen --kind submit`` for
 ``--seconds``, then ``--kind status`` over the tasks that window created (PENDING in their line, as the
 bench's status row reads them); then the same tasks run to COMPLETED by an in-process burst worker, read
-again (``status, finished``); then the bare app's ``GET /bench/get``. Around each window: the CPU
+again (``status, finished``); then the tree's bare app's ``GET /bench/get``, and ``GET /bench/hello`` through
+taskport's app (every app-wide hook and the server, no view work: the per-request floor). Around each window: the CPU
 (utime + stime from ``/proc``) of the gunicorn master and all its workers, the server's ``INFO cpu`` and
 ``INFO commandstats`` calls (a script counts as its EVALSHA plus every command it runs); divided by the
 requests the generator sent (its warm-up included, as the server serves those too). CPU per operation is
@@ -47,7 +50,7 @@ from app.core.states import QUEUES  # noqa: E402
 from bench.counting import command_delta, commandstats  # noqa: E402
 from bench.machine import CpuWatch, process_tree_cpu  # noqa: E402
 from bench.measure_http import clean_slate, listening_worker, loadgen  # noqa: E402
-from bench.stack import APP_SPEC, BARE_APP_SPEC, Stack, bench_web_command  # noqa: E402
+from bench.stack import BARE_APP_SPEC, BENCH_APP_SPEC, Stack, bench_web_command  # noqa: E402
 from bench.trees import before_and_after, table  # noqa: E402
 from tests.integration.harness import wait_until  # noqa: E402
 
@@ -61,7 +64,8 @@ ROWS = (("web CPU ms / submit", "submit_web_ms", 3), ("Redis CPU ms / submit", "
         ("Redis commands / status (COMPLETED)", "done_commands", 2),
         ("status req/s (PENDING)", "status_rps", 0), ("status / bare one GET, same round", "status_vs_bare", 2),
         ("status req/s (COMPLETED)", "done_rps", 0), ("COMPLETED status / bare one GET", "done_vs_bare", 2),
-        ("bare one GET web CPU ms", "bare_web_ms", 3))
+        ("bare one GET web CPU ms", "bare_web_ms", 3), ("web CPU ms / hello (taskport's app)", "hello_web_ms", 3),
+        ("hello req/s (taskport's app)", "hello_rps", 0))
 
 
 class Web:
@@ -81,7 +85,7 @@ class Web:
         def up() -> bool:
             if self.popen.poll() is not None:
                 raise RuntimeError(f"web in {tree} exited:\n{log.read_text()[-3000:]}")
-            path = "/bench/hello" if spec == BARE_APP_SPEC else "/healthz"
+            path = "/bench/hello"
             return requests.get(f"http://127.0.0.1:{self.port}{path}", timeout=1).status_code == 200
 
         wait_until(up, timeout=60, ignore=(requests.RequestException,), message=lambda: log.read_text()[-3000:])
@@ -138,6 +142,7 @@ def one_round(stack: Stack, conn: Any, worker: Any, web: Web, bare: Web, seconds
     ids_file.write_text("\n".join(ids))
     pending = window(conn, web, "status", seconds, env, str(ids_file))
     bare_get = window(conn, bare, "get", seconds, env)
+    hello = window(conn, web, "hello", seconds, env)
     worker.register_death()
     complete(stack, len(ids))
     worker.register_birth()
@@ -147,7 +152,8 @@ def one_round(stack: Stack, conn: Any, worker: Any, web: Web, bare: Web, seconds
             "status_commands": pending["commands"], "done_web_ms": done["web_ms"], "done_redis_ms": done["redis_ms"],
             "done_commands": done["commands"], "status_rps": pending["rps"],
             "status_vs_bare": pending["rps"] / bare_get["rps"], "done_rps": done["rps"],
-            "done_vs_bare": done["rps"] / bare_get["rps"], "bare_web_ms": bare_get["web_ms"]}
+            "done_vs_bare": done["rps"] / bare_get["rps"], "bare_web_ms": bare_get["web_ms"],
+            "hello_web_ms": hello["web_ms"], "hello_rps": hello["rps"]}
 
 
 def main() -> None:
@@ -166,14 +172,15 @@ def main() -> None:
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         with Stack() as stack:
             conn = stack.client()
-            served = {name: Web(trees[name], stack.config, APP_SPEC, work / f"web-{i}.log")
+            served = {name: Web(trees[name], stack.config, BENCH_APP_SPEC, work / f"web-{i}.log")
                       for i, name in enumerate(names)}
-            bare = Web(trees[names[1]], stack.config, BARE_APP_SPEC, work / "bare.log")
-            webs += [*served.values(), bare]
+            bare = {name: Web(trees[name], stack.config, BARE_APP_SPEC, work / f"bare-{i}.log")
+                    for i, name in enumerate(names)}
+            webs += [*served.values(), *bare.values()]
             with listening_worker(conn) as worker:
                 for i in range(args.rounds):
                     for name in names:
-                        results[name].append(one_round(stack, conn, worker, served[name], bare, args.seconds,
+                        results[name].append(one_round(stack, conn, worker, served[name], bare[name], args.seconds,
                                                        i * 2 + names.index(name), work))
                         print(f"round {i + 1} {name}: " + ", ".join(
                             f"{key} {results[name][-1][key]:.{digits}f}" for _, key, digits in ROWS), flush=True)

@@ -48,7 +48,9 @@ from taskport.cli import add_commands as add_client_commands
 #   keep-alive connection costs a few KiB, not one of a handful of threads; up to
 #   TASKPORT_WEB_CONNECTIONS per process. gunicorn's gevent worker monkey-patches before the app is
 #   imported; redis-py (hiredis included), prometheus_client and rq-dashboard run unchanged on it.
-#   The worker class is app.web.webworker.GeventWorker: gunicorn's own, plus a socket timeout.
+#   The worker class is app.web.webworker.GeventWorker: gunicorn's own, plus a socket timeout, with gunicorn's
+#   per-request work trimmed (one write a response, the environ base made once: bench/README.md, "The
+#   per-request floor"; gevent_pywsgi and gunicorn_h1c were weighed there).
 # - gthread (TASKPORT_WEB_WORKER_CLASS=gthread, for comparison): a request holds a thread for its life.
 #   The worker class is app.web.webworker.ThreadWorker: gunicorn's own, answering its own errors as problem+json.
 # - --timeout is the worker's heartbeat from its main loop, not a request deadline (that loop keeps

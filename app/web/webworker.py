@@ -1,5 +1,6 @@
 """gunicorn's gevent and gthread workers with two additions: a socket timeout on every client connection, and
-gunicorn's own error answers as problem+json (:func:`write_problem`).
+gunicorn's own error answers as problem+json (:func:`write_problem`); and with gunicorn's per-request work trimmed
+to what it needs, the same bytes on the wire (:class:`ProblemErrors`: bench/README.md, "The per-request floor").
 
 ``--worker-class app.web.webworker.GeventWorker`` or ``ThreadWorker`` (see ``app.launch.cli.web_command``).
 gunicorn's own workers put client sockets in blocking mode with no timeout, so a client that stops reading a
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import http
+import io
 import logging
 import resource
 import socket
@@ -35,6 +37,10 @@ from gevent import monkey
 from gevent.socket import wait_read
 from gunicorn import util as gunicorn_util
 from gunicorn.config import Config as GunicornConfig
+from gunicorn.config import PreRequest
+from gunicorn.http import message as gunicorn_message
+from gunicorn.http import wsgi as gunicorn_wsgi
+from gunicorn.http.body import LengthReader
 from gunicorn.workers.ggevent import GeventWorker as _GunicornGeventWorker
 from gunicorn.workers.gthread import ThreadWorker as _GunicornThreadWorker
 
@@ -121,17 +127,35 @@ class ClientBody:
             raise BodyStalled(self._seconds) from None
 
 
-@contextlib.contextmanager
-def timed_body(req: Any, addr: Any, seconds: float) -> Iterator[None]:
+class TimedBody:
     """``req`` with a :class:`ClientBody` while the app runs (gunicorn builds its environ from ``req.body``); its
-    own body again afterwards, for gunicorn's drain of what the app left unread, which has timeouts of its own."""
-    body = req.body
-    if body is not None:
-        req.body = ClientBody(body, req, _client(addr), seconds)
-    try:
-        yield
-    finally:
-        req.body = body
+    own body again afterwards, for gunicorn's drain of what the app left unread, which has timeouts of its own.
+
+    A body of no bytes (gunicorn's reader of length 0: every GET without a body) reads nothing from the socket,
+    so it cannot stall and is left as it is. A class rather than a generator-based context manager: it is
+    entered once per request (the generator's was ~2 % of a hello's samples)."""
+
+    __slots__ = ("_req", "_body")
+
+    def __init__(self, req: Any, addr: Any, seconds: float) -> None:
+        self._req = req
+        self._body = body = req.body
+        if body is not None and not _empty(body):
+            req.body = ClientBody(body, req, _client(addr), seconds)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self._req.body = self._body
+
+
+timed_body = TimedBody
+
+
+def _empty(body: Any) -> bool:
+    reader = getattr(body, "reader", None)
+    return isinstance(reader, LengthReader) and reader.length == 0
 
 
 def _client(addr: Any) -> str:
@@ -165,18 +189,142 @@ class SettledConfig(GunicornConfig):  # type: ignore[misc]
         return value
 
 
+class OneWriteResponse(gunicorn_wsgi.Response):  # type: ignore[misc]
+    """gunicorn's HTTP/1 response whose head goes out in the same write as its first body bytes.
+
+    gunicorn writes the head (status line and headers) and then each body chunk with a ``sendall`` of its own: two
+    per response for every JSON answer here, each through gevent's Python ``sendall`` (which also asks the
+    kernel the socket's send buffer size, a ``getsockopt``, every call) and a ``sendto``. Here the head waits
+    for the body's first write and both go in one write (:func:`send_all`; the bytes on the wire are the same, in one
+    segment instead of two). A response with no body to write (HEAD, a 204, an empty body, ``sendfile``) sends its head
+    alone, as gunicorn does; so does one whose first write fails (the head goes, then the error)."""
+
+    _holding = False
+    _head: bytes | None = None
+    headers_sent: bool  # gunicorn's, set in its __init__
+
+    def write(self, arg: bytes) -> None:
+        if self.headers_sent:
+            super().write(arg)
+            return
+        self._holding = True
+        try:
+            super().write(arg)
+        finally:
+            self._holding = False
+            head, self._head = self._head, None
+            if head is not None:  # nothing of the body was written: the head alone
+                gunicorn_util.write(self.sock, head)
+
+    def send_headers(self) -> None:
+        if not self._holding or self.headers_sent:
+            super().send_headers()
+            return
+        lines = self.default_headers()
+        lines.extend([f"{name}: {value}\r\n" for name, value in self.headers])
+        self._head = ("".join(lines) + "\r\n").encode("latin-1")  # gunicorn's own bytes
+        self.headers_sent = True
+
+    def _emit_body(self, data: bytes) -> None:
+        head, self._head = self._head, None
+        if head is None:
+            super()._emit_body(data)
+        elif self.chunked:  # gunicorn's util.write_chunk framing, after the head
+            send_all(self.sock, b"".join((head, b"%X\r\n" % len(data), data, b"\r\n")))
+        else:
+            send_all(self.sock, head + data)
+
+
+def send_all(sock: Any, data: bytes) -> None:
+    """``sock.sendall(data)`` for a response that most often fits the socket's buffer at once: one ``send`` first,
+    then ``sendall`` for what it left. gevent's ``sendall`` asks the kernel the send buffer's size (a ``getsockopt``)
+    on every call to cut the data into chunks: ~3 % of a hello's samples. Timeouts are the socket's either way."""
+    sent = sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
+class LiveErrors(io.RawIOBase):
+    """``wsgi.errors``: gunicorn's ``WSGIErrorsWrapper`` made when written to (rarely: Flask logs through
+    ``logging``), so that one environ base serves every request and a log reopened (SIGUSR1) is still found."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+
+    def write(self, data: Any) -> None:  # type: ignore[override]
+        gunicorn_wsgi.WSGIErrorsWrapper(self._cfg).write(data)
+
+
+class BaseEnviron:
+    """gunicorn's ``wsgi.base_environ`` (every request's environ starts as its copy), made once per worker.
+
+    gunicorn builds it anew per request, a ``WSGIErrorsWrapper`` included, whose ``logging.getLogger`` takes the
+    logging module's lock (under gevent a Python RLock): ~3 % of a hello's samples (bench/README.md, "The
+    per-request floor"). Its values are the worker's settings, which never change in a worker."""
+
+    def __init__(self, cfg: Any, original: Callable[[Any], dict[str, Any]]) -> None:
+        self._cfg = cfg
+        self._original = original
+        self._base = original(cfg)
+        self._base["wsgi.errors"] = LiveErrors(cfg)
+
+    def __call__(self, cfg: Any) -> dict[str, Any]:
+        return dict(self._base) if cfg is self._cfg else self._original(cfg)
+
+
+class AllowedPeers:
+    """gunicorn's ``_ip_in_allow_list`` (is the peer one of ``--forwarded-allow-ips``, asked on every request)
+    with its answer kept per peer address: gunicorn parses the address with ``ipaddress`` each time (~3 % of a
+    hello's samples). An answer is reused only for the very same list objects, which a worker's settled
+    settings (:class:`SettledConfig`) pass every time; the table is bounded (a client picks its address)."""
+
+    KEPT = 1024
+
+    def __init__(self, original: Callable[[str, Any, Any], bool]) -> None:
+        self._original = original
+        self._seen: dict[str, tuple[Any, Any, bool]] = {}
+
+    def __call__(self, ip: str, allow_list: Any, networks: Any) -> bool:
+        seen = self._seen.get(ip)
+        if seen is not None and seen[0] is allow_list and seen[1] is networks:
+            return seen[2]
+        answer = self._original(ip, allow_list, networks)
+        if len(self._seen) >= self.KEPT:
+            self._seen.clear()
+        self._seen[ip] = (allow_list, networks, answer)
+        return answer
+
+
+def _no_pre_request(worker: Any, req: Any) -> None:
+    """gunicorn's default ``pre_request`` hook without its DEBUG line, for a worker not logging at DEBUG."""
+
+
 class ProblemErrors:
     """Mixed into a gunicorn worker class: the worker process answers gunicorn's own errors with
     :func:`write_problem` (gunicorn's module-level ``util.write_error`` is this process's own), dates its
-    responses with :func:`http_date`, and reads its settings as :class:`SettledConfig`."""
+    responses with :func:`http_date`, reads its settings as :class:`SettledConfig`, and trims what gunicorn
+    does per request to what it needs (:class:`OneWriteResponse`, :class:`BaseEnviron`, :class:`AllowedPeers`,
+    and no call of the default ``pre_request`` hook whose one DEBUG line is not logged)."""
 
     def init_process(self) -> None:
         gunicorn_util.write_error = write_problem
         gunicorn_util.http_date = http_date
+        gunicorn_wsgi.Response = OneWriteResponse  # wsgi.create's default response class, read when called
+        gunicorn_message._ip_in_allow_list = AllowedPeers(gunicorn_message._ip_in_allow_list)
         cfg = getattr(self, "cfg", None)
         if type(cfg) is GunicornConfig:
             cfg.__class__ = SettledConfig  # the same object, which the worker's log and parser hold too
+        if cfg is not None:
+            gunicorn_wsgi.base_environ = BaseEnviron(cfg, gunicorn_wsgi.base_environ)
         super().init_process()  # type: ignore[misc]
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()  # type: ignore[misc]
+        # after the app is built, so its logging setup is the one asked (gunicorn's log level may be DEBUG)
+        cfg = self.cfg  # type: ignore[attr-defined]
+        if (isinstance(cfg, SettledConfig) and cfg.pre_request is PreRequest.default
+                and not self.log.error_log.isEnabledFor(logging.DEBUG)):  # type: ignore[attr-defined]
+            cfg.__dict__["pre_request"] = _no_pre_request
 
 
 class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
@@ -210,8 +358,10 @@ class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
             log_response_stalled(addr, self.io_timeout)
             raise StopIteration from None
         finally:
-            with contextlib.suppress(OSError):
+            try:
                 sock.settimeout(None)
+            except OSError:  # the socket is gone: nothing to lift
+                pass
 
 
 class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
@@ -236,8 +386,10 @@ class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
             log_response_stalled(conn.client, self.io_timeout)
             return False  # gunicorn closes the connection
         finally:
-            with contextlib.suppress(OSError):
+            try:
                 conn.sock.settimeout(None)
+            except OSError:  # the socket is gone: nothing to lift
+                pass
 
 
 def log_response_stalled(addr: Any, seconds: float) -> None:

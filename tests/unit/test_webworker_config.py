@@ -32,6 +32,10 @@ def test_a_worker_process_reads_its_settings_settled(monkeypatch) -> None:
 
     monkeypatch.setattr(gunicorn_util, "http_date", gunicorn_util.http_date)
     monkeypatch.setattr(gunicorn_util, "write_error", gunicorn_util.write_error)
+    from gunicorn.http import message, wsgi
+
+    for module, name in ((wsgi, "Response"), (wsgi, "base_environ"), (message, "_ip_in_allow_list")):
+        monkeypatch.setattr(module, name, getattr(module, name))
 
     class Base:
         def init_process(self) -> None:

@@ -28,6 +28,10 @@ def test_the_same_text_as_gunicorns() -> None:
 def test_a_worker_process_dates_its_responses_with_it(monkeypatch) -> None:
     monkeypatch.setattr(gunicorn_util, "http_date", GUNICORN_HTTP_DATE)
     monkeypatch.setattr(gunicorn_util, "write_error", gunicorn_util.write_error)
+    from gunicorn.http import message, wsgi
+
+    for module, name in ((wsgi, "Response"), (wsgi, "base_environ"), (message, "_ip_in_allow_list")):
+        monkeypatch.setattr(module, name, getattr(module, name))
 
     class Base:
         def init_process(self) -> None:
