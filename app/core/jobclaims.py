@@ -11,7 +11,11 @@ lists, so the take is split, as BullMQ's is:
 - A worker with nothing to take blocks on ``keys.JOB_WAKE``, a list that holds no job: every job queued by
   taskport pushes one entry there (app.core.jobs records it with RQ's enqueue), and a claim uses one. A lost
   answer to that BLPOP costs nothing. A job queued without one (RQ's own enqueue, a queue resumed) is seen
-  at the worker's next look, within ``WAKE_WAIT`` s.
+  at the worker's next look, within ``WAKE_WAIT`` s. The claims use the entries in batches (``WAKE_BATCH`` at
+  every ``WAKE_BATCH``-th take of a queue, counted in its lines hash: one LPOP where there were that many): an
+  entry sits on the list only while no worker blocks on it (a blocked BLPOP takes a pushed entry at once), and
+  a claim that finds nothing empties it, so the entries a batch leaves or takes early wake no one and keep no one
+  waiting; they only bound the list, at ``WAKE_BATCH`` - 1 entries a queue beyond the jobs that wait.
 - The claim is cleared in the pipeline that starts the job (workers.dequeue; the simple worker's
   workers.worker.StoppableSimpleWorker.execute_job, where START, last on it, makes the task PROCESSING).
 
@@ -47,6 +51,7 @@ _LINES_VALUES = {"task_prefix": keys.task(""), "line_prefix": keys.line("", "")[
                  "lines_prefix": keys.lines("")}
 REGISTER_EVERY = 60  # seconds between a worker's joins of keys.JOB_CLAIMANTS (housekeeping may drop a lapsed one)
 WAKE_WAIT = 1  # seconds an idle worker blocks on keys.JOB_WAKE before it looks at its queues anyway
+WAKE_BATCH = 32  # a queue's takes per LPOP of the wake list (that many entries): bench/README.md, issue 32
 
 # Every id left on ``claims`` goes back to the head of its job's queue (first claimed first), with a wake
 # entry each; ids whose job hash is gone are dropped (as RQ skips them). Returns how many went back.
@@ -72,8 +77,10 @@ end
 # the next id of the first unpaused queue that has one moves onto its claim list: the members' in turn
 # (app.core.lines.TAKE_FROM: fair dispatch). Returns {i, id, job hash as a flat list}
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
-# emptied (what it announced is taken or paused). A take uses one entry of it, so the list never holds more
-# entries than jobs wait (a busy worker never blocks on it). An id whose job hash is gone is dropped, as RQ does.
+# emptied (what it announced is taken or paused). A take uses one entry of it, WAKE_BATCH at once at every
+# WAKE_BATCH-th take of the queue (its lines hash counts them), so under a load that never idles a worker the list
+# holds fewer than WAKE_BATCH entries a queue beyond the jobs that wait. An id whose job hash is gone is dropped, as
+# RQ does.
 # ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
 CLAIM = Script(
     "claim",
@@ -92,20 +99,20 @@ for _, name in ipairs(redis.call('SMEMBERS', paused)) do paused_now[name] = true
 for i, queue in ipairs(queues) do
   if not paused_now[ARGV[first_names + i - 1]] then
     while true do
-      local id = take_from(queue, ARGV[first_names + i - 1], claims)
+      local id, took = take_from(queue, ARGV[first_names + i - 1], claims)
       if not id then break end
+      -- the announcements the takes used, a batch at once: under a load that never leaves a worker idle the list
+      -- would grow by one a job (bench/README.md, the memory row)
+      if took % __WAKE_BATCH__ == 0 then redis.call('LPOP', wake, __WAKE_BATCH__) end
       local job = redis.call('HGETALL', job_prefix .. id)
-      if #job > 0 then
-        redis.call('LPOP', wake)  -- the announcement it used: under a load that never leaves a worker idle the
-        return {i, id, job}       -- list would grow by one a job (bench/README.md, the memory row)
-      end
+      if #job > 0 then return {i, id, job} end
       redis.call('LREM', claims, -1, id)
     end
   end
 end
 redis.call('DEL', wake)
 return {0}
-""")
+""".replace("__WAKE_BATCH__", str(WAKE_BATCH)))
 
 # The claims of worker ``worker`` back to their queues, unless a live worker holds them: ``registration`` (its
 # RQ worker hash) is given when the caller does not know it dead, and its existence means alive. Returns how

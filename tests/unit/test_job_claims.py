@@ -13,7 +13,7 @@ from rq import Queue, Worker
 
 from app.core import keys, processors
 from app.core.answers import NewTask
-from app.core.jobclaims import Claims
+from app.core.jobclaims import WAKE_BATCH, Claims
 from app.core.jobs import JobQueue
 from app.core.states import QUEUES, TaskStatus
 from app.web import create_app
@@ -107,12 +107,29 @@ def test_every_queued_job_announces_itself_on_the_wake_list(conn, enqueue):
     enqueue("a", "low", 60)
     enqueue("b", "low", 60)
     assert conn.lrange(keys.JOB_WAKE, 0, -1) == [b"low", b"low"]
-    Claims(conn).take("w1", QUEUE_PAIRS)
-    assert conn.llen(keys.JOB_WAKE) == 1  # a take uses one: under a load that never idles a worker it stays bounded
     conn.rpush(keys.JOB_WAKE, "low", "low")  # announcements of jobs taken meanwhile by another way
+    Claims(conn).take("w1", QUEUE_PAIRS)
     Claims(conn).take("w2", QUEUE_PAIRS)
     assert Claims(conn).take("w3", QUEUE_PAIRS) is None  # nothing to take: the list is emptied
     assert conn.llen(keys.JOB_WAKE) == 0
+
+
+def test_the_takes_use_the_wake_lists_entries_in_batches_and_keep_it_bounded(conn, enqueue):
+    """Under a load that never idles a worker the list stays within WAKE_BATCH entries of the jobs waiting, with
+    one LPOP every WAKE_BATCH takes (a command fewer a delivery: bench/README.md, issue 32)."""
+    for i in range(2 * WAKE_BATCH + 1):
+        enqueue(f"j{i}", "low", 60)
+    claims = Claims(conn)
+    for _ in range(WAKE_BATCH - 1):
+        claims.take("w1", QUEUE_PAIRS)
+        conn.delete(keys.job_claims("w1"))  # started: the start pipeline's LREM
+    assert conn.llen(keys.JOB_WAKE) == 2 * WAKE_BATCH + 1  # no take popped one
+    for _ in range(WAKE_BATCH + 1):
+        claims.take("w1", QUEUE_PAIRS)
+        conn.delete(keys.job_claims("w1"))
+        waiting = len(queued(conn, "low"))
+        assert waiting <= conn.llen(keys.JOB_WAKE) < waiting + WAKE_BATCH
+    assert conn.llen(keys.JOB_WAKE) == 1 and len(queued(conn, "low")) == 1
 
 
 def test_a_worker_runs_its_jobs_through_the_claim_and_leaves_no_claim(config, conn):
