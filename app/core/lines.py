@@ -86,11 +86,12 @@ local function back_in_line(id, origin)
 end
 """
 
-# take_from(queue key, queue name, claims): the next id of the queue moved onto the claim list and the queue's
-# count of takes (LinesField.TOOK, this one included), or nil when the queue is empty. The head of RQ's list is
-# taken first when no line holds it (its task's hash names another job, or none, or its member's line does not
-# start with it); otherwise the ring's head member's oldest id, out of RQ's list (LREM; an id no longer there left
-# the queue another way, a cancel, and is passed over). Each take while jobs wait times the gap since the last one.
+# take_from(queue key, queue name, claims, its head if the caller read it): the next id of the queue moved onto the
+# claim list and the queue's count of takes (LinesField.TOOK, this one included), or nil when the queue is empty.
+# The head of RQ's list is taken first when no line holds it (its task's hash names another job, or none, or its
+# member's line does not start with it); otherwise the ring's head member's oldest id, out of RQ's list (LREM; an
+# id no longer there left the queue another way, a cancel, and is passed over). Each take while jobs wait times the
+# gap since the last one.
 # The count rides on the counters' one HMGET and HSET (the claim uses the wake list's entries in batches by it:
 # app.core.jobclaims.WAKE_BATCH).
 TAKE_FROM = """
@@ -122,10 +123,11 @@ local function toward(id, head_held, newest)
   return 1
 end
 
-local function take_from(queue, name, claims)
+local function take_from(queue, name, claims, known)
   local lines, ring = lines_prefix .. name, ring_prefix .. name
   while true do
-    local head = redis.call('LINDEX', queue, 0)
+    local head = known or redis.call('LINDEX', queue, 0)
+    known = nil
     if not head then return nil end
     local of_head = redis.call('HMGET', task_prefix .. string.match(head, '^[^_]+'), @line, @member)
     local held, owner, member, seen = of_head[1], of_head[2], nil, nil

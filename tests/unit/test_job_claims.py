@@ -71,6 +71,29 @@ def test_a_claim_left_behind_goes_back_to_the_head_at_the_next_take(conn, enqueu
     assert queued(conn, "default") == ["second"]
 
 
+@pytest.mark.parametrize("claim_left", [False, True])
+@pytest.mark.parametrize("high_job", [False, True])
+@pytest.mark.parametrize("paused", [(), ("high",), ("default",), ("low",)])
+def test_the_takes_first_read_tells_a_claim_left_a_pause_and_the_first_queue_apart(conn, enqueue, claim_left,
+                                                                                     high_job, paused):
+    """The claim reads the claim list, the paused set and the first queue in one EXISTS (a count): in every mix
+    of them the take does what it did with a read of each, a claim left going back to its queue first."""
+    enqueue("d1", "default", 60)
+    enqueue("d2", "default", 60)
+    claims = Claims(conn)
+    if claim_left:
+        claims.take("w1", QUEUE_PAIRS)  # d1, its answer lost
+    if high_job:
+        enqueue("h1", "high", 60)
+    if paused:
+        conn.sadd(keys.PAUSED_QUEUES, *paused)
+    taken = claims.take("w1", QUEUE_PAIRS)
+    expected = "h1" if high_job and "high" not in paused else None if "default" in paused else "d1"
+    assert (taken and taken[1]) == expected
+    assert conn.lrange(keys.job_claims("w1"), 0, -1) == ([expected.encode()] if expected else [])
+    assert queued(conn, "default") == (["d2"] if expected == "d1" else ["d1", "d2"])
+
+
 def test_the_claims_of_a_dead_worker_go_back_to_the_head_of_their_queues(conn, enqueue):
     enqueue("a", "default", 60)
     enqueue("b", "default", 60)
