@@ -131,13 +131,20 @@ local function take_from(queue, name, claims, known)
     if not head then return nil end
     local of_head = redis.call('HMGET', task_prefix .. string.match(head, '^[^_]+'), @line, @member)
     local held, owner, member, seen = of_head[1], of_head[2], nil, nil
-    if held and owner and string.match(held, '(%S+)$') == head then member = redis.call('LINDEX', ring, 0) end
+    -- the ring's head member, moved to the ring's back as it is read (LMOVE answers what it moved): the turn of a
+    -- member of weight 1, the default, ends with this take, so the read is its rotation too (a LINDEX fewer a
+    -- delivery: bench/README.md). Put back at the head below when its turn goes on or it is not served
+    if held and owner and string.match(held, '(%S+)$') == head then member = redis.call('LMOVE', ring, ring, 'LEFT',
+                                                                                          'RIGHT') end
     if member then
       seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'in:' .. member, 'last', 'busy',
                         'gap', 'queued', 'out:' .. owner, 'took')
       -- the head is in line only when it heads its member's line too (its ticket is the next one out): a job put
       -- back in RQ's list another way (rq-dashboard's requeue) is not, and is taken at the head as before
-      if tonumber(string.match(held, '^(%d+)')) ~= (tonumber(seen[9]) or 0) + 1 then member = nil end
+      if tonumber(string.match(held, '^(%d+)')) ~= (tonumber(seen[9]) or 0) + 1 then
+        redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')  -- not served: back at the head
+        member = nil
+      end
     end
     if not member then
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
@@ -152,12 +159,13 @@ local function take_from(queue, name, claims, known)
       left = (tonumber(seen[4]) or 0) - out  -- its line's length by the counters; read when they say empty
       if left <= 0 then left = redis.call('LLEN', line) end
     end
-    if left <= 0 then
-      redis.call('LPOP', ring)
+    if left <= 0 then  -- its line is empty: it leaves the ring (from the back, where the read moved it)
+      redis.call('RPOP', ring)
       used = 0
-    elseif used >= (tonumber(seen[1]) or 1) then
-      redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+    elseif used >= (tonumber(seen[1]) or 1) then  -- its turn is over: it stays at the back
       used = 0
+    else  -- its turn goes on (a weight above 1): back at the head
+      redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')
     end
     writes[#writes + 1], writes[#writes + 2] = 'used', used
     local taken = id == head and redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')  -- the oldest: the head
