@@ -11,7 +11,11 @@ lists, so the take is split, as BullMQ's is:
 - A worker with nothing to take blocks on ``keys.JOB_WAKE``, a list that holds no job: every job queued by
   taskport pushes one entry there (app.core.jobs records it with RQ's enqueue), and a claim uses one. A lost
   answer to that BLPOP costs nothing. A job queued without one (RQ's own enqueue, a queue resumed) is seen
-  at the worker's next look, within ``WAKE_WAIT`` s.
+  at the worker's next look, within ``WAKE_WAIT`` s. The claims use the entries in batches (``WAKE_BATCH`` at
+  every ``WAKE_BATCH``-th take of a queue, counted in its lines hash: one LPOP where there were that many): an
+  entry sits on the list only while no worker blocks on it (a blocked BLPOP takes a pushed entry at once), and
+  a claim that finds nothing empties it, so the entries a batch leaves or takes early wake no one and keep no one
+  waiting; they only bound the list, at ``WAKE_BATCH`` - 1 entries a queue beyond the jobs that wait.
 - The claim is cleared in the pipeline that starts the job (workers.dequeue; the simple worker's
   workers.worker.StoppableSimpleWorker.execute_job, where START, last on it, makes the task PROCESSING).
 
@@ -47,6 +51,7 @@ _LINES_VALUES = {"task_prefix": keys.task(""), "line_prefix": keys.line("", "")[
                  "lines_prefix": keys.lines("")}
 REGISTER_EVERY = 60  # seconds between a worker's joins of keys.JOB_CLAIMANTS (housekeeping may drop a lapsed one)
 WAKE_WAIT = 1  # seconds an idle worker blocks on keys.JOB_WAKE before it looks at its queues anyway
+WAKE_BATCH = 32  # a queue's takes per LPOP of the wake list (that many entries): bench/README.md, issue 32
 
 # Every id left on ``claims`` goes back to the head of its job's queue (first claimed first), with a wake
 # entry each; ids whose job hash is gone are dropped (as RQ skips them). Returns how many went back.
@@ -72,8 +77,10 @@ end
 # the next id of the first unpaused queue that has one moves onto its claim list: the members' in turn
 # (app.core.lines.TAKE_FROM: fair dispatch). Returns {i, id, job hash as a flat list}
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
-# emptied (what it announced is taken or paused). A take uses one entry of it, so the list never holds more
-# entries than jobs wait (a busy worker never blocks on it). An id whose job hash is gone is dropped, as RQ does.
+# emptied (what it announced is taken or paused). A take uses one entry of it, WAKE_BATCH at once at every
+# WAKE_BATCH-th take of the queue (its lines hash counts them), so under a load that never idles a worker the list
+# holds fewer than WAKE_BATCH entries a queue beyond the jobs that wait. An id whose job hash is gone is dropped, as
+# RQ does.
 # ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
 CLAIM = Script(
     "claim",
@@ -85,27 +92,52 @@ CLAIM = Script(
     rest_keys=Tail("queues", "the worker's queue keys, in priority order"),
     rest=Tail("names", "the names of those queues, in the same order"),
     body=_GIVE_BACK + TAKE_FROM + """
-if redis.call('EXISTS', claims) == 1 then give_back(claims) end
 if register == '1' then redis.call('SADD', claimants, worker) end
-local paused_now = {}
-for _, name in ipairs(redis.call('SMEMBERS', paused)) do paused_now[name] = true end
+-- what the take must know before it looks, in one read in the usual case: EXISTS counts which of the claim list
+-- (a claim left: a take whose answer was lost), the paused set and the first queue exist (an empty list or set is
+-- no key). 0: no claim, nothing paused, the first queue empty (SMEMBERS and a LINDEX fewer a delivery: bench/README.md)
+local paused_now, first_head, look_first = {}, nil, true
+local n = redis.call('EXISTS', claims, paused, queues[1] or claims)  -- no queue: the claim list counts twice
+if n == 0 then
+  look_first = false
+else
+  local p = 0
+  for _, name in ipairs(redis.call('SMEMBERS', paused)) do paused_now[name], p = true, 1 end
+  local claimed = n - p == 2  -- the claim list and the first queue both
+  if n - p == 0 then
+    look_first = false
+  elseif n - p == 1 then  -- one of the two: the first queue's head says which (a paused one's is not read)
+    if paused_now[ARGV[first_names]] then claimed = redis.call('EXISTS', claims) == 1
+    else
+      first_head = redis.call('LINDEX', queues[1], 0)
+      claimed = not first_head
+    end
+  end
+  if claimed then  -- its ids back at the heads of their queues, which are looked at afresh
+    give_back(claims)
+    first_head, look_first = nil, true
+  end
+end
 for i, queue in ipairs(queues) do
-  if not paused_now[ARGV[first_names + i - 1]] then
+  local name = ARGV[first_names + i - 1]
+  if (i > 1 or look_first) and not paused_now[name] then
+    local head = i == 1 and first_head or nil
     while true do
-      local id = take_from(queue, ARGV[first_names + i - 1], claims)
+      local id, took = take_from(queue, name, claims, head)
+      head = nil
       if not id then break end
+      -- the announcements the takes used, a batch at once: under a load that never leaves a worker idle the list
+      -- would grow by one a job (bench/README.md, the memory row)
+      if took % __WAKE_BATCH__ == 0 then redis.call('LPOP', wake, __WAKE_BATCH__) end
       local job = redis.call('HGETALL', job_prefix .. id)
-      if #job > 0 then
-        redis.call('LPOP', wake)  -- the announcement it used: under a load that never leaves a worker idle the
-        return {i, id, job}       -- list would grow by one a job (bench/README.md, the memory row)
-      end
+      if #job > 0 then return {i, id, job} end
       redis.call('LREM', claims, -1, id)
     end
   end
 end
 redis.call('DEL', wake)
 return {0}
-""")
+""".replace("__WAKE_BATCH__", str(WAKE_BATCH)))
 
 # The claims of worker ``worker`` back to their queues, unless a live worker holds them: ``registration`` (its
 # RQ worker hash) is given when the caller does not know it dead, and its existence means alive. Returns how

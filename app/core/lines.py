@@ -46,6 +46,7 @@ class LinesField(StrEnum):
     BUSY = "busy"  # '1' when jobs still waited after the last take: the next gap measures the rate
     GAP = "gap"  # ms: the mean gap between takes while jobs waited (absent: no rate yet)
     QUEUED = "queued"  # the ids put in line on the queue so far, every member's (the last one's seq)
+    TOOK = "took"  # the claim's takes from the queue so far (every WAKE_BATCH-th uses that many wake entries)
 
 
 # put_in_line(line, job id, ring, lines hash, task hash, member, weight): the job joins the back of the member's
@@ -85,24 +86,30 @@ local function back_in_line(id, origin)
 end
 """
 
-# take_from(queue key, queue name, claims): the next id of the queue moved onto the claim list, or nil when the
-# queue is empty. The head of RQ's list is taken first when no line holds it (its task's hash names another job,
-# or none, or its member's line does not start with it); otherwise the ring's head member's oldest id, out of RQ's
-# list (LREM; an id no longer there left the queue another way, a cancel, and is passed over). Each take while jobs
-# wait times the gap since the last one.
+# take_from(queue key, queue name, claims, its head if the caller read it): the next id of the queue moved onto the
+# claim list and the queue's count of takes (LinesField.TOOK, this one included), or nil when the queue is empty.
+# The head of RQ's list is taken first when no line holds it (its task's hash names another job, or none, or its
+# member's line does not start with it); otherwise the ring's head member's oldest id, out of RQ's list (LREM; an
+# id no longer there left the queue another way, a cancel, and is passed over). Each take while jobs wait times the
+# gap since the last one.
+# The count rides on the counters' one HMGET and HSET (the claim uses the wake list's entries in batches by it:
+# app.core.jobclaims.WAKE_BATCH).
 TAKE_FROM = """
 local function timed(lines, queue, writes, seen, busy)
   local now = redis.call('TIME')
   now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  seen = seen or redis.call('HMGET', lines, 'last', 'busy', 'gap')
+  seen = seen or redis.call('HMGET', lines, 'last', 'busy', 'gap', 'took')
   if seen[2] == '1' and seen[1] then
     local gap = now - tonumber(seen[1])
     if seen[3] then gap = tonumber(seen[3]) * (1 - gap_weight) + gap * gap_weight end
     writes[#writes + 1], writes[#writes + 2] = 'gap', tostring(gap)
   end
+  local took = (tonumber(seen[4]) or 0) + 1
+  writes[#writes + 1], writes[#writes + 2] = 'took', took
   writes[#writes + 1], writes[#writes + 2] = 'last', now
   writes[#writes + 1], writes[#writes + 2] = 'busy', (busy or redis.call('LLEN', queue) > 0) and '1' or '0'
   redis.call('HSET', lines, unpack(writes))
+  return took
 end
 
 -- LREM's direction for an id that is not the head of RQ's list: from the tail when fewer ids were queued after it
@@ -116,25 +123,32 @@ local function toward(id, head_held, newest)
   return 1
 end
 
-local function take_from(queue, name, claims)
+local function take_from(queue, name, claims, known)
   local lines, ring = lines_prefix .. name, ring_prefix .. name
   while true do
-    local head = redis.call('LINDEX', queue, 0)
+    local head = known or redis.call('LINDEX', queue, 0)
+    known = nil
     if not head then return nil end
     local of_head = redis.call('HMGET', task_prefix .. string.match(head, '^[^_]+'), @line, @member)
     local held, owner, member, seen = of_head[1], of_head[2], nil, nil
-    if held and owner and string.match(held, '(%S+)$') == head then member = redis.call('LINDEX', ring, 0) end
+    -- the ring's head member, moved to the ring's back as it is read (LMOVE answers what it moved): the turn of a
+    -- member of weight 1, the default, ends with this take, so the read is its rotation too (a LINDEX fewer a
+    -- delivery: bench/README.md). Put back at the head below when its turn goes on or it is not served
+    if held and owner and string.match(held, '(%S+)$') == head then member = redis.call('LMOVE', ring, ring, 'LEFT',
+                                                                                          'RIGHT') end
     if member then
       seen = redis.call('HMGET', lines, 'w:' .. member, 'used', 'out:' .. member, 'in:' .. member, 'last', 'busy',
-                        'gap', 'queued', 'out:' .. owner)
+                        'gap', 'queued', 'out:' .. owner, 'took')
       -- the head is in line only when it heads its member's line too (its ticket is the next one out): a job put
       -- back in RQ's list another way (rq-dashboard's requeue) is not, and is taken at the head as before
-      if tonumber(string.match(held, '^(%d+)')) ~= (tonumber(seen[9]) or 0) + 1 then member = nil end
+      if tonumber(string.match(held, '^(%d+)')) ~= (tonumber(seen[9]) or 0) + 1 then
+        redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')  -- not served: back at the head
+        member = nil
+      end
     end
     if not member then
       local id = redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')
-      timed(lines, queue, {})
-      return id
+      return id, timed(lines, queue, {})
     end
     local line = line_prefix .. name .. ':' .. member
     local id = redis.call('LPOP', line)
@@ -145,12 +159,13 @@ local function take_from(queue, name, claims)
       left = (tonumber(seen[4]) or 0) - out  -- its line's length by the counters; read when they say empty
       if left <= 0 then left = redis.call('LLEN', line) end
     end
-    if left <= 0 then
-      redis.call('LPOP', ring)
+    if left <= 0 then  -- its line is empty: it leaves the ring (from the back, where the read moved it)
+      redis.call('RPOP', ring)
       used = 0
-    elseif used >= (tonumber(seen[1]) or 1) then
-      redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+    elseif used >= (tonumber(seen[1]) or 1) then  -- its turn is over: it stays at the back
       used = 0
+    else  -- its turn goes on (a weight above 1): back at the head
+      redis.call('LMOVE', ring, ring, 'RIGHT', 'LEFT')
     end
     writes[#writes + 1], writes[#writes + 2] = 'used', used
     local taken = id == head and redis.call('LMOVE', queue, claims, 'LEFT', 'RIGHT')  -- the oldest: the head
@@ -158,8 +173,7 @@ local function take_from(queue, name, claims)
       taken = redis.call('RPUSH', claims, id)
     end
     if taken then
-      timed(lines, queue, writes, {seen[5], seen[6], seen[7]}, left > 0 or nil)
-      return id
+      return id, timed(lines, queue, writes, {seen[5], seen[6], seen[7], seen[10]}, left > 0 or nil)
     end
     redis.call('HSET', lines, unpack(writes))
   end

@@ -210,7 +210,7 @@ TRANSITION = Script(
 local first_field = first_command + tonumber(job_argc)
 local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for, @batch,
                        @callback_url, @callback_events, @stored, @member, @slot, @seq, @type, @error_code,
-                       @attempts, @payload_sha256, @output_bytes)
+                       @attempts, @payload_sha256, @output_bytes, @checkpoints)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
@@ -240,7 +240,7 @@ if drop ~= 'all' then held = held + (tonumber(cur[17]) or 0) end
 if drop ~= 'payload' and drop ~= 'all' then held = held + redis.call('STRLEN', payload) end
 if result_json ~= '' then held = held + #result_json
 elseif drop ~= 'all' and not unfinished[status] then held = held + redis.call('STRLEN', result) end
-if drop == '' then held = held + redis.call('STRLEN', checkpoint) + redis.call('STRLEN', cursor) end
+if drop == '' and cur[18] then held = held + redis.call('STRLEN', checkpoint) + redis.call('STRLEN', cursor) end
 local held_before = tonumber(cur[9]) or 0
 local seq = (tonumber(cur[12]) or 0) + 1
 local fields = {@status, new_status, @seq, seq}  -- seq, stored bytes and a refund in the one HSET (bench/README.md)
@@ -264,9 +264,13 @@ if key_ttl_s ~= '' and cur[17] then redis.call('EXPIRE', output, key_ttl_s) end
 redis.call('ZREM', running, task_id)
 if expiry_ms ~= '' then redis.call('ZADD', expiry, expiry_ms, task_id) end
 if result_json ~= '' then redis.call('SET', result, result_json, 'EX', result_ttl_s) end
-if drop == 'payload' or drop == 'all' then redis.call('DEL', payload, checkpoint, cursor) end
+-- the checkpoint log and cursor exist only when @checkpoints counts PROGRESS's writes of them (RERUN drops all
+-- three together): a run that saved none has none to delete (bench/README.md, a delivery's commands)
+if drop == 'payload' or drop == 'all' then
+  if cur[18] then redis.call('DEL', payload, checkpoint, cursor) else redis.call('DEL', payload) end
+end
 if drop == 'checkpoint' then
-  redis.call('DEL', checkpoint, cursor)
+  if cur[18] then redis.call('DEL', checkpoint, cursor) end
   if key_ttl_s ~= '' then redis.call('EXPIRE', payload, key_ttl_s) end
 end
 if drop == 'all' then

@@ -13,7 +13,7 @@ from rq import Queue, Worker
 
 from app.core import keys, processors
 from app.core.answers import NewTask
-from app.core.jobclaims import Claims
+from app.core.jobclaims import WAKE_BATCH, Claims
 from app.core.jobs import JobQueue
 from app.core.states import QUEUES, TaskStatus
 from app.web import create_app
@@ -71,6 +71,29 @@ def test_a_claim_left_behind_goes_back_to_the_head_at_the_next_take(conn, enqueu
     assert queued(conn, "default") == ["second"]
 
 
+@pytest.mark.parametrize("claim_left", [False, True])
+@pytest.mark.parametrize("high_job", [False, True])
+@pytest.mark.parametrize("paused", [(), ("high",), ("default",), ("low",)])
+def test_the_takes_first_read_tells_a_claim_left_a_pause_and_the_first_queue_apart(conn, enqueue, claim_left,
+                                                                                     high_job, paused):
+    """The claim reads the claim list, the paused set and the first queue in one EXISTS (a count): in every mix
+    of them the take does what it did with a read of each, a claim left going back to its queue first."""
+    enqueue("d1", "default", 60)
+    enqueue("d2", "default", 60)
+    claims = Claims(conn)
+    if claim_left:
+        claims.take("w1", QUEUE_PAIRS)  # d1, its answer lost
+    if high_job:
+        enqueue("h1", "high", 60)
+    if paused:
+        conn.sadd(keys.PAUSED_QUEUES, *paused)
+    taken = claims.take("w1", QUEUE_PAIRS)
+    expected = "h1" if high_job and "high" not in paused else None if "default" in paused else "d1"
+    assert (taken and taken[1]) == expected
+    assert conn.lrange(keys.job_claims("w1"), 0, -1) == ([expected.encode()] if expected else [])
+    assert queued(conn, "default") == (["d2"] if expected == "d1" else ["d1", "d2"])
+
+
 def test_the_claims_of_a_dead_worker_go_back_to_the_head_of_their_queues(conn, enqueue):
     enqueue("a", "default", 60)
     enqueue("b", "default", 60)
@@ -107,12 +130,29 @@ def test_every_queued_job_announces_itself_on_the_wake_list(conn, enqueue):
     enqueue("a", "low", 60)
     enqueue("b", "low", 60)
     assert conn.lrange(keys.JOB_WAKE, 0, -1) == [b"low", b"low"]
-    Claims(conn).take("w1", QUEUE_PAIRS)
-    assert conn.llen(keys.JOB_WAKE) == 1  # a take uses one: under a load that never idles a worker it stays bounded
     conn.rpush(keys.JOB_WAKE, "low", "low")  # announcements of jobs taken meanwhile by another way
+    Claims(conn).take("w1", QUEUE_PAIRS)
     Claims(conn).take("w2", QUEUE_PAIRS)
     assert Claims(conn).take("w3", QUEUE_PAIRS) is None  # nothing to take: the list is emptied
     assert conn.llen(keys.JOB_WAKE) == 0
+
+
+def test_the_takes_use_the_wake_lists_entries_in_batches_and_keep_it_bounded(conn, enqueue):
+    """Under a load that never idles a worker the list stays within WAKE_BATCH entries of the jobs waiting, with
+    one LPOP every WAKE_BATCH takes (a command fewer a delivery: bench/README.md, issue 32)."""
+    for i in range(2 * WAKE_BATCH + 1):
+        enqueue(f"j{i}", "low", 60)
+    claims = Claims(conn)
+    for _ in range(WAKE_BATCH - 1):
+        claims.take("w1", QUEUE_PAIRS)
+        conn.delete(keys.job_claims("w1"))  # started: the start pipeline's LREM
+    assert conn.llen(keys.JOB_WAKE) == 2 * WAKE_BATCH + 1  # no take popped one
+    for _ in range(WAKE_BATCH + 1):
+        claims.take("w1", QUEUE_PAIRS)
+        conn.delete(keys.job_claims("w1"))
+        waiting = len(queued(conn, "low"))
+        assert waiting <= conn.llen(keys.JOB_WAKE) < waiting + WAKE_BATCH
+    assert conn.llen(keys.JOB_WAKE) == 1 and len(queued(conn, "low")) == 1
 
 
 def test_a_worker_runs_its_jobs_through_the_claim_and_leaves_no_claim(config, conn):
