@@ -26,8 +26,8 @@ from app.core.keys import TaskField as F
 
 # The first field pairs of every created task's hash, in this order (app.core.store.TaskStore.task_fields writes
 # them so, for a submit and for each task of a batch): ``create`` reads the audit entry's values at their places
-# here (``audited``, app.core.scripts.AUDIT: member, type, status, attempts and the payload's digest; a new task has
-# no error code) instead of a table of every field by name, ~2 µs of Lua a task (bench/README.md, "Submit, fifth
+# here (app.core.scripts.AUDIT: member, type, status, attempts and the payload's digest; a new task has no error
+# code) instead of a table of every field by name, ~2 µs of Lua a task (bench/README.md, "Submit, fifth
 # pass").
 CREATED_HEAD = (F.TYPE, F.MEMBER, F.STATUS, F.PROGRESS, F.ATTEMPTS, F.CREATED_AT, F.UPDATED_AT, F.EXPIRES_AT, F.SEQ,
                 F.PAYLOAD_SHA256)
@@ -65,7 +65,8 @@ end
 
 CREATE = """
 local function fold_start()
-  fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {}}
+  fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {},
+          line = fold_line}
 end
 local function fold_writes()
   if fold.created > 0 then

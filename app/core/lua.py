@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -48,6 +49,57 @@ def render(source: str) -> str:
     """``source`` with every ``$STATUS`` (or status set), ``@field``, ``&stat`` and ``!entry`` marker written
     as a Lua literal."""
     return _MARKER.sub(lambda m: _literal(m[1] or m[3], m[2] or m[4]), source)
+
+
+# Lua's tokens, enough to find where a function ends and which names a script uses: comments and strings (long
+# ones too) are one token each, so a word in them is neither a block keyword nor a reference.
+_LUA_TOKEN = re.compile(r"""--\[(=*)\[.*?\]\1\]|--[^\n]*|\[(=*)\[.*?\]\2\]|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"
+                            |[A-Za-z_][A-Za-z_0-9]*|\S""", re.S | re.X)
+_OPENS = frozenset(("function", "if", "do", "repeat"))  # ``while``/``for`` open with their ``do``
+_CLOSES = frozenset(("end", "until"))
+
+
+@lru_cache(maxsize=None)
+def prune(source: str) -> str:
+    """``source`` without each ``local function NAME`` that nothing else in it names, again until none is left
+    (a function only an unused one called goes too). A script is assembled from shared fragments (the audit, the
+    replay, the create...) and runs them whole on every call: under EVAL/EVALSHA each ``local function`` is a new
+    closure per call, so one a script never calls is Lua work per call for nothing (bench/README.md, "Lua per
+    call"). A name defined more than once is left alone; a word in a string or a comment is no reference."""
+    while True:
+        tokens = [(m.start(), m.end(), m.group()) for m in _LUA_TOKEN.finditer(source)]
+        words = [t[2] for t in tokens]
+        defined: dict[str, list[tuple[int, int]]] = {}
+        for i in range(len(words) - 2):
+            if words[i] == "local" and words[i + 1] == "function":
+                end = _block_end(words, i + 1)
+                defined.setdefault(words[i + 2], []).append((i, end))
+        dead = []
+        for name, spans in defined.items():
+            if len(spans) != 1:
+                continue
+            start, end = spans[0]
+            if not any(w == name for j, w in enumerate(words) if not start <= j <= end):
+                dead.append((tokens[start][0], tokens[end][1]))
+        if not dead:
+            return source
+        for begin, finish in sorted(dead, reverse=True):  # a dead one inside another dead one: only the outer
+            if any(b < begin and finish <= f for b, f in dead):
+                continue
+            source = source[:begin] + source[finish:].removeprefix("\n")
+
+
+def _block_end(words: Sequence[str], at: int) -> int:
+    """The index of the ``end`` that closes the block opened by ``words[at]``."""
+    depth = 0
+    for j in range(at, len(words)):
+        if words[j] in _OPENS:
+            depth += 1
+        elif words[j] in _CLOSES:
+            depth -= 1
+            if depth == 0:
+                return j
+    raise ValueError("a Lua block without its end")
 
 
 class Command(NamedTuple):
@@ -202,13 +254,13 @@ class Script:
 
     def source(self, fragment: str = "") -> str:
         """The script as Redis runs it: the SHEBANG, the preamble, then ``fragment`` (the audit function), then
-        the body, markers rendered."""
+        the body, markers rendered, without the functions it never calls (:func:`prune`)."""
         if not self.once:
-            return SHEBANG + self.preamble() + fragment + render(self.body)
+            return prune(SHEBANG + self.preamble() + fragment + render(self.body))
         late = "true" if self.once == LATE else "false"
         body = (_ONCE_HEAD[self.once] + "local function once_body()\n" + render(self.body) + "\nend\n"
                 + render(_ONCE_TAIL).replace("__LATE__", late))
-        return SHEBANG + self.preamble() + fragment + body
+        return prune(SHEBANG + self.preamble() + fragment + body)
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
              rest: Sequence[Any] = (), *, record_ms: int | str = "") -> tuple[list[str], list[Any]]:

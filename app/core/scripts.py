@@ -37,11 +37,11 @@ _WAITING_TASKS = "sorted set: PENDING tasks waiting for other tasks -> ms they b
 # ~, with a TIME to know the age) is not written per entry: housekeeping's expiry pass runs it
 # (workers.housekeeping.Housekeeper.trim_audit), and the batch create, which writes many entries, runs it once at
 # its end (``audit_trim``). Two commands a transition, four a delivery (bench/README.md, "A delivery, command by
-# command"). A script that has just written the hash's fields passes their values of ``audited`` to
-# ``audit_entry(id, from, values)`` instead of reading them back (the create: app.core.creation; START and
+# command"). A script that has just written the hash's fields passes their values (member, type, status, error
+# code, attempts, payload digest: the HMGET of ``audit``) to ``audit_entry(id, from, values)`` instead of reading
+# them back (the create: app.core.creation; START and
 # TRANSITION, from their first HMGET).
 AUDIT = """
-local audited = {@member, @type, @status, @error_code, @attempts, @payload_sha256}  -- an entry's, in order
 local function audit_trim()
   local max_age_ms = __AUDIT_MAX_AGE_MS__
   if max_age_ms > 0 then
@@ -61,7 +61,8 @@ local function audit_entry(id, from, h)
             !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or '')
 end
 local function audit(task_key, id, from)
-  audit_entry(id, from, redis.call('HMGET', task_key, unpack(audited)))
+  audit_entry(id, from, redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts,
+                                    @payload_sha256))  -- an entry's values, in audit_entry's order (no table per call)
 end
 """
 

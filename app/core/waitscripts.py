@@ -24,7 +24,8 @@ from app.core.lua import FIRST, LATE, Script, Tail
 # atomic, so no one sees the difference.
 # An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line
 # (``into``: the table its task hash's field pair goes into, for the caller to write; nil: written here). While
-# ``fold`` is a table, ``fold_line`` does it instead: the line's ticket and the queue's seq are read once and
+# ``fold`` is a table, ``fold_line`` does it instead (as ``fold.line``: a script that never folds, the submit, has no
+# call of it, so app.core.lua.prune drops it from that script): the line's ticket and the queue's seq are read once and
 # counted on here (each job gets the same ticket and seq as its PUT_IN_LINE would have), and ``fold_lines()``
 # (called by the batch create before fold_writes) pushes each line's ids in one RPUSH, puts its member in the ring
 # when the line was empty, and writes the counters and the weight once: 4 commands a job become 4 a line.
@@ -71,7 +72,7 @@ local function replay(i, stop, k, from, into)
     end
     if name == 'in_line' and fold and into then
       local a = i + 2
-      fold_line(key, src[a], src[a + 1], src[a + 2], src[a + 4], src[a + 5], into)
+      fold.line(key, src[a], src[a + 1], src[a + 2], src[a + 4], src[a + 5], into)
     elseif name == 'in_line' then
       local a = i + 2  -- the line, the command's six arguments, then ``into``
       put_in_line(key, src[a], src[a + 1], src[a + 2], src[a + 3], src[a + 4], src[a + 5], into)
