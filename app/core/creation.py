@@ -11,7 +11,7 @@ positions point instead of ARGV (the batch create rebuilds each task's from a te
 Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
 It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys, among
 them ``waiting_tasks``, keys.WAITING, which a task that waits for others joins)
-and the ``replay`` and ``audit_entry`` functions. A script creating many tasks (the batch create) calls
+and the ``replay`` and ``audit_values`` functions. A script creating many tasks (the batch create) calls
 ``fold_start()`` first (``fold``: see app.core.waitscripts.REPLAY): each ``create`` then collects its writes to
 the keys every task shares (the history, the expiry index, the counters; its job's queue entry; the audit
 trim) and ``fold_writes()`` makes them once, in order, at the end: a batch runs 6 commands per task instead of
@@ -98,7 +98,8 @@ local function create(t)
     redis.call('HINCRBY', active, member, 1)
     redis.call('HINCRBY', stored_bytes, member, #t.payload_json)
   end
-  local waiting, ended, n, open_statuses = {}, '', 0, t.after_ids ~= '' and $ACTIVE
+  local waiting, ended, n, open_statuses = nil, '', 0, nil  -- tables made only for a task with ``after``
+  if t.after_ids ~= '' then waiting, open_statuses = {}, $ACTIVE end
   for dep in string.gmatch(t.after_ids, '[^,]+') do
     local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
     n = n + 1
@@ -119,7 +120,7 @@ local function create(t)
   if t.hold then
     more = {@waiting, 1, @waiting_for, t.hold}
     redis.call('ZADD', waiting_tasks, created_ms, t.id)
-  elseif #waiting > 0 then
+  elseif waiting and #waiting > 0 then
     more = {@waiting, #waiting, @waiting_for, table.concat(waiting, ',')}
     redis.call('ZADD', waiting_tasks, created_ms, t.id)
   elseif t.run_at ~= '' then
@@ -136,9 +137,9 @@ local function create(t)
   end
   redis.call('EXPIRE', t.task, t.key_ttl)
   local f = t.fields_from - 1  -- the audited values as the HSET above wrote them, at their places in the head
-  audit_entry(t.id, '', {src[f + __AT_member__], src[f + __AT_type__], src[f + __AT_status__], nil,
-                         src[f + __AT_attempts__], src[f + __AT_payload_sha256__]})
-  return ended, table.concat(waiting, ',')
+  audit_values(t.id, '', src[f + __AT_member__], src[f + __AT_type__], src[f + __AT_status__], nil,
+               src[f + __AT_attempts__], src[f + __AT_payload_sha256__])
+  return ended, waiting and table.concat(waiting, ',') or ''
 end
 """
 for _at, _field in enumerate(CREATED_HEAD):

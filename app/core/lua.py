@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -59,7 +59,7 @@ _OPENS = frozenset(("function", "if", "do", "repeat"))  # ``while``/``for`` open
 _CLOSES = frozenset(("end", "until"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def prune(source: str) -> str:
     """``source`` without each ``local function NAME`` that nothing else in it names, again until none is left
     (a function only an unused one called goes too). A script is assembled from shared fragments (the audit, the
