@@ -245,7 +245,7 @@ class Script:
         if self.rest_keys:  # copied one by one: unpack() fails past ~8,000 values (a batch's keys)
             name = self.rest_keys.name
             lines.append(f"local {name} = {{}}")
-            lines.append(f"for i = {len(key_names) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end")
+            lines.append(f"for i = {len(key_names) + 1}, #KEYS - 1 do {name}[i - {len(key_names)}] = KEYS[i] end")
         lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
         lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(arg_names, 1)]
         if self.rest:

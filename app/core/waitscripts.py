@@ -61,13 +61,14 @@ local function fold_lines()
 end
 local function replay(i, stop, k, from, into)
   local src = from or ARGV
-  local hkey, hargs = nil, nil
+  local hkey, hat, hargs = nil, nil, nil  -- an HSET held back: its key, and its place in src or (merged) its args
   while i < stop do
     local name, argc = unpack(src, i, i + 1)
     argc = tonumber(argc)
     local key = command_keys[k]
     if hkey and (name ~= 'HSET' or key ~= hkey) then
-      redis.call('HSET', hkey, unpack(hargs))
+      if hargs then redis.call('HSET', hkey, unpack(hargs))
+      else redis.call('HSET', hkey, unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))) end
       hkey = nil
     end
     if name == 'in_line' and fold and into then
@@ -90,18 +91,21 @@ local function replay(i, stop, k, from, into)
         fold.queues[#fold.queues + 1] = key
       end
       ids[#ids + 1] = src[i + 2]
-    elseif name == 'HSET' and hkey and #hargs == 2 then  -- RQ's status, then every field: not copied
-      redis.call('HSET', key, hargs[1], hargs[2], unpack(src, i + 2, i + 1 + argc))
+    elseif name == 'HSET' and hkey and not hargs and tonumber(src[hat + 1]) == 2 then  -- RQ's status, then its fields
+      redis.call('HSET', key, src[hat + 2], src[hat + 3], unpack(src, i + 2, i + 1 + argc))
       hkey = nil
-    elseif name == 'HSET' then
-      if not hkey then hkey, hargs = key, {} end
+    elseif name == 'HSET' and hkey then  -- a third HSET of the key, or a second after a longer first: one table
+      if not hargs then hargs = {unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))} end
       for j = i + 2, i + 1 + argc do hargs[#hargs + 1] = src[j] end
+    elseif name == 'HSET' then
+      hkey, hat, hargs = key, i, nil
     else
       redis.call(name, key, unpack(src, i + 2, i + 1 + argc))
     end
     i, k = i + 2 + argc, k + 1
   end
-  if hkey then redis.call('HSET', hkey, unpack(hargs)) end
+  if hkey and hargs then redis.call('HSET', hkey, unpack(hargs))
+  elseif hkey then redis.call('HSET', hkey, unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))) end
 end
 """
 _COMMANDS = Tail("command_keys", "one key per job command, in order")
