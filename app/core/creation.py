@@ -98,21 +98,24 @@ local function create(t)
     redis.call('HINCRBY', active, member, 1)
     redis.call('HINCRBY', stored_bytes, member, #t.payload_json)
   end
-  local waiting, ended, n, open_statuses = nil, '', 0, nil  -- tables made only for a task with ``after``
-  if t.after_ids ~= '' then waiting, open_statuses = {}, $ACTIVE end
-  for dep in string.gmatch(t.after_ids, '[^,]+') do
-    local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
-    n = n + 1
-    local found = redis.call('HGET', dep_task, @status)
-    if found ~= $COMPLETED then
-      waiting[#waiting + 1] = dep
-      redis.call('SADD', dep_set, t.id)
-      local ttl = redis.call('PTTL', dep_task)
-      if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, t.key_ttl) end
-      if found then redis.call('HSET', dep_task, @dependents, 1) end
-      if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
-        if ended == '' then ended = dep end
-        redis.call('LPUSH', settled, dep)
+  local waiting, ended, n = nil, '', 0  -- no table nor pattern match for a task without ``after``
+  if t.after_ids ~= '' then
+    waiting = {}
+    local open_statuses = $ACTIVE
+    for dep in string.gmatch(t.after_ids, '[^,]+') do
+      local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
+      n = n + 1
+      local found = redis.call('HGET', dep_task, @status)
+      if found ~= $COMPLETED then
+        waiting[#waiting + 1] = dep
+        redis.call('SADD', dep_set, t.id)
+        local ttl = redis.call('PTTL', dep_task)
+        if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, t.key_ttl) end
+        if found then redis.call('HSET', dep_task, @dependents, 1) end
+        if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
+          if ended == '' then ended = dep end
+          redis.call('LPUSH', settled, dep)
+        end
       end
     end
   end
