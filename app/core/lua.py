@@ -16,6 +16,7 @@ does not know fails at import.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -51,10 +52,12 @@ def render(source: str) -> str:
     return _MARKER.sub(lambda m: _literal(m[1] or m[3], m[2] or m[4]), source)
 
 
-# Lua's tokens, enough to find where a function ends and which names a script uses: comments and strings (long
-# ones too) are one token each, so a word in them is neither a block keyword nor a reference.
-_LUA_TOKEN = re.compile(r"""--\[(=*)\[.*?\]\1\]|--[^\n]*|\[(=*)\[.*?\]\2\]|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"
-                            |[A-Za-z_][A-Za-z_0-9]*|\S""", re.S | re.X)
+# Lua's words, enough to find where a function ends and which names a script uses: a comment or a string (long ones
+# too) is one token, so a word in it is neither a block keyword nor a reference; punctuation is skipped.
+_LUA_TOKEN = re.compile("|".join((
+    r"[A-Za-z_][A-Za-z_0-9]*",  # a word first: the most of them, and nothing else starts with a letter
+    r"--\[(=*)\[.*?\]\1\]", r"--[^\n]*", r"\[(=*)\[.*?\]\2\]",  # comments, long strings
+    r"'(?:\\.|[^'\\\n])*'", r'"(?:\\.|[^"\\\n])*"')), re.S)
 _OPENS = frozenset(("function", "if", "do", "repeat"))  # ``while``/``for`` open with their ``do``
 _CLOSES = frozenset(("end", "until"))
 
@@ -66,27 +69,30 @@ def prune(source: str) -> str:
     replay, the create...) and runs them whole on every call: under EVAL/EVALSHA each ``local function`` is a new
     closure per call, so one a script never calls is Lua work per call for nothing (bench/README.md, "Lua per
     call"). A name defined more than once is left alone; a word in a string or a comment is no reference."""
-    while True:
-        tokens = [(m.start(), m.end(), m.group()) for m in _LUA_TOKEN.finditer(source)]
-        words = [t[2] for t in tokens]
-        defined: dict[str, list[tuple[int, int]]] = {}
-        for i in range(len(words) - 2):
-            if words[i] == "local" and words[i + 1] == "function":
-                end = _block_end(words, i + 1)
-                defined.setdefault(words[i + 2], []).append((i, end))
-        dead = []
-        for name, spans in defined.items():
-            if len(spans) != 1:
-                continue
-            start, end = spans[0]
-            if not any(w == name for j, w in enumerate(words) if not start <= j <= end):
-                dead.append((tokens[start][0], tokens[end][1]))
-        if not dead:
-            return source
-        for begin, finish in sorted(dead, reverse=True):  # a dead one inside another dead one: only the outer
-            if any(b < begin and finish <= f for b, f in dead):
-                continue
+    tokens = [(m.start(), m.end(), m.group()) for m in _LUA_TOKEN.finditer(source)]
+    words = [t[2] for t in tokens]
+    spans: dict[str, list[tuple[int, int]]] = {}  # each function's name -> where it is, from ``local`` to ``end``
+    for i in range(len(words) - 2):
+        if words[i] == "local" and words[i + 1] == "function":
+            spans.setdefault(words[i + 2], []).append((i, _block_end(words, i + 1)))
+    total, gone, cut = Counter(words), [False] * len(words), []
+    changed = True
+    while changed:
+        changed = False
+        for name, [(start, end), *more] in spans.items():
+            if more or gone[start] or sum(1 for j in range(start, end + 1) if words[j] == name and not gone[j]) \
+                    != total[name]:
+                continue  # defined twice, gone already, or named somewhere else
+            for j in range(start, end + 1):
+                if not gone[j]:
+                    gone[j] = True
+                    total[words[j]] -= 1
+            cut.append((tokens[start][0], tokens[end][1]))
+            changed = True
+    for begin, finish in sorted(cut, reverse=True):
+        if not any(b < begin and finish <= f for b, f in cut):  # one inside another that went: cut with it
             source = source[:begin] + source[finish:].removeprefix("\n")
+    return source
 
 
 def _block_end(words: Sequence[str], at: int) -> int:
