@@ -11,7 +11,7 @@ positions point instead of ARGV (the batch create rebuilds each task's from a te
 Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
 It uses the names a calling script's preamble binds (dedup_window_s, created_ms, member and the shared keys, among
 them ``waiting_tasks``, keys.WAITING, which a task that waits for others joins)
-and the ``replay`` and ``audit_entry`` functions. A script creating many tasks (the batch create) calls
+and the ``replay`` and ``audit_values`` functions. A script creating many tasks (the batch create) calls
 ``fold_start()`` first (``fold``: see app.core.waitscripts.REPLAY): each ``create`` then collects its writes to
 the keys every task shares (the history, the expiry index, the counters; its job's queue entry; the audit
 trim) and ``fold_writes()`` makes them once, in order, at the end: a batch runs 6 commands per task instead of
@@ -26,8 +26,8 @@ from app.core.keys import TaskField as F
 
 # The first field pairs of every created task's hash, in this order (app.core.store.TaskStore.task_fields writes
 # them so, for a submit and for each task of a batch): ``create`` reads the audit entry's values at their places
-# here (``audited``, app.core.scripts.AUDIT: member, type, status, attempts and the payload's digest; a new task has
-# no error code) instead of a table of every field by name, ~2 µs of Lua a task (bench/README.md, "Submit, fifth
+# here (app.core.scripts.AUDIT: member, type, status, attempts and the payload's digest; a new task has no error
+# code) instead of a table of every field by name, ~2 µs of Lua a task (bench/README.md, "Submit, fifth
 # pass").
 CREATED_HEAD = (F.TYPE, F.MEMBER, F.STATUS, F.PROGRESS, F.ATTEMPTS, F.CREATED_AT, F.UPDATED_AT, F.EXPIRES_AT, F.SEQ,
                 F.PAYLOAD_SHA256)
@@ -65,7 +65,8 @@ end
 
 CREATE = """
 local function fold_start()
-  fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {}}
+  fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {},
+          line = fold_line}
 end
 local function fold_writes()
   if fold.created > 0 then
@@ -97,20 +98,24 @@ local function create(t)
     redis.call('HINCRBY', active, member, 1)
     redis.call('HINCRBY', stored_bytes, member, #t.payload_json)
   end
-  local waiting, ended, n, open_statuses = {}, '', 0, t.after_ids ~= '' and $ACTIVE
-  for dep in string.gmatch(t.after_ids, '[^,]+') do
-    local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
-    n = n + 1
-    local found = redis.call('HGET', dep_task, @status)
-    if found ~= $COMPLETED then
-      waiting[#waiting + 1] = dep
-      redis.call('SADD', dep_set, t.id)
-      local ttl = redis.call('PTTL', dep_task)
-      if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, t.key_ttl) end
-      if found then redis.call('HSET', dep_task, @dependents, 1) end
-      if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
-        if ended == '' then ended = dep end
-        redis.call('LPUSH', settled, dep)
+  local waiting, ended, n = nil, '', 0  -- no table nor pattern match for a task without ``after``
+  if t.after_ids ~= '' then
+    waiting = {}
+    local open_statuses = $ACTIVE
+    for dep in string.gmatch(t.after_ids, '[^,]+') do
+      local dep_task, dep_set = command_keys[t.k + 2 * n], command_keys[t.k + 2 * n + 1]
+      n = n + 1
+      local found = redis.call('HGET', dep_task, @status)
+      if found ~= $COMPLETED then
+        waiting[#waiting + 1] = dep
+        redis.call('SADD', dep_set, t.id)
+        local ttl = redis.call('PTTL', dep_task)
+        if ttl > 0 then redis.call('PEXPIRE', dep_set, ttl) else redis.call('EXPIRE', dep_set, t.key_ttl) end
+        if found then redis.call('HSET', dep_task, @dependents, 1) end
+        if not open_statuses[found] then  -- it ended otherwise (or is gone): the settle tick fails this task
+          if ended == '' then ended = dep end
+          redis.call('LPUSH', settled, dep)
+        end
       end
     end
   end
@@ -118,7 +123,7 @@ local function create(t)
   if t.hold then
     more = {@waiting, 1, @waiting_for, t.hold}
     redis.call('ZADD', waiting_tasks, created_ms, t.id)
-  elseif #waiting > 0 then
+  elseif waiting and #waiting > 0 then
     more = {@waiting, #waiting, @waiting_for, table.concat(waiting, ',')}
     redis.call('ZADD', waiting_tasks, created_ms, t.id)
   elseif t.run_at ~= '' then
@@ -135,9 +140,9 @@ local function create(t)
   end
   redis.call('EXPIRE', t.task, t.key_ttl)
   local f = t.fields_from - 1  -- the audited values as the HSET above wrote them, at their places in the head
-  audit_entry(t.id, '', {src[f + __AT_member__], src[f + __AT_type__], src[f + __AT_status__], nil,
-                         src[f + __AT_attempts__], src[f + __AT_payload_sha256__]})
-  return ended, table.concat(waiting, ',')
+  audit_values(t.id, '', src[f + __AT_member__], src[f + __AT_type__], src[f + __AT_status__], nil,
+               src[f + __AT_attempts__], src[f + __AT_payload_sha256__])
+  return ended, waiting and table.concat(waiting, ',') or ''
 end
 """
 for _at, _field in enumerate(CREATED_HEAD):

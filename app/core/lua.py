@@ -16,8 +16,10 @@ does not know fails at import.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -48,6 +50,62 @@ def render(source: str) -> str:
     """``source`` with every ``$STATUS`` (or status set), ``@field``, ``&stat`` and ``!entry`` marker written
     as a Lua literal."""
     return _MARKER.sub(lambda m: _literal(m[1] or m[3], m[2] or m[4]), source)
+
+
+# Lua's words, enough to find where a function ends and which names a script uses: a comment or a string (long ones
+# too) is one token, so a word in it is neither a block keyword nor a reference; punctuation is skipped.
+_LUA_TOKEN = re.compile("|".join((
+    r"[A-Za-z_][A-Za-z_0-9]*",  # a word first: the most of them, and nothing else starts with a letter
+    r"--\[(=*)\[.*?\]\1\]", r"--[^\n]*", r"\[(=*)\[.*?\]\2\]",  # comments, long strings
+    r"'(?:\\.|[^'\\\n])*'", r'"(?:\\.|[^"\\\n])*"')), re.S)
+_OPENS = frozenset(("function", "if", "do", "repeat"))  # ``while``/``for`` open with their ``do``
+_CLOSES = frozenset(("end", "until"))
+
+
+@cache
+def prune(source: str) -> str:
+    """``source`` without each ``local function NAME`` that nothing else in it names, again until none is left
+    (a function only an unused one called goes too). A script is assembled from shared fragments (the audit, the
+    replay, the create...) and runs them whole on every call: under EVAL/EVALSHA each ``local function`` is a new
+    closure per call, so one a script never calls is Lua work per call for nothing (bench/README.md, "Lua per
+    call"). A name defined more than once is left alone; a word in a string or a comment is no reference."""
+    tokens = [(m.start(), m.end(), m.group()) for m in _LUA_TOKEN.finditer(source)]
+    words = [t[2] for t in tokens]
+    spans: dict[str, list[tuple[int, int]]] = {}  # each function's name -> where it is, from ``local`` to ``end``
+    for i in range(len(words) - 2):
+        if words[i] == "local" and words[i + 1] == "function":
+            spans.setdefault(words[i + 2], []).append((i, _block_end(words, i + 1)))
+    total, gone, cut = Counter(words), [False] * len(words), []
+    changed = True
+    while changed:
+        changed = False
+        for name, [(start, end), *more] in spans.items():
+            if more or gone[start] or sum(1 for j in range(start, end + 1) if words[j] == name and not gone[j]) \
+                    != total[name]:
+                continue  # defined twice, gone already, or named somewhere else
+            for j in range(start, end + 1):
+                if not gone[j]:
+                    gone[j] = True
+                    total[words[j]] -= 1
+            cut.append((tokens[start][0], tokens[end][1]))
+            changed = True
+    for begin, finish in sorted(cut, reverse=True):
+        if not any(b < begin and finish <= f for b, f in cut):  # one inside another that went: cut with it
+            source = source[:begin] + source[finish:].removeprefix("\n")
+    return source
+
+
+def _block_end(words: Sequence[str], at: int) -> int:
+    """The index of the ``end`` that closes the block opened by ``words[at]``."""
+    depth = 0
+    for j in range(at, len(words)):
+        if words[j] in _OPENS:
+            depth += 1
+        elif words[j] in _CLOSES:
+            depth -= 1
+            if depth == 0:
+                return j
+    raise ValueError("a Lua block without its end")
 
 
 class Command(NamedTuple):
@@ -193,7 +251,7 @@ class Script:
         if self.rest_keys:  # copied one by one: unpack() fails past ~8,000 values (a batch's keys)
             name = self.rest_keys.name
             lines.append(f"local {name} = {{}}")
-            lines.append(f"for i = {len(key_names) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end")
+            lines.append(f"for i = {len(key_names) + 1}, #KEYS - 1 do {name}[i - {len(key_names)}] = KEYS[i] end")
         lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
         lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(arg_names, 1)]
         if self.rest:
@@ -202,13 +260,13 @@ class Script:
 
     def source(self, fragment: str = "") -> str:
         """The script as Redis runs it: the SHEBANG, the preamble, then ``fragment`` (the audit function), then
-        the body, markers rendered."""
+        the body, markers rendered, without the functions it never calls (:func:`prune`)."""
         if not self.once:
-            return SHEBANG + self.preamble() + fragment + render(self.body)
+            return prune(SHEBANG + self.preamble() + fragment + render(self.body))
         late = "true" if self.once == LATE else "false"
         body = (_ONCE_HEAD[self.once] + "local function once_body()\n" + render(self.body) + "\nend\n"
                 + render(_ONCE_TAIL).replace("__LATE__", late))
-        return SHEBANG + self.preamble() + fragment + body
+        return prune(SHEBANG + self.preamble() + fragment + body)
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
              rest: Sequence[Any] = (), *, record_ms: int | str = "") -> tuple[list[str], list[Any]]:

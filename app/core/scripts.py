@@ -37,11 +37,11 @@ _WAITING_TASKS = "sorted set: PENDING tasks waiting for other tasks -> ms they b
 # ~, with a TIME to know the age) is not written per entry: housekeeping's expiry pass runs it
 # (workers.housekeeping.Housekeeper.trim_audit), and the batch create, which writes many entries, runs it once at
 # its end (``audit_trim``). Two commands a transition, four a delivery (bench/README.md, "A delivery, command by
-# command"). A script that has just written the hash's fields passes their values of ``audited`` to
-# ``audit_entry(id, from, values)`` instead of reading them back (the create: app.core.creation; START and
-# TRANSITION, from their first HMGET).
+# command"). A script that has just written the hash's fields passes their values (member, type, status, error
+# code, attempts, payload digest: the HMGET of ``audit``) to ``audit_entry(id, from, values)`` instead of reading
+# them back (START and TRANSITION, from their first HMGET), or to ``audit_values(id, from, member, ...)`` with no
+# table (the create: app.core.creation). The XADD's head (MAXLEN ~ or not) is rendered in by build().
 AUDIT = """
-local audited = {@member, @type, @status, @error_code, @attempts, @payload_sha256}  -- an entry's, in order
 local function audit_trim()
   local max_age_ms = __AUDIT_MAX_AGE_MS__
   if max_age_ms > 0 then
@@ -50,18 +50,17 @@ local function audit_trim()
     redis.call('XTRIM', audit_stream, 'MINID', '~', string.format('%d', oldest))
   end
 end
-local function audit_add(...)  -- the entry's fields passed on as they are, no table built (a submit's Lua time)
-  local maxlen = __AUDIT_MAXLEN__
-  if maxlen > 0 then return redis.call('XADD', audit_stream, 'MAXLEN', '~', maxlen, '*', ...) end
-  return redis.call('XADD', audit_stream, '*', ...)
+local function audit_values(id, from, member, kind, to, code, attempt, digest)  -- the entry, no table built
+  to = to or ''
+  redis.call(__AUDIT_XADD__, !task, id, !member, member or '', !type, kind or '', !from, from, !to, to,
+             !code, code or '', !attempt, attempt or '0', !payload, to == $PENDING and (digest or '') or '')
 end
 local function audit_entry(id, from, h)
-  local to = h[3] or ''
-  audit_add(!task, id, !member, h[1] or '', !type, h[2] or '', !from, from, !to, to,
-            !code, h[4] or '', !attempt, h[5] or '0', !payload, to == $PENDING and (h[6] or '') or '')
+  audit_values(id, from, h[1], h[2], h[3], h[4], h[5], h[6])
 end
 local function audit(task_key, id, from)
-  audit_entry(id, from, redis.call('HMGET', task_key, unpack(audited)))
+  audit_values(id, from, unpack(redis.call('HMGET', task_key, @member, @type, @status, @error_code, @attempts,
+                                           @payload_sha256)))  -- in audit_values's order
 end
 """
 
@@ -407,7 +406,9 @@ SOURCES = {name: script.source() for name, script in SCRIPTS.items()}
 
 def build(max_entries: int, max_age_s: int) -> dict[str, str]:
     """Every script with the audit fragment after its preamble, its retention rendered in (0 = no such limit)."""
-    fragment = render(AUDIT).replace("__AUDIT_MAXLEN__", str(int(max_entries)))
+    # the XADD's head, trimmed by MAXLEN ~ or not, chosen here rather than per call
+    xadd = "'XADD', audit_stream, " + (f"'MAXLEN', '~', {int(max_entries)}, " if max_entries > 0 else "") + "'*'"
+    fragment = render(AUDIT).replace("__AUDIT_XADD__", xadd)
     fragment = fragment.replace("__AUDIT_MAX_AGE_MS__", str(int(max_age_s) * 1000))
     return {name: script.source(fragment) for name, script in SCRIPTS.items()}
 

@@ -24,7 +24,8 @@ from app.core.lua import FIRST, LATE, Script, Tail
 # atomic, so no one sees the difference.
 # An ``in_line`` command (app.core.lines.line_command) is no Redis command: PUT_IN_LINE puts the job in line
 # (``into``: the table its task hash's field pair goes into, for the caller to write; nil: written here). While
-# ``fold`` is a table, ``fold_line`` does it instead: the line's ticket and the queue's seq are read once and
+# ``fold`` is a table, ``fold_line`` does it instead (as ``fold.line``: a script that never folds, the submit, has no
+# call of it, so app.core.lua.prune drops it from that script): the line's ticket and the queue's seq are read once and
 # counted on here (each job gets the same ticket and seq as its PUT_IN_LINE would have), and ``fold_lines()``
 # (called by the batch create before fold_writes) pushes each line's ids in one RPUSH, puts its member in the ring
 # when the line was empty, and writes the counters and the weight once: 4 commands a job become 4 a line.
@@ -60,18 +61,19 @@ local function fold_lines()
 end
 local function replay(i, stop, k, from, into)
   local src = from or ARGV
-  local hkey, hargs = nil, nil
+  local hkey, hat, hargs = nil, nil, nil  -- an HSET held back: its key, and its place in src or (merged) its args
   while i < stop do
     local name, argc = unpack(src, i, i + 1)
     argc = tonumber(argc)
     local key = command_keys[k]
     if hkey and (name ~= 'HSET' or key ~= hkey) then
-      redis.call('HSET', hkey, unpack(hargs))
+      if hargs then redis.call('HSET', hkey, unpack(hargs))
+      else redis.call('HSET', hkey, unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))) end
       hkey = nil
     end
     if name == 'in_line' and fold and into then
       local a = i + 2
-      fold_line(key, src[a], src[a + 1], src[a + 2], src[a + 4], src[a + 5], into)
+      fold.line(key, src[a], src[a + 1], src[a + 2], src[a + 4], src[a + 5], into)
     elseif name == 'in_line' then
       local a = i + 2  -- the line, the command's six arguments, then ``into``
       put_in_line(key, src[a], src[a + 1], src[a + 2], src[a + 3], src[a + 4], src[a + 5], into)
@@ -89,18 +91,21 @@ local function replay(i, stop, k, from, into)
         fold.queues[#fold.queues + 1] = key
       end
       ids[#ids + 1] = src[i + 2]
-    elseif name == 'HSET' and hkey and #hargs == 2 then  -- RQ's status, then every field: not copied
-      redis.call('HSET', key, hargs[1], hargs[2], unpack(src, i + 2, i + 1 + argc))
+    elseif name == 'HSET' and hkey and not hargs and tonumber(src[hat + 1]) == 2 then  -- RQ's status, then its fields
+      redis.call('HSET', key, src[hat + 2], src[hat + 3], unpack(src, i + 2, i + 1 + argc))
       hkey = nil
-    elseif name == 'HSET' then
-      if not hkey then hkey, hargs = key, {} end
+    elseif name == 'HSET' and hkey then  -- a third HSET of the key, or a second after a longer first: one table
+      if not hargs then hargs = {unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))} end
       for j = i + 2, i + 1 + argc do hargs[#hargs + 1] = src[j] end
+    elseif name == 'HSET' then
+      hkey, hat, hargs = key, i, nil
     else
       redis.call(name, key, unpack(src, i + 2, i + 1 + argc))
     end
     i, k = i + 2 + argc, k + 1
   end
-  if hkey then redis.call('HSET', hkey, unpack(hargs)) end
+  if hkey and hargs then redis.call('HSET', hkey, unpack(hargs))
+  elseif hkey then redis.call('HSET', hkey, unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))) end
 end
 """
 _COMMANDS = Tail("command_keys", "one key per job command, in order")

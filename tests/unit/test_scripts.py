@@ -89,7 +89,8 @@ def test_the_preamble_binds_the_table_s_names_in_order(script: Script) -> None:
         assert f"local first_{script.rest.name} = {len(script.arg_names) + 1}" in preamble
     if script.rest_keys:
         name = script.rest_keys.name  # copied key by key (unpack fails past ~8,000 values: a batch's keys)
-        assert f"for i = {len(script.key_names) + 1}, #KEYS - 1 do {name}[#{name} + 1] = KEYS[i] end" in preamble
+        n = len(script.key_names)
+        assert f"for i = {n + 1}, #KEYS - 1 do {name}[i - {n}] = KEYS[i] end" in preamble
     assert all(meaning.strip() for meaning in [*script.keys.values(), *script.args.values()])
 
 
