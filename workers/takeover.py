@@ -31,7 +31,7 @@ from app.core.jobs import JobQueue, task_of_job
 from app.core.keys import TaskField as F
 from app.core.logs import task_logger
 from app.core.states import QUEUES, TaskStatus
-from app.core.store import TaskStore
+from app.core.store import TaskStore, job_of
 from workers.housekeeping import recover_now
 
 log = logging.getLogger("workers.worker")  # the worker's log lines keep the logger name they always had
@@ -81,7 +81,7 @@ def _runs_of(conn: redis.Redis, predecessor: BaseWorker) -> list[Execution]:
     with conn.pipeline(transaction=False) as pipe:
         for task_id in task_ids:
             pipe.hget(keys.task(task_id), F.JOB)
-        job_ids = [as_text(job) if job else task_id for task_id, job in zip(task_ids, pipe.execute(), strict=True)]
+        job_ids = [job_of(task_id, job) for task_id, job in zip(task_ids, pipe.execute(), strict=True)]
         for job_id in job_ids:
             pipe.hmget(Job.key_for(job_id), "worker_name", "status")
         named = pipe.execute()

@@ -159,7 +159,7 @@ class TaskStore(RunStore):
             pipe.hmget(keys.task(task_id), F.STATUS, F.JOB)
         found = pipe.execute()
         statuses = [s.decode() if s else None for s, _ in found]
-        jobs = {t: job.decode() if job else t for t, (_, job) in zip(task_ids, found, strict=True)}
+        jobs = {t: job_of(t, job) for t, (_, job) in zip(task_ids, found, strict=True)}
         tomb: dict[str, Any] = {"key_ttl": c.tombstone_ttl, "expiry_ms": now + c.tombstone_ttl * 1000, "drop": "all"}
         unfinished = [F.ERROR_CODE, ErrorCode.EXPIRED, F.ERROR_MESSAGE, ERROR_MESSAGES[ErrorCode.EXPIRED],
                       F.MESSAGE, ERROR_MESSAGES[ErrorCode.EXPIRED], F.UPDATED_AT, now]
@@ -179,8 +179,13 @@ class TaskStore(RunStore):
 
     def job_id(self, task_id: str) -> str:
         """The id of the task's current RQ job: the task id, unless a recovery re-queued it under another."""
-        job = self.redis.hget(keys.task(task_id), F.JOB)
-        return job.decode() if job else task_id
+        return job_of(task_id, self.redis.hget(keys.task(task_id), F.JOB))  # type: ignore[arg-type]
+
+
+def job_of(task_id: str, job: bytes | None) -> str:
+    """The id of the task's current RQ job from its hash's ``job`` field as read: the task id when the field is
+    absent (no recovery re-queued it under another)."""
+    return job.decode() if job else task_id
 
 
 _RESULT = F.RESULT.encode()
