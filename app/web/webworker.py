@@ -150,9 +150,6 @@ class TimedBody:
         self._req.body = self._body
 
 
-timed_body = TimedBody
-
-
 def _empty(body: Any) -> bool:
     reader = getattr(body, "reader", None)
     return isinstance(reader, LengthReader) and reader.length == 0
@@ -351,7 +348,7 @@ class GeventWorker(ProblemErrors, _GunicornGeventWorker):  # type: ignore[misc]
         # body and writing the response, and is lifted again before the next head is awaited.
         sock.settimeout(self.io_timeout)
         try:
-            with timed_body(req, addr, self.io_timeout):
+            with TimedBody(req, addr, self.io_timeout):
                 super().handle_request(listener_name, req, sock, addr)
         except TimeoutError:
             # a known condition, not a server fault: one line, no traceback; gunicorn then closes the socket
@@ -380,7 +377,7 @@ class ThreadWorker(ProblemErrors, _GunicornThreadWorker):  # type: ignore[misc]
         # once the request is done; the timeout lives in between.
         conn.sock.settimeout(self.io_timeout)
         try:
-            with timed_body(req, conn.client, self.io_timeout):
+            with TimedBody(req, conn.client, self.io_timeout):
                 return bool(super().handle_request(req, conn))
         except TimeoutError:
             log_response_stalled(conn.client, self.io_timeout)

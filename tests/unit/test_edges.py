@@ -18,7 +18,7 @@ from app.launch.embedded import EmbeddedRedis
 from app.web import create_app
 from app.web.errors import BodyStalled
 from app.web.limits import LIMITER_RETRY_AFTER
-from app.web.webworker import timed_body, write_problem
+from app.web.webworker import TimedBody, write_problem
 
 TASKS = "/api/v1/tasks"
 
@@ -161,7 +161,7 @@ class Req:
 def test_a_stalled_body_is_408_with_one_info_line_and_closes(caplog: pytest.LogCaptureFixture) -> None:
     req = Req()
     original = req.body
-    with caplog.at_level(logging.INFO, logger="app.web.webworker"), timed_body(req, ("10.0.0.7", 5555), 2.0):
+    with caplog.at_level(logging.INFO, logger="app.web.webworker"), TimedBody(req, ("10.0.0.7", 5555), 2.0):
         with pytest.raises(BodyStalled) as stalled:
             req.body.read(1000)
     assert req.body is original  # gunicorn drains what is left with its own body, and its own timeouts

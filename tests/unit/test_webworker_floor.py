@@ -197,7 +197,7 @@ def test_what_one_send_leaves_goes_by_sendall() -> None:
 
 
 def test_a_body_of_no_bytes_is_not_wrapped_one_that_reads_the_socket_is() -> None:
-    from app.web.webworker import ClientBody, timed_body
+    from app.web.webworker import ClientBody, TimedBody
 
     cfg = settled()
     get = next(iter(RequestParser(cfg, iter([GET]), ("127.0.0.1", 5000))))
@@ -205,8 +205,8 @@ def test_a_body_of_no_bytes_is_not_wrapped_one_that_reads_the_socket_is() -> Non
                                    ("127.0.0.1", 5000))))
     for req, wrapped in ((get, False), (post, True)):
         body = req.body
-        with timed_body(req, ("127.0.0.1", 5000), 1.0):
+        with TimedBody(req, ("127.0.0.1", 5000), 1.0):
             assert isinstance(req.body, ClientBody) is wrapped
         assert req.body is body
-    with timed_body(post, ("127.0.0.1", 5000), 1.0):
+    with TimedBody(post, ("127.0.0.1", 5000), 1.0):
         assert post.body.read() == b"{}"
