@@ -556,6 +556,7 @@ class Api:
         last: dict[str, Any] = {}
 
         def reached() -> dict[str, Any] | None:
+            last.clear()  # this poll's document alone: an earlier one's keys (a PENDING task's queue) must not linger
             last.update(self.status(task_id))
             return dict(last) if last["status"] in statuses else None
 
