@@ -281,5 +281,5 @@ class Places:
     def read(self, task_id: str) -> tuple[dict[bytes, bytes], Place | None]:
         """The task's hash (empty when gone) and its place in line, in one round trip."""
         answer: Any = self._place(keys=[keys.task(task_id)])
-        flat = answer[0]
-        return dict(zip(flat[::2], flat[1::2], strict=True)), place_of(answer)
+        pairs = iter(answer[0])  # HGETALL's field, value, field, value...: paired without two sliced copies
+        return dict(zip(pairs, pairs, strict=True)), place_of(answer)
