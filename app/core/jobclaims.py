@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -221,13 +221,36 @@ class Claims:
     def take(self, worker: str, queues: Sequence[tuple[str, str]]) -> tuple[int, str, dict[bytes, bytes]] | None:
         """Claim the first job of ``queues`` ((name, key) pairs in priority order) that are not paused for worker
         ``worker``: (the queue's index in ``queues``, the job id, the job's hash), or None."""
-        register = time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
-        answer = self._run(CLAIM, CLAIM.call(
+        register = self._register_due(worker)
+        return self._taken(worker, register, self._run(CLAIM, self._take_call(worker, queues, register)))
+
+    def take_on(self, pipe: Any, worker: str,
+                queues: Sequence[tuple[str, str]]) -> Callable[[Any], tuple[int, str, dict[bytes, bytes]] | None]:
+        """:meth:`take` queued on ``pipe`` (a pipeline without MULTI) as EVALSHA, and the function that reads its
+        reply: the simple worker sends its next take with the end of the run before it, one round trip a delivery
+        fewer (workers.worker.StoppableSimpleWorker). A reply that is an error (NOSCRIPT: an emptied script cache)
+        took nothing: it reads as None, and the worker's next take goes alone (and loads the script)."""
+        register = self._register_due(worker)
+        keys_, args = self._take_call(worker, queues, register)
+        keys_ = [*keys_, keys.AUDIT]  # as _run: every script's last key
+        pipe.evalsha(self._scripts[CLAIM.name].sha, len(keys_), *keys_, *args)
+
+        def taken(answer: Any) -> tuple[int, str, dict[bytes, bytes]] | None:
+            return None if isinstance(answer, Exception) else self._taken(worker, register, answer)
+        return taken
+
+    def _register_due(self, worker: str) -> bool:
+        return time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
+
+    def _take_call(self, worker: str, queues: Sequence[tuple[str, str]], register: bool) -> tuple[list[str], list[Any]]:
+        return CLAIM.call(
             keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
                   "claimants": keys.JOB_CLAIMANTS},
             args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
                   "register": "1" if register else "0", **_LINES_VALUES, "gap_weight": GAP_WEIGHT},
-            rest_keys=[key for _, key in queues], rest=[name for name, _ in queues]))
+            rest_keys=[key for _, key in queues], rest=[name for name, _ in queues])
+
+    def _taken(self, worker: str, register: bool, answer: Any) -> tuple[int, str, dict[bytes, bytes]] | None:
         if register:
             self._registered[worker] = time.monotonic()
         if not answer[0]:
