@@ -227,3 +227,85 @@ def test_metrics_read_the_reconciled_count_as_zero_from_the_start(conn):
     samples = {s.labels.get("event"): s.value for family in RedisCollector(conn).collect()
                if family.name == "taskport_tasks" for s in family.samples}
     assert samples[keys.STAT_RECONCILED] == 0
+
+
+# -- the simple worker's take ahead, sent with the end of the run before it (workers.worker) --------------
+
+
+def test_the_simple_worker_takes_its_next_job_with_the_end_of_a_run(config, conn, monkeypatch):
+    runner.use(runner.Runner(config, conn))
+    client = create_app(config, conn=conn).test_client()
+    ids = [submit(client, "default") for _ in range(3)]
+    worker = StoppableSimpleWorker(list(QUEUES), connection=conn)
+    takes, ahead = [], []
+    real_take = Claims.take
+
+    def take(self, *args):
+        takes.append(args[0])
+        return real_take(self, *args)
+
+    def end_with_take(script, keys_, args):
+        answer = StoppableSimpleWorker._end_with_take(worker, script, keys_, args)
+        ahead.append(worker._taken_ahead[1][1] if worker._taken_ahead else None)
+        return answer
+
+    monkeypatch.setattr(Claims, "take", take)
+    monkeypatch.setattr(worker, "_end_with_take", end_with_take)
+    worker.work(burst=True, logging_level="WARNING")
+    assert [status(client, i)["status"] for i in ids] == ["COMPLETED"] * 3
+    # one take alone for the first job and one finding nothing at the end: the others came with an end
+    assert len(takes) == 2
+    assert ahead == [ids[1], ids[2], None]
+    assert not conn.exists(keys.job_claims(worker.name))
+    runner.use(None)
+
+
+def test_a_worker_that_stops_after_a_run_gives_back_the_job_it_took_with_its_end(config, conn, monkeypatch):
+    """SIGTERM as the end and the next take went out together: the worker stops before its next turn, and the job
+    it took goes back to the head of its queue at once (its task PENDING), not left on the claim list."""
+    runner.use(runner.Runner(config, conn))
+    client = create_app(config, conn=conn).test_client()
+    ids = [submit(client, "default") for _ in range(3)]
+    worker = StoppableSimpleWorker(list(QUEUES), connection=conn)
+
+    def end_with_take(script, keys_, args):
+        answer = StoppableSimpleWorker._end_with_take(worker, script, keys_, args)
+        assert worker._taken_ahead is not None  # the next job is on the claim list now
+        assert conn.lrange(keys.job_claims(worker.name), 0, -1) == [ids[1].encode()]
+        worker._stop_requested = True  # a stop between the pipeline and the next turn
+        return answer
+
+    monkeypatch.setattr(worker, "_end_with_take", end_with_take)
+    worker.work(burst=True, logging_level="WARNING")
+    assert [status(client, i)["status"] for i in ids] == ["COMPLETED", "PENDING", "PENDING"]
+    assert queued(conn, "default") == ids[1:]  # back at the head, in its order
+    assert not conn.exists(keys.job_claims(worker.name))
+    StoppableSimpleWorker(list(QUEUES), connection=conn).work(burst=True, logging_level="WARNING")
+    assert [status(client, i)["status"] for i in ids] == ["COMPLETED"] * 3
+    runner.use(None)
+
+
+def test_a_worker_takes_nothing_ahead_for_a_turn_it_will_not_run(config, conn, monkeypatch):
+    """No take with the end of its last job of max_jobs, nor once a stop is asked for, nor when its next turn
+    checks ``rq suspend``: the end goes alone, and the jobs stay in their queue."""
+    runner.use(runner.Runner(config, conn))
+    client = create_app(config, conn=conn).test_client()
+    ids = [submit(client, "default") for _ in range(4)]
+    worker = StoppableSimpleWorker(list(QUEUES), connection=conn)
+    ahead = []
+
+    def end_with_take(script, keys_, args):
+        ahead.append(worker._takes_ahead())
+        return StoppableSimpleWorker._end_with_take(worker, script, keys_, args)
+
+    monkeypatch.setattr(worker, "_end_with_take", end_with_take)
+    worker.work(burst=True, logging_level="WARNING", max_jobs=2)
+    assert ahead == [True, False]
+    assert [status(client, i)["status"] for i in ids] == ["COMPLETED", "COMPLETED", "PENDING", "PENDING"]
+    assert queued(conn, "default") == ids[2:]
+    assert not conn.exists(keys.job_claims(worker.name))
+    worker._jobs_left, worker._stop_requested = None, True
+    assert not worker._takes_ahead()
+    worker._stop_requested, worker._suspension_checked = False, -StoppableSimpleWorker.SUSPENSION_EVERY
+    assert not worker._takes_ahead()
+    runner.use(None)
