@@ -41,9 +41,6 @@ class HonoursPauses:
     """
 
     _claims: Claims | None = None
-    # a take already made for the next turn (the simple worker's, sent with the end of the run before it:
-    # workers.worker), with the queues in the order it was made in; used by the next :meth:`_take`
-    _taken_ahead: tuple[list[Queue], tuple[int, str, dict[bytes, bytes]]] | None = None
     IDLE_WHEN_TAKEN_NOTHING = False  # True: the worker's state goes IDLE only once a take finds nothing
 
     def validate_queues(self) -> None:
@@ -114,15 +111,10 @@ class HonoursPauses:
     def _take(self) -> tuple[Job, Queue] | None:
         """One claim: the job taken and its queue, or None."""
         worker: Any = self
-        ahead, self._taken_ahead = self._taken_ahead, None
-        if ahead is not None:
-            queues, taken = ahead
-        else:
-            queues = list(worker._ordered_queues)
-            found = self.claims.take(worker.name, [(queue.name, queue.key) for queue in queues])
-            if found is None:
-                return None
-            taken = found
+        queues = list(worker._ordered_queues)
+        taken = self.claims.take(worker.name, [(queue.name, queue.key) for queue in queues])
+        if taken is None:
+            return None
         index, job_id, data = taken
         queue = queues[index]
         job = worker.job_class(job_id, connection=worker.connection, serializer=worker.serializer)
@@ -131,19 +123,6 @@ class HonoursPauses:
         job.redis_server_version = worker.get_redis_server_version()
         worker.log.info("Worker %s: %s: %s", worker.name, queue.name, job.id)
         return job, queue
-
-    def _give_back_ahead(self) -> None:
-        """A take made ahead that no turn will use (the worker stops): its job back at the head of its queue
-        now. If Redis cannot be reached, the claim list keeps it, for the worker that starts in this slot or
-        housekeeping (workers.takeover, app.core.jobclaims), as after a kill -9."""
-        worker: Any = self
-        if self._taken_ahead is None:
-            return
-        self._taken_ahead = None
-        try:
-            self.claims.give_back(worker.name)
-        except redis.exceptions.RedisError as exc:
-            log.warning("Worker %s: a job taken ahead stays on its claim list for now: %s", worker.name, exc)
 
     def _unclaim(self, job: Job, pipe: Any) -> None:
         """On the pipeline that records ``job``'s execution (RQ's started registry): its claim goes."""

@@ -28,7 +28,6 @@ from app.core.keys import TaskField as F
 from app.core.limits import deferred_job_id
 from app.core.lua import Command
 from app.core.results import StoreUnavailable, spill
-from app.core.scriptstore import Sender
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.store import TaskStore
 from app.core.task import Task
@@ -88,9 +87,6 @@ class Endings:
     # workers.worker for the delivery at hand, None otherwise), and whether the last completion wrote it
     rq_finish: Callable[[], Sequence[Command]] | None = None
     rq_finished = False
-    # who sends a completion (the simple worker's: on one pipeline with its next take, set by workers.worker for the
-    # delivery at hand), None: the completion goes alone
-    end_with: Sender | None = None
 
     def _put_back(self, run: Run, why: str) -> bool:
         """Save the run's checkpoint and put its task back on its queue, without using an attempt."""
@@ -171,8 +167,7 @@ class Endings:
         try:
             finish = self.rq_finish() if self.rq_finish is not None else ()
             done = self.store.complete(task.id, run.run_id, output, items=ctx.item_counts, failures=ctx.failures,
-                                       error_code=ctx.error_code, files_run=files_run, job=finish,
-                                       send=self.end_with)
+                                       error_code=ctx.error_code, files_run=files_run, job=finish)
         except ResultNotStorable as exc:  # too large
             return self._unstorable(run, exc)
         self.rq_finished = bool(done and finish)

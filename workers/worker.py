@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
-import redis
 import rq.job
 import rq.registry
 from rq import Queue, SimpleWorker
@@ -135,7 +134,6 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
     _hb_until = 0.0  # monotonic time at which the last heartbeat's expiry runs out
     _suspension_checked = -SUSPENSION_EVERY  # monotonic time of the last `rq suspend` check
     _prepared: str | None = None  # id of the job execute_job already prepared (see prepare_job_execution)
-    _jobs_left: int | None = None  # work()'s max_jobs less the jobs run (None: no bound): see _takes_ahead
     # its state goes IDLE when a take finds nothing (workers.dequeue), not after each job: a worker that takes its
     # next job at once stays BUSY, two HSETs a delivery fewer under load; `rq info` and rq-dashboard show it idle
     # from the moment it has nothing to do, as before
@@ -173,47 +171,8 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         self._succeeded, self._worked, self._counts_sent = 0, 0.0, time.monotonic()
 
     def register_death(self) -> None:
-        self._give_back_ahead()  # a job taken with the last run's end, which no turn will run
         self._flush_counts(now=True)
         super().register_death()
-
-    def work(self, *args: Any, **kwargs: Any) -> bool:
-        self._jobs_left = kwargs.get("max_jobs")
-        return cast(bool, super().work(*args, **kwargs))
-
-    def _end_with_take(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
-        """A completion's TRANSITION (workers.endings, through app.core.scriptstore's ``send``) and this worker's
-        next take (app.core.jobclaims.CLAIM) on one pipeline, without MULTI: the end goes out when it always did,
-        and the take that followed it a round trip later comes back with it (two round trips a delivery, where
-        there were three: bench/README.md, "The end on the next claim's pipeline"). The job taken waits in
-        ``_taken_ahead`` for the next turn's take (workers.dequeue); a worker that stops first gives it back
-        (:meth:`register_death`), and one killed leaves it on its claim list, where the worker that starts in its
-        slot or housekeeping finds it, as a take whose answer was lost. No take ahead when no next turn is due
-        (:meth:`_takes_ahead`): the end goes alone. Sent twice (redis-py resends a pipeline on a lost reply), the
-        end answers from its call record and the take gives back the claim the first one made, then takes again."""
-        if not self._takes_ahead():
-            return script(keys=keys_, args=args)
-        queues = list(self._ordered_queues)
-        with self.connection.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys_), *keys_, *args)
-            taken = self.claims.take_on(pipe, self.name, [(queue.name, queue.key) for queue in queues])
-            end, take = pipe.execute(raise_on_error=False)
-        found = taken(take)
-        if found is not None:
-            self._taken_ahead = (queues, found)
-        if isinstance(end, redis.exceptions.NoScriptError):
-            return script(keys=keys_, args=args)  # nothing ran: alone, redis-py loading the script
-        if isinstance(end, Exception):
-            raise end
-        return end
-
-    def _takes_ahead(self) -> bool:
-        """Whether this worker's next turn takes a job as soon as this run ends: not when it stops (a signal, its
-        last job of ``max_jobs``), nor when its next turn checks ``rq suspend`` (its job would wait through a
-        suspension on its claim list)."""
-        return (not self._stop_requested and not self._stopping and self._taken_ahead is None
-                and (self._jobs_left is None or self._jobs_left > 1)
-                and time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY)
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         if state == self.get_state():
@@ -221,8 +180,8 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         super().set_state(state, pipeline)
 
     def check_for_suspension(self, burst: bool) -> None:
-        if self._taken_ahead is not None or time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY:
-            return  # a job taken ahead was taken while the last check held: it runs first, the check follows
+        if time.monotonic() - self._suspension_checked < self.SUSPENSION_EVERY:
+            return
         super().check_for_suspension(burst)
         self._suspension_checked = time.monotonic()
 
@@ -258,15 +217,12 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         run = runner.active() if started is not None else None
         if run is not None:  # its end in RQ goes with the task's completion (see _finish_completed)
             run.rq_finish, run.rq_finished = lambda: self._finish_commands(job, queue, execution), False
-            run.end_with = self._end_with_take  # and the completion with the next take
         try:
             self.perform_job(job, queue, execution)  # no IDLE after it: see IDLE_WHEN_TAKEN_NOTHING
         finally:
             if run is not None:
                 run.forget_start()
-                run.rq_finish, run.rq_finished, run.end_with = None, False, None
-            if self._jobs_left is not None:
-                self._jobs_left -= 1
+                run.rq_finish, run.rq_finished = None, False
 
     def _recorded_start(self, job: Job, ttl: int, pipe: Any) -> Execution:
         """A taskport job's start in RQ, on the start pipeline: the job's started state alone (worker_name: where

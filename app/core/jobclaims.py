@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -222,52 +222,28 @@ class Claims:
     def take(self, worker: str, queues: Sequence[tuple[str, str]]) -> tuple[int, str, dict[bytes, bytes]] | None:
         """Claim the first job of ``queues`` ((name, key) pairs in priority order) that are not paused for worker
         ``worker``: (the queue's index in ``queues``, the job id, the job's hash), or None."""
-        register = self._register_due(worker)
-        return self._taken(worker, register, self._run(CLAIM, self._take_call(worker, queues, register)))
-
-    def take_on(self, pipe: Any, worker: str,
-                queues: Sequence[tuple[str, str]]) -> Callable[[Any], tuple[int, str, dict[bytes, bytes]] | None]:
-        """:meth:`take` queued on ``pipe`` (a pipeline without MULTI) as EVALSHA, and the function that reads its
-        reply: the simple worker sends its next take with the end of the run before it, one round trip a delivery
-        fewer (workers.worker.StoppableSimpleWorker). A reply that is an error (NOSCRIPT: an emptied script cache)
-        took nothing: it reads as None, and the worker's next take goes alone (and loads the script)."""
-        register = self._register_due(worker)
-        keys_, args = self._take_call(worker, queues, register)
-        pipe.evalsha(self._scripts[CLAIM.name].sha, len(keys_) + 1, *keys_, keys.AUDIT, *args)  # AUDIT: as _run
-
-        def taken(answer: Any) -> tuple[int, str, dict[bytes, bytes]] | None:
-            return None if isinstance(answer, Exception) else self._taken(worker, register, answer)
-        return taken
-
-    def _register_due(self, worker: str) -> bool:
-        return time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
-
-    def _take_call(self, worker: str, queues: Sequence[tuple[str, str]], register: bool) -> tuple[list[str], list[Any]]:
-        """CLAIM's keys and arguments, the same for every take of a worker on its queues (built once each way of
-        ``register``): the take that goes out with a run's end is built before the end is sent, so its time
-        is the end's too (bench/README.md, "The end on the next claim's pipeline")."""
-        at = (worker, tuple(queues), register)
-        found = self._calls.get(at)
-        if found is None:
-            found = self._calls[at] = self._new_take_call(worker, queues, register)
-        return found
-
-    @staticmethod
-    def _new_take_call(worker: str, queues: Sequence[tuple[str, str]], register: bool) -> tuple[list[str], list[Any]]:
-        return CLAIM.call(
-            keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
-                  "claimants": keys.JOB_CLAIMANTS},
-            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
-                  "register": "1" if register else "0", **_LINES_VALUES, "gap_weight": GAP_WEIGHT},
-            rest_keys=[key for _, key in queues], rest=[name for name, _ in queues])
-
-    def _taken(self, worker: str, register: bool, answer: Any) -> tuple[int, str, dict[bytes, bytes]] | None:
+        register = time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
+        answer = self._run(CLAIM, self._take_call(worker, queues, register))
         if register:
             self._registered[worker] = time.monotonic()
         if not answer[0]:
             return None
         flat = answer[2]
         return int(answer[0]) - 1, as_text(answer[1]), dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def _take_call(self, worker: str, queues: Sequence[tuple[str, str]], register: bool) -> tuple[list[str], list[Any]]:
+        """CLAIM's keys and arguments, the same for every take of a worker on its queues: built once each way of
+        ``register``, not per delivery."""
+        at = (worker, tuple(queues), register)
+        found = self._calls.get(at)
+        if found is None:
+            found = self._calls[at] = CLAIM.call(
+                keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
+                      "claimants": keys.JOB_CLAIMANTS},
+                args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
+                      "register": "1" if register else "0", **_LINES_VALUES, "gap_weight": GAP_WEIGHT},
+                rest_keys=[key for _, key in queues], rest=[name for name, _ in queues])
+        return found
 
     def wait(self, seconds: float) -> None:
         """Block until a job is announced on ``keys.JOB_WAKE`` or ``seconds`` pass (the entry is used up)."""

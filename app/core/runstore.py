@@ -19,7 +19,7 @@ from app.core.clock import now_ms
 from app.core.keys import STAT_INTERRUPTED, STAT_RECOVERED, STAT_RETRIED
 from app.core.keys import TaskField as F
 from app.core.lua import Command
-from app.core.scriptstore import LIMIT_KEYS, ScriptStore, Sender, pairs
+from app.core.scriptstore import LIMIT_KEYS, ScriptStore, pairs
 from app.core.states import ERROR_MESSAGES, ErrorCode, TaskStatus
 from app.core.task import Task
 
@@ -95,12 +95,11 @@ class RunStore(ScriptStore):
     def complete(
         self, task_id: str, run_id: str, result: Any, *, items: dict[str, int] | None,
         failures: list[dict[str, Any]], error_code: int | None, message: str | None = None,
-        files_run: str | None = None, job: Sequence[Command] = (), send: Sender | None = None,
+        files_run: str | None = None, job: Sequence[Command] = (),
     ) -> bool:
         """PROCESSING -> COMPLETED for this run, with its result. ``files_run`` names the run whose result
         folder holds the result's files (see app.core.results). ``job``: commands written in the same step, only
-        when it wins (the simple worker's record of the job's end in RQ: workers.worker); ``send``: who sends it
-        (:meth:`~app.core.scriptstore.ScriptStore.run_script`). Raises
+        when it wins (the simple worker's record of the job's end in RQ: workers.worker). Raises
         ResultNotStorable, writing nothing, when the result is not JSON-serializable or longer than
         ``Config.max_result``."""
         stored: dict[str, Any] = {"result": result}
@@ -116,7 +115,7 @@ class RunStore(ScriptStore):
             fields += [F.RESULT, body]
             body = b""
         return self._terminal(task_id, (TaskStatus.PROCESSING,), TaskStatus.COMPLETED, fields, run_id=run_id,
-                              result=body, job=job, send=send).done
+                              result=body, job=job).done
 
     def _encode_result(self, stored: dict[str, Any]) -> bytes:
         try:

@@ -9,7 +9,7 @@ subclasses': a run's in :class:`app.core.runstore.RunStore`, the rest in TaskSto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -25,8 +25,6 @@ from app.core.lua import Command
 from app.core.states import RERUNNABLE
 
 REPLICAS_ACKING = 1  # replicas that must have a write before TASKPORT_REPLICA_ACK acknowledges it
-# Who sends a script's call for :meth:`ScriptStore.run_script` (its ``send``): redis-py's script, keys, arguments.
-Sender = Callable[[Any, list[str], list[Any]], Any]
 LIMIT_KEYS = {"limit_head": keys.LIMIT_HEAD, "limits": keys.LIMITS, "ready": keys.LIMIT_READY}  # limitscripts
 
 
@@ -38,7 +36,7 @@ class ScriptStore:
         self._scripts = {name: conn.register_script(src) for name, src in self._sources.items()}
 
     def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None, *,
-                   acknowledged: bool = False, send: Sender | None = None) -> Any:
+                   acknowledged: bool = False) -> Any:
         """Run a script now (EVALSHA, loading it on NOSCRIPT), or queue it on a caller's pipeline.
 
         On a pipeline it goes as EVAL with its source: an EVALSHA that met an empty script cache (a
@@ -46,18 +44,13 @@ class ScriptStore:
         redis-py's own remedy costs a SCRIPT EXISTS round trip on every execute. Every write of the
         store goes through here: the one seam a subclass overrides to send them its own way
         (bench.fill batches them on a pipeline). ``acknowledged``: a caller is told of this write, so
-        under TASKPORT_REPLICA_ACK it returns only once a replica has it. ``send``: who sends the call and
-        returns its answer (the simple worker's end, on one pipeline with its next take: workers.worker), given
-        redis-py's script (its ``sha``; called, it runs the script alone), the keys and the arguments; not
-        under TASKPORT_REPLICA_ACK, whose WAIT goes with the call alone.
+        under TASKPORT_REPLICA_ACK it returns only once a replica has it.
         """
         keys_ = [*keys_, keys.AUDIT]  # every script's last key: lua.AUDIT_STREAM
         if client is not None:
             return client.eval(self._sources[name], len(keys_), *keys_, *args)
         if acknowledged and self.config.replica_ack:
             return self._replicated(name, keys_, args)
-        if send is not None:
-            return send(self._scripts[name], keys_, args)
         return self._scripts[name](keys=keys_, args=args)
 
     def _replicated(self, name: str, keys_: list[str], args: list[Any]) -> Any:
@@ -86,7 +79,7 @@ class ScriptStore:
         run_id: str = "", key_ttl: int | str = "", expiry_ms: int | str = "", result: bytes | str = "",
         drop: str = "", stale_before_ms: int | str = "", stat: str | None = None, client: Any = None,
         refund: bool = False, acknowledged: bool = False, waiting_on: str = "", job: Sequence[Command] = (),
-        run_at: int | str = "", send: Sender | None = None,
+        run_at: int | str = "",
     ) -> Transition:
         """The TRANSITION script (see app.core.scripts); ``job``: the commands that queue the task's RQ job,
         replayed in the same step only when the compare-and-set won; ``run_at``: the task, back to PENDING,
@@ -107,7 +100,7 @@ class ScriptStore:
                   "refund": "1" if refund else "", "waiting_on": waiting_on, "job_argc": len(job_args),
                   "run_at_ms": run_at},
             rest_keys=job_keys, rest=[*job_args, *fields], record_ms=self.config.call_record_ms,
-        ), client=client, acknowledged=acknowledged, send=send)  # fmt: skip
+        ), client=client, acknowledged=acknowledged)  # fmt: skip
         if client is not None:
             return Transition(True, "")  # queued on a pipeline: the caller reads the answer from execute()
         return Transition(answer[0] == 1, answer[1].decode())
@@ -115,7 +108,7 @@ class ScriptStore:
     def _terminal(
         self, task_id: str, expected: tuple[str, ...], status: str, fields: list[Any], *,
         run_id: str = "", result: bytes | str = "", stale_before_ms: int | str = "", waiting_on: str = "",
-        job: Sequence[Command] = (), send: Sender | None = None,
+        job: Sequence[Command] = (),
     ) -> Transition:
         """Any transition into COMPLETED, FAILED or CANCELLED: the result clock starts now. A FAILED or
         CANCELLED task keeps its payload until it expires, so it can run again (app.core.rerun)."""
@@ -127,7 +120,7 @@ class ScriptStore:
         return self._transition(
             task_id, expected, status, fields, run_id=run_id, key_ttl=c.result_ttl + c.tombstone_ttl,
             expiry_ms=expires, result=result, drop=drop, stale_before_ms=stale_before_ms, acknowledged=True,
-            waiting_on=waiting_on, job=job, send=send,
+            waiting_on=waiting_on, job=job,
         )
 
 

@@ -12,12 +12,9 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.suspension import resume, suspend
 
-from app.core.config import Config
 from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK
 from app.core.states import QUEUES
-from bench.counting import CountingConnection, counting_client
 from tests.integration.in_process import in_process_client, in_process_config  # noqa: F401 - fixtures
-from workers import runner
 from workers.worker import StoppableSimpleWorker
 
 
@@ -134,26 +131,6 @@ def test_a_no_op_delivery_sends_the_commands_bench_readme_lists(client: FlaskCli
     assert per.get("hgetall", 0) < 2.5, sorted(per.items())  # the claim's of the job, START's of the task: one each
     for command in ("xtrim", "strlen", "hstrlen", "hget"):
         assert per.get(command, 0) < 0.5, (command, sorted(per.items()))
-
-
-def test_a_no_op_delivery_takes_two_round_trips(client: FlaskClient, config: Config) -> None:
-    """bench/README.md, "The end on the next claim's pipeline": the start pipeline (the job's start in RQ, the claim
-    cleared, START) and the end's TRANSITION with the next take (CLAIM) on one pipeline; counted as
-    bench/delivery_ab.py counts them (every send on a connection of the worker's and the runner's client), an
-    empty burst's fixed cost subtracted. Three before: the take, the start, the end."""
-    conn = counting_client(config)
-    runner.use(runner.Runner(config, conn))
-    burst(conn)  # RQ's registry maintenance, once per worker start: not a delivery's
-    CountingConnection.reset()
-    burst(conn)
-    fixed = CountingConnection.reset()
-    n = 40
-    ids = submit(client, n)
-    CountingConnection.reset()
-    burst(conn)
-    trips = (CountingConnection.reset() - fixed) / n
-    assert [status(client, i) for i in ids] == ["COMPLETED"] * n
-    assert trips <= 2.5, trips  # 2 and, once a second, 3 (the worker's next turn checks `rq suspend` first)
 
 
 def test_a_start_sent_on_the_start_pipeline_to_an_emptied_script_cache_still_runs_the_task(
