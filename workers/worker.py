@@ -35,9 +35,10 @@ from rq import Queue, SimpleWorker
 from rq import Worker as RQWorker
 from rq.executions import Execution
 from rq.job import Job, JobStatus
+from rq.registry import FinishedJobRegistry
 from rq.results import Result
 from rq.serializers import DefaultSerializer, resolve_serializer
-from rq.utils import now, str_to_date
+from rq.utils import current_timestamp, now, str_to_date
 from rq.worker import BaseWorker, WorkerStatus
 from rq.worker import SpawnWorker as RQSpawnWorker
 
@@ -242,13 +243,15 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
-        with the task's. Recorded from RQ's own calls on a pipeline that is never sent. Nothing of the execution:
-        :meth:`_recorded_start` wrote none of it to Redis."""
-        with self.connection.pipeline() as pipe:
-            pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(now())})
-            pipe.expire(job.key, FINISHED_JOB_TTL)
-            queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
-            return [Command(str(args[0]), args[1], tuple(args[2:])) for args, _ in pipe.command_stack]
+        with the task's. Nothing of the execution: :meth:`_recorded_start` wrote none of it to Redis.
+        Written out as RQ 3.0's calls send them (``Job`` fields, ``BaseRegistry.add``'s score: now + TTL, its member
+        the job id; tests/unit/test_rq_steps.py holds them equal): they are built between the processor's return
+        and the end's send, and recording RQ's calls on a pipeline took ~30 µs of that (bench/README.md, "The end
+        on the next claim's pipeline")."""
+        return [Command("HSET", job.key, ("status", JobStatus.FINISHED.value, "ended_at", rq_time(now()))),
+                Command("EXPIRE", job.key, (FINISHED_JOB_TTL,)),
+                Command("ZADD", FinishedJobRegistry.key_template.format(queue.name),
+                        (current_timestamp() + FINISHED_JOB_TTL, job.id))]
 
     def _finish_completed(self, job: Job, queue: Queue, execution: Execution) -> None:
         from workers import runner

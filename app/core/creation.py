@@ -63,6 +63,11 @@ local function account(task_key, member, before, after)
 end
 """
 
+# MEMBERS_ADD: a create adds its member to ``members`` (keys.MEMBERS, the members with a history: housekeeping trims
+# each one's) only when the member had no other unfinished task (its count in ``active`` comes to 1). A member with
+# one is there already: every count up in ``active`` (a create, a batch's, a run again of a task one created) comes
+# with or after that task's own SADD, and nothing takes a member out of ``members``. A no-op SADD less per submit
+# under a backlog (bench/README.md, "Submit, sixth pass"). The batch create adds its member once per batch anyway.
 CREATE = """
 local function fold_start()
   fold = {history = {}, expiry = {}, created = 0, bytes = 0, pushes = {}, queues = {}, added = {}, adds = {},
@@ -93,9 +98,8 @@ local function create(t)
   else
     redis.call('ZADD', history, created_ms, t.id)
     redis.call('ZADD', expiry, t.expiry_ms, t.id)
-    redis.call('SADD', members, member)
     redis.call('HINCRBY', stats, &submitted, 1)
-    redis.call('HINCRBY', active, member, 1)
+    if redis.call('HINCRBY', active, member, 1) == 1 then redis.call('SADD', members, member) end  -- see MEMBERS_ADD
     redis.call('HINCRBY', stored_bytes, member, #t.payload_json)
   end
   local waiting, ended, n = nil, '', 0  -- no table nor pattern match for a task without ``after``

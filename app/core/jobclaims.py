@@ -212,6 +212,7 @@ class Claims:
     def __init__(self, conn: redis.Redis) -> None:
         self.redis = conn
         self._registered: dict[str, float] = {}  # worker -> monotonic time it last joined keys.JOB_CLAIMANTS
+        self._calls: dict[tuple[str, tuple[tuple[str, str], ...], bool], tuple[list[str], list[Any]]] = {}
         self._scripts = {name: conn.register_script(script.source()) for name, script in SCRIPTS.items()}
 
     def _run(self, script: Script, call: tuple[list[str], list[Any]], client: Any = None) -> Any:
@@ -222,18 +223,27 @@ class Claims:
         """Claim the first job of ``queues`` ((name, key) pairs in priority order) that are not paused for worker
         ``worker``: (the queue's index in ``queues``, the job id, the job's hash), or None."""
         register = time.monotonic() - self._registered.get(worker, -math.inf) >= REGISTER_EVERY
-        answer = self._run(CLAIM, CLAIM.call(
-            keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
-                  "claimants": keys.JOB_CLAIMANTS},
-            args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
-                  "register": "1" if register else "0", **_LINES_VALUES, "gap_weight": GAP_WEIGHT},
-            rest_keys=[key for _, key in queues], rest=[name for name, _ in queues]))
+        answer = self._run(CLAIM, self._take_call(worker, queues, register))
         if register:
             self._registered[worker] = time.monotonic()
         if not answer[0]:
             return None
         flat = answer[2]
         return int(answer[0]) - 1, as_text(answer[1]), dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def _take_call(self, worker: str, queues: Sequence[tuple[str, str]], register: bool) -> tuple[list[str], list[Any]]:
+        """CLAIM's keys and arguments, the same for every take of a worker on its queues: built once each way of
+        ``register``, not per delivery."""
+        at = (worker, tuple(queues), register)
+        found = self._calls.get(at)
+        if found is None:
+            found = self._calls[at] = CLAIM.call(
+                keys={"paused": keys.PAUSED_QUEUES, "wake": keys.JOB_WAKE, "claims": keys.job_claims(worker),
+                      "claimants": keys.JOB_CLAIMANTS},
+                args={"worker": worker, "job_prefix": JOB_PREFIX, "queue_prefix": QUEUE_PREFIX,
+                      "register": "1" if register else "0", **_LINES_VALUES, "gap_weight": GAP_WEIGHT},
+                rest_keys=[key for _, key in queues], rest=[name for name, _ in queues])
+        return found
 
     def wait(self, seconds: float) -> None:
         """Block until a job is announced on ``keys.JOB_WAKE`` or ``seconds`` pass (the entry is used up)."""

@@ -102,6 +102,22 @@ def rq_now() -> str:
     return rq_time(now())
 
 
+# RQ stores a job's data as ``zlib.compress(data)``. For an input this short zlib's memLevel cannot change the
+# bytes it writes (memLevel is not in the stream's header; a smaller hash table still chains every true match,
+# and its symbol buffer, 1 << (memLevel + 6) entries, holds the whole input, so no block ends early), but the
+# default level 8 clears a 128 KiB hash table per call: two thirds of the call for a job's ~85 bytes
+# (bench/README.md, "Submit, sixth pass"). Longer data goes through zlib.compress itself.
+_SMALL_DATA = 120  # bytes: under the 127 symbols memLevel 1's buffer holds before it ends a block
+
+
+def rq_compress(data: bytes) -> bytes:
+    """``zlib.compress(data)``, the same bytes, cheaper for the short data of a taskport job."""
+    if len(data) > _SMALL_DATA:
+        return zlib.compress(data)
+    packer = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, zlib.MAX_WBITS, 1)
+    return packer.compress(data) + packer.flush()
+
+
 class JobTemplate:
     """RQ's enqueue of a first job (id = task id) for one (queue, timeout), recorded once with the placeholder
     ``TEMPLATE_ID`` and filled per task where RQ's values depend on the task: the job hash's key, the queue
@@ -132,7 +148,7 @@ class JobTemplate:
         """RQ's commands for the job of ``task_id``, as its own enqueue would record them now (``at``: the time
         RQ would write, ``utcformat(now())``, read once for a batch's jobs)."""
         values = {"id": task_id, "description": f"task {task_id}", "created_at": at or rq_now(),
-                  "data": zlib.compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))}
+                  "data": rq_compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))}
         values["enqueued_at"] = at or rq_now()
         job_key = Job.key_for(task_id)
         commands = []

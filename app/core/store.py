@@ -26,6 +26,7 @@ import orjson
 from app.core import keys, lua, scripts
 from app.core.answers import ActiveCapReached, Created, Expired, NewTask, StoredBytesReached, Transition, WithResult
 from app.core.clock import now_ms
+from app.core.creation import CREATED_HEAD
 from app.core.ids import digest
 from app.core.indexes import ExpiryIndex
 from app.core.keys import TaskField as F
@@ -75,13 +76,13 @@ class TaskStore(RunStore):
         if answer[0] == 3:
             raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
         if answer[0] == 1:
-            written = {str(k).encode(): str(v).encode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
-            if answer[2]:
-                written[F.WAITING_FOR.encode()] = answer[2]
             if answer[1]:  # a task it runs after ended otherwise already: FAILED -6 now (the settle tick's backstop)
                 self.fail_waiting(new.task_id, answer[1].decode())
                 return Created(True, new.task_id, self.get(new.task_id))
-            return Created(True, new.task_id, Task.from_hash(written, new.task_id))
+            return Created(True, new.task_id, Task.created(
+                new.task_id, new.type, new.member, new.priority, new.max_attempts, created, start + c.task_ttl * 1000,
+                run_at, fields[_DIGEST_AT], waiting_for=answer[2].decode(), batch=new.batch, then_of=new.then_of,
+                callback=bool(new.callback_url)))  # what it wrote, as from_hash would read it back
         holder = answer[1].decode()
         return Created(False, holder, Task.from_hash(pairs(answer[2]), holder) if answer[2] else None)
 
@@ -189,3 +190,4 @@ def job_of(task_id: str, job: bytes | None) -> str:
 
 
 _RESULT = F.RESULT.encode()
+_DIGEST_AT = 2 * CREATED_HEAD.index(F.PAYLOAD_SHA256) + 1  # the payload's digest in task_fields' list

@@ -24,7 +24,7 @@ from app.core.ids import digest, is_task_id
 from app.core.jobs import JobQueue
 from app.core.keys import TaskField
 from app.core.lines import Place, Places
-from app.core.logs import NO_TASK, task_logger
+from app.core.logs import NO_TASK, log_task, task_logger
 from app.core.states import ACTIVE, TaskStatus
 from app.core.stats import Stats
 from app.core.store import TaskStore
@@ -110,10 +110,10 @@ class TaskService:
         # line costs ~8% of a submit's web CPU (bench/README.md, "Submit and status at the floor").
         if outcome.created:
             assert outcome.task is not None
-            task_logger(log, outcome.task_id).info("submitted %s by %s on queue %s", task_type, member,
-                                                   outcome.task.priority)
+            log_task(log, logging.INFO, outcome.task_id, "submitted %s by %s on queue %s", task_type, member,
+                     outcome.task.priority)
         else:
-            task_logger(log, outcome.task_id).info("duplicate submit of %s by %s", task_type, member)
+            log_task(log, logging.INFO, outcome.task_id, "duplicate submit of %s by %s", task_type, member)
         return outcome
 
     def owned_ids(self, member: str, task_ids: Sequence[str]) -> list[str]:

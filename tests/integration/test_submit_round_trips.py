@@ -152,3 +152,22 @@ def test_a_submit_writes_rqs_job_hash_in_one_hset_the_same_to_the_byte(service: 
         if key == job_key:
             redis_conn.execute_command(name, key, *args)
     assert redis_conn.dump(job_key) == ours
+
+
+def test_a_member_joins_the_members_set_at_its_first_unfinished_task_only(service: TaskService,
+                                                                           redis_conn: redis.Redis) -> None:
+    """keys.MEMBERS (whose histories housekeeping trims) gets a member when its count of unfinished tasks comes to 1;
+    a submit by a member with another unfinished task adds nothing there (a no-op SADD less: RQ's own SADD of its
+    set of queues is the one left). A member whose tasks all ended is added again (a no-op too), never lost."""
+
+    def sadds(member: str, label: str) -> int:
+        before = redis_conn.info("commandstats").get("cmdstat_sadd", {}).get("calls", 0)
+        assert service.submit(member, "demo.sleep", {"seconds": 0, "label": label}, None, None).created
+        return int(redis_conn.info("commandstats").get("cmdstat_sadd", {}).get("calls", 0)) - before
+
+    assert sadds("newcomer", "first") == 2  # RQ's set of queues, and the member's first task
+    assert redis_conn.sismember(keys.MEMBERS, "newcomer")
+    assert sadds("newcomer", "second") == 1  # RQ's only: the member is there
+    redis_conn.hdel(keys.ACTIVE, "newcomer")  # as when its tasks have all ended (TRANSITION drops the count at 0)
+    assert sadds("newcomer", "third") == 2
+    assert redis_conn.sismember(keys.MEMBERS, "newcomer")

@@ -72,3 +72,23 @@ def test_a_layout_holding_the_id_elsewhere_is_refused():
     recorded = [Command("HSET", f"rq:job:{TEMPLATE_ID}", ("origin", "default", "other", f"x{TEMPLATE_ID}"))]
     with pytest.raises(RuntimeError, match="does not fill it in"):
         JobTemplate(recorded, None)
+
+
+def test_rq_compress_writes_zlibs_own_bytes():
+    """The job's data is compressed by a cheaper zlib setting (app.core.jobs.rq_compress): the bytes are
+    zlib.compress's, for a job's pickled call of any task id and every length up to the cheap path's bound and past
+    it (RQ decompresses them; an operator's tool may compare them)."""
+    from pickle import HIGHEST_PROTOCOL, dumps
+    from random import Random
+    from zlib import compress
+
+    from app.core.jobs import RUN_TASK, rq_compress
+
+    for _ in range(2000):
+        data = dumps((RUN_TASK, None, (str(uuid.uuid4()),), {}), protocol=HIGHEST_PROTOCOL)
+        assert rq_compress(data) == compress(data)
+    rng = Random(32)
+    for n in range(300):
+        for data in (bytes(rng.randrange(256) for _ in range(n)), bytes(rng.choice(b"ab-0") for _ in range(n)),
+                     b"x" * n):
+            assert rq_compress(data) == compress(data), n

@@ -49,3 +49,22 @@ def test_times_are_utc_iso_with_milliseconds_across_seconds():
         rec.created, rec.msecs = created, int((created - int(created)) * 1000) + 0.0
         expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(rec.msecs):03d}Z"
         assert render(rec).startswith(expected + " INFO "), render(rec)
+
+
+def test_log_task_writes_the_adapters_line(monkeypatch):
+    """log_task (the submit's line without the adapter and the caller lookup) renders the line task_logger's
+    does, to the character once the time is the same, and writes nothing below the logger's level."""
+    from app.core.logs import log_task
+
+    logger = logging.getLogger("app.web.service")
+    seen: list[logging.LogRecord] = []
+    monkeypatch.setattr(logger, "handle", seen.append)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_796_640_001_234_000_000)  # the record's time, whichever
+    monkeypatch.setattr(time, "time", lambda: 1_796_640_001.234)  # Python reads
+    task_logger(logger, TASK).info("submitted %s by %s on queue %s", "demo.sleep", "public", "default")
+    log_task(logger, logging.INFO, TASK, "submitted %s by %s on queue %s", "demo.sleep", "public", "default")
+    theirs, ours = (render(r) for r in seen)
+    assert ours == theirs and f"task_id={TASK} submitted demo.sleep by public on queue default" in ours
+    log_task(logger, logging.DEBUG, TASK, "not written")
+    assert len(seen) == 2

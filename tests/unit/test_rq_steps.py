@@ -9,11 +9,13 @@ import typing
 from datetime import UTC, datetime
 
 import pytest
-from rq.job import Job
+from rq import Queue
+from rq.job import Job, JobStatus
 from rq.serializers import DefaultSerializer, JSONSerializer
 from rq.utils import str_to_date
 
-from app.core.jobs import RUN_TASK
+from app.core.clock import rq_time
+from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK
 from workers.worker import StoppableSimpleWorker, _job_time
 
 
@@ -59,6 +61,28 @@ def test_a_jobs_start_writes_what_rqs_prepare_for_execution_writes(conn, monkeyp
         assert written == theirs.command_stack[0][0]
     assert (ours.worker_name, ours.started_at, ours.last_heartbeat, ours.get_status(refresh=False)) == (
         rqs.worker_name, rqs.started_at, rqs.last_heartbeat, rqs.get_status(refresh=False))
+
+
+def test_a_completed_jobs_end_is_what_rqs_calls_write(conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end of a completed job in RQ, which TRANSITION replays (workers.worker._finish_commands), written out:
+    the same commands, keys and arguments as RQ's own calls on a pipeline (the job's fields, its TTL, the finished
+    registry's ``add`` with its score)."""
+    at = datetime(2026, 12, 7, 11, 40, 1, 20345, tzinfo=UTC)
+    monkeypatch.setattr("workers.worker.now", lambda: at)
+    monkeypatch.setattr("workers.worker.current_timestamp", lambda: 1_796_644_801)
+    monkeypatch.setattr("rq.registry.current_timestamp", lambda: 1_796_644_801)
+    worker = StoppableSimpleWorker(["default"], name="w1", connection=conn)
+    job = Job.create(RUN_TASK, args=("t1",), id="j1", connection=conn, origin="default")
+    queue = Queue("default", connection=conn)
+    with conn.pipeline() as pipe:
+        pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(at)})
+        pipe.expire(job.key, FINISHED_JOB_TTL)
+        queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
+        rqs = [(str(args[0]), args[1], tuple(args[2:])) for args, _ in pipe.command_stack]
+    ours = [tuple(command) for command in worker._finish_commands(job, queue, None)]  # type: ignore[arg-type]
+    encode = conn.get_encoder().encode  # what goes on the wire
+    assert [(name, key, [encode(a) for a in args]) for name, key, args in ours] == \
+        [(name, key, [encode(a) for a in args]) for name, key, args in rqs]
 
 
 @pytest.mark.parametrize("text", [

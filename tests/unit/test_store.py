@@ -271,3 +271,21 @@ def test_a_created_task_s_fields_begin_with_the_head_the_create_reads_its_audit_
     for run_at in (None, now_ms() + 60_000):
         _, fields, _ = store.task_fields(new, now_ms(), run_at)
         assert tuple(fields[0:2 * len(CREATED_HEAD):2]) == CREATED_HEAD
+
+
+@pytest.mark.parametrize("variant", ["plain", "high", "one_attempt", "run_at", "after", "callback", "batch", "then"])
+def test_a_created_task_is_the_task_read_back_from_what_was_written(store, variant):
+    """A submit answers with the task it wrote, built from the values it sent (Task.created), not read back:
+    it must equal the task its hash gives (Task.from_hash of HGETALL), in every shape a submit makes."""
+    dep = new_task()
+    create(store, dep)
+    new = new_task()
+    changes = {"high": {"priority": "high"}, "one_attempt": {"max_attempts": 1, "priority": "low"},
+               "callback": {"callback_url": "https://example.com/hook", "callback_events": ("completed",)},
+               "batch": {"batch": "b" * 26}, "then": {"then_of": "c" * 26}}.get(variant, {})
+    new = dataclasses.replace(new, **changes)
+    run_at = now_ms() + 60_000 if variant == "run_at" else None
+    created = store.create(new, run_at=run_at, after=[dep.task_id] if variant == "after" else ())
+    assert created.created and created.task is not None
+    assert created.task == store.get(new.task_id)
+    assert (created.task.waiting_for == (dep.task_id,)) == (variant == "after")
