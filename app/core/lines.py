@@ -181,11 +181,14 @@ end
 """
 
 # The status read of a task (one round trip): its hash, and while it is PENDING in a line, its place: {hash} or
-# {hash, position, gap ms ('' = no rate yet), last take ms, now ms}. position: the jobs of higher queues, its
-# own line's ids before it, and for every other member in the ring those it takes before this one's turn
-# (round-robin with weights: the members ahead of it in the ring get one turn more).
+# {hash, position} (no rate yet) or {hash, position, gap ms, last take ms, now ms}. position: the jobs of higher
+# queues, its own line's ids before it, and for every other member in the ring those it takes before this one's
+# turn (round-robin with weights: the members ahead of it in the ring get one turn more).
 # Its one key is the task's hash; the prefixes of the keys it derives are written into the source (a status read's
 # call carries nothing else). Not a Script: no audit stream, no writes.
+# The common case costs least (bench/README.md, "Status read, sixth pass"): the member's own counters and the
+# queue's come in one HMGET, the other members' only when the ring holds any (a member alone in it reads none), and
+# TIME only when there is a rate to estimate a start from.
 PLACE = """
 local task = KEYS[1]
 local lines_prefix, ring_prefix, queue_prefix, queues = '__LINES__', '__RING__', 'rq:queue:', '__QUEUES__'
@@ -196,45 +199,46 @@ if f[@status] ~= $PENDING or not f[@line] then return {h} end
 local q = f[@priority] or '__DEFAULT__'
 local member = f[@member]
 local lines = lines_prefix .. q
-local ticket = tonumber(string.match(f[@line], '^(%d+)'))
-local k = ticket - (tonumber(redis.call('HGET', lines, 'out:' .. member)) or 0)
+local mine = redis.call('HMGET', lines, 'out:' .. member, 'used', 'gap', 'last', 'w:' .. member)
+local k = tonumber(string.match(f[@line], '^(%d+)')) - (tonumber(mine[1]) or 0)
 if k < 1 then return {h} end
 local ring = redis.call('LRANGE', ring_prefix .. q, 0, -1)
-local fields = {'used', 'gap', 'last'}
-for _, m in ipairs(ring) do
-  fields[#fields + 1] = 'in:' .. m
-  fields[#fields + 1] = 'out:' .. m
-  fields[#fields + 1] = 'w:' .. m
-end
-local v = redis.call('HMGET', lines, unpack(fields))
-local used = tonumber(v[1]) or 0
 local at = 0
-for i, m in ipairs(ring) do if m == member then at = i end end
+for i = 1, #ring do if ring[i] == member then at = i break end end
 if at == 0 then return {h} end
-local wm = tonumber(v[3 + 3 * at]) or 1
+local used, wm = tonumber(mine[2]) or 0, tonumber(mine[5]) or 1
 -- the turn in which its k-th take comes (1: the current one) and whether each member goes before it then
 local first = wm
 if at == 1 then first = wm - used end
 local turn = 1
 if k > first then turn = 1 + math.ceil((k - first) / wm) end
 local position = k - 1
-for i, m in ipairs(ring) do
-  if i ~= at then
-    local left = (tonumber(v[1 + 3 * i]) or 0) - (tonumber(v[2 + 3 * i]) or 0)
-    local w = tonumber(v[3 + 3 * i]) or 1
-    local turns = turn - 1
-    if i < at then turns = turn end
-    local takes = turns * w
-    if i == 1 and turns > 0 then takes = takes - used end
-    position = position + math.max(0, math.min(left, takes))
+if #ring > 1 then
+  local fields = {}
+  for i = 1, #ring do
+    local m = ring[i]
+    fields[3 * i - 2], fields[3 * i - 1], fields[3 * i] = 'in:' .. m, 'out:' .. m, 'w:' .. m
+  end
+  local v = redis.call('HMGET', lines, unpack(fields))
+  for i = 1, #ring do
+    if i ~= at then
+      local turns = turn - 1
+      if i < at then turns = turn end
+      local takes = turns * (tonumber(v[3 * i]) or 1)
+      if i == 1 and turns > 0 then takes = takes - used end
+      local left = (tonumber(v[3 * i - 2]) or 0) - (tonumber(v[3 * i - 1]) or 0)
+      if left < takes then takes = left end
+      if takes > 0 then position = position + takes end
+    end
   end
 end
 for name in string.gmatch(queues, '%S+') do
   if name == q then break end
   position = position + redis.call('LLEN', queue_prefix .. name)
 end
+if not mine[3] then return {h, position} end
 local now = redis.call('TIME')
-return {h, position, v[2] or '', v[3] or '', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+return {h, position, mine[3], mine[4] or '', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
 """
 
 # The status read only reads: declared so, a replica and a server refusing writes (OOM) still answer it.
@@ -258,11 +262,12 @@ def line_command(queue: str, member: str, task_id: str, job_id: str, weight: int
 
 def place_of(answer: list[Any]) -> Place | None:
     """The place in a PLACE answer (None: the task is not waiting in a line)."""
-    if len(answer) < 5:
+    if len(answer) < 2:
         return None
-    position, gap, last, now = int(answer[1]), answer[2], answer[3], int(answer[4])
-    if not gap:
+    position = int(answer[1])
+    if len(answer) < 5:  # no rate yet
         return Place(position, None)
+    gap, last, now = answer[2], answer[3], int(answer[4])
     return Place(position, max(now, int(last or now) + round((position + 1) * float(gap))))
 
 
@@ -276,5 +281,5 @@ class Places:
     def read(self, task_id: str) -> tuple[dict[bytes, bytes], Place | None]:
         """The task's hash (empty when gone) and its place in line, in one round trip."""
         answer: Any = self._place(keys=[keys.task(task_id)])
-        flat = answer[0]
-        return dict(zip(flat[::2], flat[1::2], strict=True)), place_of(answer)
+        pairs = iter(answer[0])  # HGETALL's field, value, field, value...: paired without two sliced copies
+        return dict(zip(pairs, pairs, strict=True)), place_of(answer)

@@ -196,3 +196,41 @@ def test_a_run_that_ends_its_task_drops_its_place_in_line(conn, config):
     job = JobQueue(conn, config).job_commands(again, "default", 60, job_id=job_id, member="a")
     assert store.interrupted(again, "run-2", "stopping", job, job_id)
     assert conn.hget(keys.task(again), "line") not in (None, placed)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_place_is_the_claims_order_after_any_takes(conn, config, seed):
+    """Members with weights (b 3, c 2) part-way through their turns, three queues, lines of every length: the place
+    of every queued task is where the claim then takes it."""
+    import random
+
+    rng = random.Random(seed)
+    claims = Claims(conn)
+    for _ in range(rng.randint(10, 40)):
+        if rng.random() < 0.25:
+            if claims.take("w1", QUEUE_PAIRS) is not None:
+                conn.delete(keys.job_claims("w1"))
+        else:
+            submit(conn, config, rng.choice("aabbc"), rng.choice(("default", "default", "low", "high")))
+    queued = [job.decode() for name in QUEUES for job in conn.lrange(f"rq:queue:{name}", 0, -1)]
+    places = Places(conn)
+    predicted = {}
+    for job in queued:
+        place = places.read(task_of_job(job))[1]
+        assert place is not None
+        predicted[task_of_job(job)] = place.position
+    taken = take_all(conn)
+    assert {t: taken.index(t) for t in predicted} == predicted
+
+
+def test_the_estimated_start_is_the_last_take_plus_a_gap_per_place(conn, config):
+    ids = [submit(conn, config, "a") for _ in range(3)]
+    lines = keys.lines("default")
+    conn.hset(lines, mapping={"gap": "250.4", "last": "99999999999000"})  # a take to come: after now
+    assert Places(conn).read(ids[2])[1] == (2, 99999999999000 + round(3 * 250.4))
+    conn.hset(lines, "last", "1000")  # long ago: now, by Redis's clock
+    before = int(conn.time()[0]) * 1000
+    position, start = Places(conn).read(ids[1])[1]  # type: ignore[misc]
+    assert position == 1 and before <= start <= int(conn.time()[0]) * 1000 + 1000
+    conn.hdel(lines, "gap")  # no rate
+    assert Places(conn).read(ids[0])[1] == (0, None)
