@@ -551,8 +551,11 @@ class Api:
         doc: dict[str, Any] = response.json()
         return doc
 
-    def wait_for(self, task_id: str, *statuses: str, timeout: float = 10.0) -> dict[str, Any]:
-        """Poll the status until it is one of ``statuses``; returns that document."""
+    def wait_for(self, task_id: str, *statuses: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Poll the status until it is one of ``statuses``; returns that document.
+
+        The default timeout only bounds a failure: on a loaded 2-core CI box a fork worker's first task
+        (its work horse forked, the processors imported) can take seconds to start, so it is generous."""
         last: dict[str, Any] = {}
 
         def reached() -> dict[str, Any] | None:
