@@ -66,7 +66,8 @@ test-docs: $(DEV_STAMP)
 
 # Tests that take minutes of wall time by nature (a schedule watched over five real minutes).
 test-slow: $(DEV_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m slow
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "slow and not serial"
+	$(BIN)/python -m pytest -m "slow and serial"
 
 # The soak prints its seed first (TASKPORT_SOAK_SEED replays it) and its figures last (-s: as they happen);
 # a run's logs and Redis files stay in build/soak/. Its timeout follows its length (tests/soak/test_soak.py).

@@ -16,7 +16,7 @@ from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 
 from taskport import Client, ProblemError
-from tests.browser.test_page import by_id, outcome, page, text, until
+from tests.browser.test_page import by_id, outcome, page, row_text, text, until
 from tests.integration.harness import REPO_ROOT, Stack, started_stack
 
 __all__ = ["page"]  # the fixture, shared with the page's other tests
@@ -87,8 +87,8 @@ def test_a_waiting_then_task_says_it_waits_for_its_batch_and_polling_follows_a_b
             open_task(page, accepted["then_task_id"])
             until(page, lambda b: text(b, "waiting-for").startswith("waiting for its batch: "),
                   what="the then task waiting for its batch")
-            row = page.find_element(By.CSS_SELECTOR, f'#history tr[data-task-id="{accepted["then_task_id"]}"]')
-            assert "PENDING · waiting for its batch" in row.text
+            until(page, lambda b: "PENDING · waiting for its batch" in (row_text(b, accepted["then_task_id"]) or ""),
+                  what="its history row waiting for its batch")
             page.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/events"]})
             by_id(page, "waiting-for").find_element(By.TAG_NAME, "button").click()
             until(page, lambda b: text(b, "batch-id") == accepted["batch_id"] and

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -69,6 +70,16 @@ def submit(browser: Chrome, task_type: str, payload: dict[str, Any], max_attempt
                   by_id(b, "task").get_attribute("data-task-id"), what="the page to show the new task")
     assert by_id(browser, "task").is_displayed()
     return str(shown)
+
+
+def row_text(browser: Chrome, task_id: str) -> str | None:
+    """The text of the task's history row; None while it is not there or was redrawn while read (the page
+    reloads the history when a watched task ends, replacing every row)."""
+    try:
+        rows = browser.find_elements(By.CSS_SELECTOR, f'#history tbody tr[data-task-id="{task_id}"]')
+        return str(rows[0].text) if rows else None
+    except StaleElementReferenceException:
+        return None
 
 
 def outcome(browser: Chrome) -> str:

@@ -7,10 +7,9 @@ import uuid
 from pathlib import Path
 
 from selenium.webdriver import Chrome
-from selenium.webdriver.common.by import By
 
 from taskport import Client
-from tests.browser.test_page import by_id, outcome, page, submit, text, until
+from tests.browser.test_page import by_id, outcome, page, row_text, submit, text, until
 from tests.integration.harness import Stack, wait_until
 
 __all__ = ["page"]  # the fixture, shared with the page's other tests
@@ -39,8 +38,7 @@ def test_a_queued_task_shows_its_place_which_falls_as_tasks_ahead_start(
                   "both started: next in line")
             assert outcome(page) == "COMPLETED"
             assert not by_id(page, "waiting").is_displayed() and text(page, "queue-place") == ""
-            row = page.find_element(By.CSS_SELECTOR, f"#history tbody tr[data-task-id='{task_id}']")
-            assert "COMPLETED" in row.text
+            until(page, lambda b: "COMPLETED" in (row_text(b, task_id) or ""), what="its history row COMPLETED")
         finally:
             for task in (blocker, *fillers):
                 if client.status(task["task_id"])["status"] in ("PENDING", "PROCESSING"):

@@ -55,12 +55,15 @@ class WaitTimeout(AssertionError):
 
 def wait_until(
     predicate: Callable[[], T | None],
-    timeout: float = 10.0,
+    timeout: float = 30.0,
     interval: float = 0.02,
     message: str | Callable[[], str] = "condition",
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Poll ``predicate`` until it returns something truthy and return that; fail after ``timeout`` s.
+
+    The default timeout only bounds a failure, so it is generous: most callers await a real process (a fork
+    worker's first task, a registration after a start) on a CI box of 2 cores shared by 3 test workers.
 
     ``message`` (or a callable building it, e.g. with log tails) says what was awaited; exceptions of
     the ``ignore`` types count as "not yet".
@@ -551,8 +554,11 @@ class Api:
         doc: dict[str, Any] = response.json()
         return doc
 
-    def wait_for(self, task_id: str, *statuses: str, timeout: float = 10.0) -> dict[str, Any]:
-        """Poll the status until it is one of ``statuses``; returns that document."""
+    def wait_for(self, task_id: str, *statuses: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Poll the status until it is one of ``statuses``; returns that document.
+
+        The default timeout only bounds a failure: on a loaded 2-core CI box a fork worker's first task
+        (its work horse forked, the processors imported) can take seconds to start, so it is generous."""
         last: dict[str, Any] = {}
 
         def reached() -> dict[str, Any] | None:

@@ -74,6 +74,6 @@ def test_an_export_cancelled_midway_leaves_no_file(stack: Stack, api: Api, worke
     assert files_under(results), "the export writes as it goes: a partial file should exist by now"
 
     assert api.delete(f"{TASKS}/{export}").status_code == 204
-    api.wait_for(quick(api), "COMPLETED", timeout=10)  # the worker is done with the export
+    api.wait_for(quick(api), "COMPLETED")  # the worker is done with the export
     assert files_under(results) == []
     assert api.status(export)["status"] == "CANCELLED"

@@ -190,7 +190,7 @@ def test_a_task_past_its_ttl_never_starts(stack: Stack) -> None:
     stack.start_web()
     with Api(stack.base_url) as api:
         task_id = api.create("demo.sleep", {"steps": 1})
-        wait_until(lambda: api.get(f"{TASKS}/{task_id}").status_code == 410, timeout=5, message="EXPIRED")
+        wait_until(lambda: api.get(f"{TASKS}/{task_id}").status_code == 410, timeout=30, message="EXPIRED")
         [worker] = stack.start_worker()
         wait_until(lambda: "delivery ignored: task is EXPIRED" in worker.log(), timeout=15,
                    message=lambda: f"the late delivery to be refused\n{worker.describe()}")

@@ -64,6 +64,7 @@ def test_a_long_wait_puts_the_task_back_with_a_run_at_and_uses_no_attempt(api: A
     assert api.delete(f"/api/v1/tasks/{task_id}").status_code == 204
 
 
+@pytest.mark.serial  # a duration under CPU contention (idle within 1.5 s): run alone (tests/README.md, "Speed")
 def test_a_cancel_during_a_wait_ends_the_run_at_once(api: Api, stack: Stack) -> None:
     name = f"wait-{uuid.uuid4().hex[:8]}"
     task_id = api.create("test.rated", {"limit": name, "rate": 1, "per": 4, "items": 2}, dedup_key=uuid.uuid4().hex)

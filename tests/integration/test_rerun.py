@@ -22,12 +22,12 @@ def test_a_failed_task_retried_over_http_completes_under_the_same_id(stack: Stac
     stack.start_worker()
     marker = tmp_path / "flaky"
     task_id = api.create("test.flaky", {"marker": str(marker), "fail_times": 3})
-    failed = api.wait_for(task_id, "FAILED", timeout=10)
+    failed = api.wait_for(task_id, "FAILED")
     assert failed["attempts"] == 3 and failed["error"]["code"] == -1
     r = api.post(f"{TASKS}/{task_id}/retry")
     assert r.status_code == 202, r.text
     assert r.json()["task_id"] == task_id and r.json()["status"] in ("PENDING", "PROCESSING")
-    done = api.wait_for(task_id, "COMPLETED", timeout=10)
+    done = api.wait_for(task_id, "COMPLETED")
     assert (done["attempts"], done["error"], done["progress"]) == (4, None, 100)
     assert api.get(f"{TASKS}/{task_id}/result").json()["result"] == {"calls": 4}
     assert api.post(f"{TASKS}/{task_id}/retry").status_code == 409

@@ -36,7 +36,7 @@ def test_a_failure_is_retried_after_its_backoff_then_succeeds(stack: Stack, api:
     marker = tmp_path / "flaky-once"
     submitted = time.monotonic()
     task_id = api.create("test.flaky", {"marker": str(marker), "fail_times": 1})
-    done = api.wait_for(task_id, "COMPLETED", timeout=10)
+    done = api.wait_for(task_id, "COMPLETED")
     took = time.monotonic() - submitted
     assert done["attempts"] == 2 and done["error"] is None and done["progress"] == 100
     assert calls(marker) == 2
@@ -49,8 +49,9 @@ def test_a_retry_runs_on_time_while_rq_s_scheduler_lock_is_held_by_a_dead_worker
                                                                                  tmp_path: Path) -> None:
     # a retry used to wait in RQ's scheduled-job registry, which only the worker holding rq:scheduler-lock:<queue>
     # moves: with the holder killed -9 (its lock's TTL still running), the others looked again only at their
-    # maintenance, 600 s later (810.6 s measured). Here every queue's lock is held by such a dead worker
-    stack.configure(retry_backoff="1")
+    # maintenance, 600 s later (810.6 s measured). Here every queue's lock is held by such a dead worker. A 3 s
+    # backoff: the retry's PENDING moment, which the test must see, lasts 3 s, not one a stalled poll could miss
+    stack.configure(retry_backoff="3")
     conn = stack.redis()
     for queue in QUEUES:
         conn.set(RQScheduler.get_locking_key(queue), "a worker killed -9", ex=600)
@@ -59,14 +60,14 @@ def test_a_retry_runs_on_time_while_rq_s_scheduler_lock_is_held_by_a_dead_worker
     marker = tmp_path / "flaky-once"
     task_id = api.create("test.flaky", {"marker": str(marker), "fail_times": 1})
     waiting = wait_until(lambda: (doc := api.status(task_id))["status"] == "PENDING" and doc["attempts"] == 1 and doc,
-                         timeout=10, interval=0.01, message="the task to wait for its retry")
+                         timeout=30, interval=0.01, message="the task to wait for its retry")
     failed_at = time.monotonic()
-    assert waiting["message"] == "attempt 1 failed; retrying in 1s" and waiting["run_at"] is not None, waiting
+    assert waiting["message"] == "attempt 1 failed; retrying in 3s" and waiting["run_at"] is not None, waiting
     assert Queue("default", connection=conn).scheduled_job_registry.count == 0  # nothing of it waits in RQ
-    done = api.wait_for(task_id, "COMPLETED", timeout=10)
+    done = api.wait_for(task_id, "COMPLETED")
     took = time.monotonic() - failed_at
     assert done["attempts"] == 2 and calls(marker) == 2
-    assert took < 5, f"retried {took:.2f} s after the failure, for a one-second backoff"
+    assert took < 7, f"retried {took:.2f} s after the failure, for a three-second backoff"
     assert all(Queue(q, connection=conn).scheduled_job_registry.count == 0 for q in QUEUES)  # rq-dashboard: none
     conn.close()
 
@@ -78,7 +79,7 @@ def test_retries_exhausted_fail_with_minus_one_and_the_traceback_stays_in_the_lo
     [worker] = stack.start_worker()
     marker = tmp_path / "flaky-always"
     task_id = api.create("test.flaky", {"marker": str(marker), "fail_times": 5})
-    failed = api.wait_for(task_id, "FAILED", timeout=10)
+    failed = api.wait_for(task_id, "FAILED")
     assert failed["error"] == {"code": -1, "message": "processing error, please retry later"}
     assert failed["attempts"] == 3 and calls(marker) == 3
 

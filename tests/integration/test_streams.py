@@ -32,7 +32,7 @@ POLL_DEADLINE = 1.0  # seconds: the issue's bound for a poll while slow clients 
 class SseClient:
     """One event stream over a raw socket: the response head, then events decoded from chunked framing."""
 
-    def __init__(self, port: int, task_id: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, port: int, task_id: str, headers: dict[str, str] | None = None, timeout: float = 30.0) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self.sock.sendall(f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())

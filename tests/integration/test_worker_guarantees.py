@@ -78,9 +78,9 @@ def test_a_task_that_never_checkpoints_times_out_with_minus_2(up_factory: Callab
     up = start(up_factory, TASKPORT_WORKER_CLASS=worker_class, TASKPORT_WORKERS="1")
     with Api(up.base_url) as api:
         slow = api.create("test.slow", {"seconds": 30})  # a 1 s job timeout
-        failed = api.wait_for(slow, "FAILED", timeout=10)
+        failed = api.wait_for(slow, "FAILED")
         assert failed["error"] == {"code": -2, "message": "task timed out"}
-        assert api.wait_for(quick(api), "COMPLETED", timeout=10)["status"] == "COMPLETED"
+        assert api.wait_for(quick(api), "COMPLETED")["status"] == "COMPLETED"
 
 
 @pytest.mark.parametrize("how", ["exit", "segfault"])
