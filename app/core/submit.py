@@ -13,7 +13,7 @@ from app.core import processors, tracing
 from app.core.answers import Created, NewTask
 from app.core.clock import now_ms
 from app.core.ids import new_task_id
-from app.core.jobs import JobQueue
+from app.core.jobs import FirstJob, JobQueue
 from app.core.lua import Command
 from app.core.store import TaskStore
 
@@ -45,6 +45,15 @@ def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = N
                              member=new.member)
 
 
+def first_job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> FirstJob | list[Command]:
+    """:func:`job_for` as the submit script takes it: its queue's template is in the script, the call sends what
+    differs (app.core.jobs.JobQueue.first_job)."""
+    if run_at is not None and run_at > now_ms():
+        return []
+    proc = processors.get(new.type)
+    return jobs.first_job(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, new.member)
+
+
 def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],
                 dedup_digest: str, priority: str | None, *, run_at: int | None = None,
                 after: Sequence[str] = (), callback: dict[str, Any] | None = None) -> Created:
@@ -54,4 +63,4 @@ def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, p
     the caller checked are the member's, each once) make it wait: its job is replayed by the submit only when
     it may run now (app.core.deferred queues it later). ``callback``: {"url", "events"}, loaded and checked."""
     new = new_task(member, task_type, payload, dedup_digest, priority, callback=callback)
-    return store.create(new, job_for(jobs, new, run_at), run_at=run_at, after=after)
+    return store.create(new, first_job_for(jobs, new, run_at), run_at=run_at, after=after)
