@@ -84,6 +84,11 @@ end
 # gone)} for a duplicate, {2, unfinished_count} at the cap, {3, bytes_held} when its payload would take the member
 # past its quota of stored bytes (keys.STORED_BYTES, kept by every script that changes what a task holds:
 # app.core.creation.QUOTA).
+# The first job of each queue, RQ's own enqueue as a Lua table (app.core.jobs.JobTemplate.lua: RQ's words, not
+# taskport's markers), filled in by the call's job_ arguments: ~5 arguments a submit instead of ~59.
+JOB_TEMPLATES = job_templates("job_queue", "job", {
+    "id": "task_id", "member": "member", "at": "job_at", "data": "job_data", "timeout": "job_timeout",
+    "weight": "job_weight"})
 SUBMIT = Script(
     "submit",
     keys={
@@ -158,9 +163,7 @@ local ended, waiting = create({id = task_id, task = task, payload = payload, ded
   key_ttl = key_ttl_s, expiry_ms = expiry_ms, payload_json = payload_json, run_at = run_at_ms,
   after_ids = after_ids, k = 1, job = job, job_from = job and 1 or first_command, job_to = job and #job + 1 or first_field})
 return {1, ended, waiting}
-""".replace("__JOB_TEMPLATES__", job_templates("job_queue", "job", {
-    "id": "task_id", "member": "member", "at": "job_at", "data": "job_data", "timeout": "job_timeout",
-    "weight": "job_weight"})))
+""".replace("__JOB_TEMPLATES__", JOB_TEMPLATES))
 
 # Every other transition: expected status(es) -> new status, with its side effects in one step.
 # Leaving PENDING/PROCESSING ($ACTIVE) for any other status counts the task off its member's unfinished
