@@ -40,9 +40,7 @@ def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = N
     queues it then). ``at``: the job's times as RQ writes them (app.core.jobs.rq_now), one for a batch's jobs."""
     if run_at is not None and run_at > now_ms():
         return []
-    proc = processors.get(new.type)
-    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, at=at,
-                             member=new.member)
+    return jobs.job_commands(new.task_id, new.priority, _timeout(new), at=at, member=new.member)
 
 
 def first_job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> FirstJob | list[Command]:
@@ -50,8 +48,13 @@ def first_job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> FirstJob 
     differs (app.core.jobs.JobQueue.first_job)."""
     if run_at is not None and run_at > now_ms():
         return []
+    return jobs.first_job(new.task_id, new.priority, _timeout(new), new.member)
+
+
+def _timeout(new: NewTask) -> int:
+    """The job's timeout: its processor's (the default one if this process has none of that type)."""
     proc = processors.get(new.type)
-    return jobs.first_job(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, new.member)
+    return proc.timeout if proc else processors.DEFAULT_TIMEOUT
 
 
 def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],
