@@ -18,8 +18,8 @@ a queue would be skipped silently).
 from __future__ import annotations
 
 import logging
-import zlib
 import re
+import zlib
 from typing import Any, NamedTuple, cast
 
 import redis
@@ -122,7 +122,8 @@ def rq_compress(data: bytes) -> bytes:
     return packer.compress(data) + packer.flush()
 
 
-_ENCODER = Encoder("utf-8", "strict", False)  # redis-py's: the bytes a value is sent as
+_ENCODER = Encoder("utf-8", "strict", False)
+_SEPARATOR = "\x00"  # in no task id, member (from the environment) or key  # redis-py's: the bytes a value is sent as
 
 
 class FirstJob(NamedTuple):
@@ -156,26 +157,38 @@ class JobTemplate:
 
     FILLED = {"created_at": "at", "enqueued_at": "at", "data": "data", "timeout": "timeout"}  # job hash field: slot
     SLOTS = ("at", "data", "timeout", "weight")  # the values of a job that no placeholder names (FirstJob's)
-    _TEXT = "text"  # a slot: the recorded string with the placeholders filled in
 
     def __init__(self, recorded: list[Command], serializer: Any, queue: str = "") -> None:
         self.serializer = serializer
         self.queue = queue  # its name in the submit script (FirstJob.queue)
         job_key = Job.key_for(TEMPLATE_ID)
-        # per command: its name, its key, whether the key holds a placeholder, its args, which args to fill in
-        self.commands: list[tuple[str, str, bool, tuple[Any, ...], dict[int, str]]] = []
+        # a slot is an index into a job's values: SLOTS' first, then each distinct string that holds a placeholder
+        self._texts: list[str] = []
+        # per command: its name, its key, the key's slot (-1: none), its args, which args to fill in (index: slot)
+        self.commands: list[tuple[str, str, int, tuple[Any, ...], dict[int, int]]] = []
         for name, key, args in recorded:
-            slots: dict[int, str] = {}
+            slots: dict[int, int] = {}
             if name == "HSET" and key == job_key:
-                slots = {i + 1: self.FILLED[args[i]] for i in range(0, len(args) - 1, 2) if args[i] in self.FILLED}
+                slots = {i + 1: self.SLOTS.index(self.FILLED[args[i]]) for i in range(0, len(args) - 1, 2)
+                         if args[i] in self.FILLED}
             elif name == LINE:
-                slots = {len(args) - 1: "weight"}
+                slots = {len(args) - 1: self.SLOTS.index("weight")}
             for i, arg in enumerate(args):
                 if i not in slots and isinstance(arg, str) and _placeheld(arg):
-                    slots[i] = self._TEXT
+                    slots[i] = self._text(arg)
                 elif i not in slots and _placeheld(_ENCODER.encode(arg).decode("latin-1")):
-                    raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name} {key}")
-            self.commands.append((name, key, _placeheld(key), args, slots))
+                    raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name}")
+            self.commands.append((name, key, self._text(key) if _placeheld(key) else -1, args, slots))
+        # every such string in one, filled by two replaces a job (a replace or a format per string cost ~1 µs more)
+        if any(_SEPARATOR in text for text in self._texts):
+            raise RuntimeError("RQ's enqueue holds a NUL in a string taskport fills in")
+        self._joined = _SEPARATOR.join(self._texts)
+
+    def _text(self, text: str) -> int:
+        """The slot of a string that holds a placeholder (filled once per job, however often it is used)."""
+        if text not in self._texts:
+            self._texts.append(text)
+        return len(self.SLOTS) + self._texts.index(text)
 
     @classmethod
     def record(cls, queue: Queue) -> JobTemplate:
@@ -189,7 +202,8 @@ class JobTemplate:
         """RQ's commands for the job of ``task_id``, as its own enqueue would record them now (``at``: the time
         RQ would write, ``utcformat(now())``, read once for a batch's jobs), then its place in ``member``'s line
         (None: none, the job is in RQ's list only)."""
-        values = {"at": at or rq_now(), "data": self._data(task_id), "timeout": timeout, "weight": str(weight)}
+        values: list[Any] = [at or rq_now(), self._data(task_id), timeout, str(weight),
+                             *self._texts_filled(task_id, member)]
         commands = []
         for name, key, keyed, args, slots in self.commands:
             if name == LINE and member is None:
@@ -197,14 +211,15 @@ class JobTemplate:
             if slots:
                 filled = list(args)
                 for i, slot in slots.items():
-                    filled[i] = _filled(args[i], task_id, member) if slot == self._TEXT else values[slot]
+                    filled[i] = values[slot]
                 args = tuple(filled)
-            commands.append(Command(name, _filled(key, task_id, member) if keyed else key, args))
+            commands.append(Command(name, key if keyed < 0 else values[keyed], args))
         return commands
 
     def first(self, task_id: str, member: str, timeout: int, weight: int = 1) -> FirstJob:
         """The job of ``task_id`` in ``member``'s line as the submit script takes it (:meth:`lua`)."""
-        keys_ = [_filled(key, task_id, member) if keyed else key for _, key, keyed, _, _ in self.commands]
+        texts, base = self._texts_filled(task_id, member), len(self.SLOTS)
+        keys_ = [key if keyed < 0 else texts[keyed - base] for _, key, keyed, _, _ in self.commands]
         return FirstJob(self.queue, keys_, rq_now(), self._data(task_id), timeout, str(weight))
 
     def lua(self, names: dict[str, str]) -> str:
@@ -215,10 +230,17 @@ class JobTemplate:
         for name, _, _, args, slots in self.commands:
             items += [_lua_string(name), _lua_string(str(len(args)))]
             for i, arg in enumerate(args):
-                slot = slots.get(i)
-                items.append(_lua_text(arg, names) if slot == self._TEXT else names[slot] if slot
-                             else _lua_string(_ENCODER.encode(arg)))
+                slot = slots.get(i, -1)
+                items.append(_lua_string(_ENCODER.encode(arg)) if slot < 0 else names[self.SLOTS[slot]]
+                             if slot < len(self.SLOTS) else _lua_text(arg, names))
         return "{" + ", ".join(items) + "}"
+
+    def _texts_filled(self, task_id: str, member: str | None) -> list[str]:
+        """Each string that holds a placeholder, in slot order, with the task id and the member in their places."""
+        joined = self._joined.replace(TEMPLATE_ID, task_id)
+        if member is not None:
+            joined = joined.replace(TEMPLATE_MEMBER, member)
+        return joined.split(_SEPARATOR)
 
     def _data(self, task_id: str) -> bytes:
         return rq_compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))
@@ -234,12 +256,6 @@ def job_templates(queue: str, into: str, names: dict[str, str]) -> str:
 
 def _placeheld(text: str) -> bool:
     return TEMPLATE_ID in text or TEMPLATE_MEMBER in text
-
-
-def _filled(text: str, task_id: str, member: str | None) -> str:
-    """``text`` with the task id and the member in the placeholders' places."""
-    text = text.replace(TEMPLATE_ID, task_id)
-    return text.replace(TEMPLATE_MEMBER, member) if member is not None else text
 
 
 _PLACEHOLDERS = re.compile(f"({re.escape(TEMPLATE_ID)}|{re.escape(TEMPLATE_MEMBER)})")

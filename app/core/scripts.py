@@ -161,7 +161,8 @@ local job = nil  -- its first job's commands from its queue's template, when the
 __JOB_TEMPLATES__
 local ended, waiting = create({id = task_id, task = task, payload = payload, dedup = dedup, fields_from = first_field,
   key_ttl = key_ttl_s, expiry_ms = expiry_ms, payload_json = payload_json, run_at = run_at_ms,
-  after_ids = after_ids, k = 1, job = job, job_from = job and 1 or first_command, job_to = job and #job + 1 or first_field})
+  after_ids = after_ids, k = 1, job = job, job_from = job and 1 or first_command,
+  job_to = job and #job + 1 or first_field})
 return {1, ended, waiting}
 """.replace("__JOB_TEMPLATES__", JOB_TEMPLATES))
 

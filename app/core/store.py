@@ -49,16 +49,19 @@ class TaskStore(RunStore):
         ``job`` is the commands that queue the task's RQ job (:meth:`app.core.jobs.JobQueue.job_commands`): the
         submit script replays them once it has created the task, so a duplicate queues nothing (tests
         that start tasks by hand pass none), or a submit's first job as its queue's template in the script takes it
-        (:meth:`app.core.jobs.JobQueue.first_job`: the same commands, ~5 arguments instead of ~59). ``run_at`` (ms) ahead of now: the task waits in ``keys.DELAYED``
-        unqueued, its lifetime counted from then. ``after``: the ids of tasks it runs after (checked to be
-        the member's by the caller); it waits for those not COMPLETED (the created task's ``waiting_for``),
-        and when one of them ended otherwise its id is the created task's ``ended_dep``.
+        (:meth:`app.core.jobs.JobQueue.first_job`: the same commands, ~5 arguments instead of ~59). ``run_at`` (ms)
+        ahead of now: the task waits in ``keys.DELAYED`` unqueued, its lifetime counted from then. ``after``: the ids
+        of tasks it runs after (checked to be the member's by the caller); it waits for those not COMPLETED (the
+        created task's ``waiting_for``), and when one of them ended otherwise its id is the created task's
+        ``ended_dep``.
         """
         c = self.config
         created = now_ms()
         start, fields, body = self.task_fields(new, created, run_at)
+        job_args: list[Any] = []
+        template: dict[str, Any]
         if isinstance(job, FirstJob):
-            job_keys, job_args = job.keys, []
+            job_keys = job.keys
             template = {"job_queue": job.queue, "job_at": job.at, "job_data": job.data, "job_timeout": job.timeout,
                         "job_weight": job.weight}
         else:

@@ -181,7 +181,8 @@ def test_a_submits_job_is_rqs_own_enqueue_field_by_field(service: TaskService, r
         queue = Queue(priority, connection=redis_conn)  # RQ's own enqueue of taskport's job, not the template
         queue.enqueue_job(queue.create_job(
             app.core.jobs.RUN_TASK, args=(task_id,), job_id=task_id, timeout=3600, result_ttl=app.core.jobs.RESULT_TTL,
-            failure_ttl=app.core.jobs.FAILED_JOB_TTL, description=f"task {task_id}", on_stopped=app.core.jobs.ON_STOPPED))
+            failure_ttl=app.core.jobs.FAILED_JOB_TTL, description=f"task {task_id}",
+            on_stopped=app.core.jobs.ON_STOPPED))
         theirs = redis_conn.hgetall(job_key)
         assert list(ours) == list(theirs)
         for field, value in theirs.items():
