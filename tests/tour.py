@@ -31,8 +31,9 @@ def new_task(member: str = "public") -> NewTask:
 def tour(store: TaskStore, jobs: JobQueue, conn: Any) -> None:
     """Every write script, at least once, each in a state where it writes."""
     done, failed, cancelled, lost = new_task(), new_task(), new_task(), new_task()
-    for t in (done, failed, cancelled, lost):
+    for t in (failed, cancelled, lost):
         store.create(t, jobs.job_commands(t.task_id, t.priority, 60))
+    store.create(done, jobs.first_job(done.task_id, done.priority, 60, done.member))  # a submit's: the template's
     store.create(done)  # a duplicate: the same keys, the holder's hash read in the script
     assert store.start(done.task_id, "r1").started is not None
     store.report(done.task_id, "r1", 50, "half", {"total": 2, "succeeded": 1, "failed": 0},

@@ -18,10 +18,12 @@ a queue would be skipped silently).
 from __future__ import annotations
 
 import logging
+import re
 import zlib
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis
+from redis.connection import Encoder
 from rq import Callback, Queue
 from rq.command import send_stop_job_command
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
@@ -32,8 +34,9 @@ from rq.utils import as_text, current_timestamp, now
 from app.core import keys, processors
 from app.core.clock import rq_time
 from app.core.config import Config
-from app.core.lines import line_command
+from app.core.lines import LINE, line_command
 from app.core.lua import Command
+from app.core.processors import DEFAULT_TIMEOUT
 from app.core.states import QUEUES
 from app.core.task import Task
 
@@ -95,6 +98,7 @@ def delayed_job_id(task: Task) -> str:
 
 
 TEMPLATE_ID = "00000000-0000-0000-0000-000000000000"  # the placeholder job id of a JobTemplate's recording
+TEMPLATE_MEMBER = "00000000-member"  # and its placeholder member (the line its job joins)
 
 
 def rq_now() -> str:
@@ -118,48 +122,160 @@ def rq_compress(data: bytes) -> bytes:
     return packer.compress(data) + packer.flush()
 
 
+_ENCODER = Encoder("utf-8", "strict", False)
+_SEPARATOR = "\x00"  # in no task id, member (from the environment) or key  # redis-py's: the bytes a value is sent as
+
+
+class FirstJob(NamedTuple):
+    """A first job (id = task id) as the submit script takes it: its template's name (the queue), rendered into the
+    script (:meth:`JobTemplate.lua`), the keys of its commands, and the values that differ from job to job
+    (:data:`JobTemplate.SLOTS`; the task id and the member are the script's own arguments)."""
+
+    queue: str
+    keys: list[str]
+    at: str
+    data: bytes
+    timeout: int
+    weight: str
+
+
 class JobTemplate:
-    """RQ's enqueue of a first job (id = task id) for one (queue, timeout), recorded once with the placeholder
-    ``TEMPLATE_ID`` and filled per task where RQ's values depend on the task: the job hash's key, the queue
-    entry, ``description``, ``data`` (RQ's serializer over ``(RUN_TASK, None, (task_id,), {})``, compressed
-    as RQ's ``Job.to_dict`` does) and ``created_at`` / ``enqueued_at`` (RQ's ``utcformat(now())``, in that
-    order). A recording that holds the placeholder anywhere else is refused, so an RQ that changes its
-    layout fails loudly (and tests/unit/test_job_template.py fails), never silently."""
+    """RQ's enqueue of a first job (id = task id) on one queue and its place in its member's line
+    (app.core.lines.line_command), recorded once with the placeholders ``TEMPLATE_ID`` and ``TEMPLATE_MEMBER`` and
+    filled per job where the values depend on it: a key or string argument that holds a placeholder gets the task id
+    or the member in its place (the job hash's key, its ``description``, the queue entry, the line's key and
+    arguments); the job hash's :data:`FILLED` fields get ``data`` (RQ's serializer over
+    ``(RUN_TASK, None, (task_id,), {})``, compressed as RQ's ``Job.to_dict`` does), ``timeout`` and RQ's time
+    (``created_at``, ``enqueued_at``: ``utcformat(now())``, read once); the line command's last argument the
+    member's weight. A recording that holds a placeholder anywhere else (in bytes, a number) is refused, so an RQ
+    that changes its layout fails loudly (and tests/unit/test_job_template.py fails), never silently.
 
-    FILLED = frozenset({"created_at", "enqueued_at", "data", "description"})
+    One recording, two forms: :meth:`fill` gives the commands (the batch create replays them), :meth:`lua` the same
+    commands as a Lua table for the submit script, whose call sends only what :meth:`first` gives: the values that
+    differ from job to job, ~5 arguments instead of ~59 (bench/README.md, "Submit, seventh pass").
+    """
 
-    def __init__(self, recorded: list[Command], serializer: Any) -> None:
+    FILLED = {"created_at": "at", "enqueued_at": "at", "data": "data", "timeout": "timeout"}  # job hash field: slot
+    SLOTS = ("at", "data", "timeout", "weight")  # the values of a job that no placeholder names (FirstJob's)
+
+    def __init__(self, recorded: list[Command], serializer: Any, queue: str = "") -> None:
         self.serializer = serializer
+        self.queue = queue  # its name in the submit script (FirstJob.queue)
         job_key = Job.key_for(TEMPLATE_ID)
-        # per command: its name, its key (None: the job hash's), its args, and which args to fill in
-        self.commands: list[tuple[str, str | None, tuple[Any, ...], dict[int, str]]] = []
+        # a slot is an index into a job's values: SLOTS' first, then each distinct string that holds a placeholder
+        self._texts: list[str] = []
+        # per command: its name, its key, the key's slot (-1: none), its args, which args to fill in (index: slot)
+        self.commands: list[tuple[str, str, int, tuple[Any, ...], dict[int, int]]] = []
         for name, key, args in recorded:
-            slots: dict[int, str] = {}
+            slots: dict[int, int] = {}
             if name == "HSET" and key == job_key:
-                slots = {i + 1: args[i] for i in range(0, len(args) - 1, 2) if args[i] in self.FILLED}
-            elif name == "RPUSH" and args == (TEMPLATE_ID,):
-                slots = {0: "id"}
-            rest = [a for i, a in enumerate(args) if i not in slots]
-            if (key != job_key and TEMPLATE_ID in key) or any(TEMPLATE_ID in str(a) for a in rest):
-                raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name} {key}")
-            self.commands.append((name, None if key == job_key else key, args, slots))
+                slots = {i + 1: self.SLOTS.index(self.FILLED[args[i]]) for i in range(0, len(args) - 1, 2)
+                         if args[i] in self.FILLED}
+            elif name == LINE:
+                slots = {len(args) - 1: self.SLOTS.index("weight")}
+            for i, arg in enumerate(args):
+                if i not in slots and isinstance(arg, str) and _placeheld(arg):
+                    slots[i] = self._text(arg)
+                elif i not in slots and _placeheld(_ENCODER.encode(arg).decode("latin-1")):
+                    raise RuntimeError(f"RQ's enqueue holds the job id where taskport does not fill it in: {name}")
+            self.commands.append((name, key, self._text(key) if _placeheld(key) else -1, args, slots))
+        # every such string in one, filled by two replaces a job (a replace or a format per string cost ~1 µs more)
+        if any(_SEPARATOR in text for text in self._texts):
+            raise RuntimeError("RQ's enqueue holds a NUL in a string taskport fills in")
+        self._joined = _SEPARATOR.join(self._texts)
 
-    def fill(self, task_id: str, at: str | None = None) -> list[Command]:
+    def _text(self, text: str) -> int:
+        """The slot of a string that holds a placeholder (filled once per job, however often it is used)."""
+        if text not in self._texts:
+            self._texts.append(text)
+        return len(self.SLOTS) + self._texts.index(text)
+
+    @classmethod
+    def record(cls, queue: Queue) -> JobTemplate:
+        """``queue``'s template: RQ's own enqueue, recorded on a pipeline never sent (no connection is made)."""
+        return cls(recorded_enqueue(queue, TEMPLATE_ID, DEFAULT_TIMEOUT, None)
+                   + [line_command(queue.name, TEMPLATE_MEMBER, TEMPLATE_ID, TEMPLATE_ID, 1)], queue.serializer,
+                   queue.name)
+
+    def fill(self, task_id: str, timeout: int, member: str | None = None, weight: int = 1,
+             at: str | None = None) -> list[Command]:
         """RQ's commands for the job of ``task_id``, as its own enqueue would record them now (``at``: the time
-        RQ would write, ``utcformat(now())``, read once for a batch's jobs)."""
-        values = {"id": task_id, "description": f"task {task_id}", "created_at": at or rq_now(),
-                  "data": rq_compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))}
-        values["enqueued_at"] = at or rq_now()
-        job_key = Job.key_for(task_id)
+        RQ would write, ``utcformat(now())``, read once for a batch's jobs), then its place in ``member``'s line
+        (None: none, the job is in RQ's list only)."""
+        values: list[Any] = [at or rq_now(), self._data(task_id), timeout, str(weight),
+                             *self._texts_filled(task_id, member)]
         commands = []
-        for name, key, args, slots in self.commands:
+        for name, key, keyed, args, slots in self.commands:
+            if name == LINE and member is None:
+                continue
             if slots:
                 filled = list(args)
-                for i, field in slots.items():
-                    filled[i] = values[field]
+                for i, slot in slots.items():
+                    filled[i] = values[slot]
                 args = tuple(filled)
-            commands.append(Command(name, job_key if key is None else key, args))
+            commands.append(Command(name, key if keyed < 0 else values[keyed], args))
         return commands
+
+    def first(self, task_id: str, member: str, timeout: int, weight: int = 1) -> FirstJob:
+        """The job of ``task_id`` in ``member``'s line as the submit script takes it (:meth:`lua`)."""
+        texts, base = self._texts_filled(task_id, member), len(self.SLOTS)
+        keys_ = [key if keyed < 0 else texts[keyed - base] for _, key, keyed, _, _ in self.commands]
+        return FirstJob(self.queue, keys_, rq_now(), self._data(task_id), timeout, str(weight))
+
+    def lua(self, names: dict[str, str]) -> str:
+        """The template as a Lua table constructor of its commands (name, argc, args... each, as
+        app.core.lua.replay lays them out), every constant a literal: ``names`` gives the Lua expression of each
+        of :data:`SLOTS` and of the two placeholders' values (keys ``id``, ``member``)."""
+        items: list[str] = []
+        for name, _, _, args, slots in self.commands:
+            items += [_lua_string(name), _lua_string(str(len(args)))]
+            for i, arg in enumerate(args):
+                slot = slots.get(i, -1)
+                items.append(_lua_string(_ENCODER.encode(arg)) if slot < 0 else names[self.SLOTS[slot]]
+                             if slot < len(self.SLOTS) else _lua_text(arg, names))
+        return "{" + ", ".join(items) + "}"
+
+    def _texts_filled(self, task_id: str, member: str | None) -> list[str]:
+        """Each string that holds a placeholder, in slot order, with the task id and the member in their places."""
+        joined = self._joined.replace(TEMPLATE_ID, task_id)
+        if member is not None:
+            joined = joined.replace(TEMPLATE_MEMBER, member)
+        return joined.split(_SEPARATOR)
+
+    def _data(self, task_id: str) -> bytes:
+        return rq_compress(self.serializer.dumps((RUN_TASK, None, (task_id,), {})))
+
+
+def job_templates(queue: str, into: str, names: dict[str, str]) -> str:
+    """Lua that sets ``into`` to the commands of the first job of the queue named by the Lua variable ``queue``
+    (its template's table, :meth:`JobTemplate.lua` with ``names``): only that one table is built per call."""
+    chain = [f"{'if' if i == 0 else 'elseif'} {queue} == {_lua_string(name)} then {into} = {template.lua(names)}"
+             for i, (name, template) in enumerate(TEMPLATES.items())]
+    return "\n".join(chain) + "\nend"
+
+
+def _placeheld(text: str) -> bool:
+    return TEMPLATE_ID in text or TEMPLATE_MEMBER in text
+
+
+_PLACEHOLDERS = re.compile(f"({re.escape(TEMPLATE_ID)}|{re.escape(TEMPLATE_MEMBER)})")
+
+
+def _lua_text(text: str, names: dict[str, str]) -> str:
+    """``text`` as a Lua expression: its pieces, with each placeholder's Lua expression in its place."""
+    parts = [names["id"] if part == TEMPLATE_ID else names["member"] if part == TEMPLATE_MEMBER
+             else _lua_string(part.encode()) for part in _PLACEHOLDERS.split(text) if part]
+    return parts[0] if len(parts) == 1 else "(" + " .. ".join(parts) + ")"
+
+
+def _lua_string(value: str | bytes) -> str:
+    """``value`` as a Lua string literal, byte for byte: printable ASCII as it is, any other byte, a quote, a
+    backslash and the markers' sigils (app.core.lua.render: a script's body is rendered after) as ``\\ddd``."""
+    raw = value.encode() if isinstance(value, str) else value
+    return "'" + "".join(chr(b) if 32 <= b < 127 and b not in _ESCAPED else f"\\{b:03d}" for b in raw) + "'"
+
+
+_ESCAPED = frozenset(b"'\\$@&!%")
 
 
 class JobQueue:
@@ -167,7 +283,6 @@ class JobQueue:
         self.redis = conn
         self.config = config
         self.queues = {name: Queue(name, connection=conn) for name in QUEUES}
-        self._templates: dict[tuple[str, int], JobTemplate] = {}
         self._weights = config.weights  # member -> its weight in fair dispatch, when not 1 (app.core.lines)
 
     def requeue_commands(self, task: Task, job_id: str) -> list[Command]:
@@ -185,43 +300,27 @@ class JobQueue:
         They are RQ's own: RQ writes a job only onto a redis-py pipeline, so its enqueue is recorded on
         one that is never sent. Each of its commands acts on one key (a job hash, a queue list, RQ's set
         of queues), which is what a script that declares its keys needs. A first job (id = task id, every
-        submit) is RQ's recording for its (queue, timeout), made once with a placeholder id, then filled in
-        (:class:`JobTemplate`; tests/unit/test_job_template.py compares the two with RQ's own). ``at``: its
-        times (:func:`rq_now`), for the jobs of one batch. ``member``: the task's, whose line the job joins
-        (app.core.lines: fair dispatch); None queues it in RQ's list only, taken in its turn there.
+        submit) is its queue's recording, made once with placeholders, then filled in (:data:`TEMPLATES`;
+        tests/unit/test_job_template.py compares the two with RQ's own). ``at``: its times (:func:`rq_now`), for
+        the jobs of one batch. ``member``: the task's, whose line the job joins (app.core.lines: fair dispatch);
+        None queues it in RQ's list only, taken in its turn there.
         """
+        weight = self._weights.get(member, 1) if member is not None else 1
         if job_id is None or job_id == task_id:
-            template = self._templates.get((priority, timeout))
-            if template is None:
-                recorded = self._recorded(TEMPLATE_ID, priority, timeout, None)
-                template = JobTemplate(recorded, self.queues[priority].serializer)
-                self._templates[(priority, timeout)] = template
-            commands = template.fill(task_id, at)
-        else:
-            commands = self._recorded(task_id, priority, timeout, job_id)
+            return TEMPLATES[priority].fill(task_id, timeout, member, weight, at)
+        commands = recorded_enqueue(self.queues[priority], task_id, timeout, job_id)
         if member is not None:
-            commands.append(line_command(priority, member, task_id, job_id or task_id, self._weights.get(member, 1)))
+            commands.append(line_command(priority, member, task_id, job_id, weight))
         return commands
 
+    def first_job(self, task_id: str, priority: str, timeout: int, member: str) -> FirstJob:
+        """The first job of a submit's task (id = task id, in ``member``'s line), as the submit script takes it:
+        its queue's template is in the script, the call sends what differs (:meth:`JobTemplate.first`)."""
+        return TEMPLATES[priority].first(task_id, member, timeout, self._weights.get(member, 1))
+
     def _recorded(self, task_id: str, priority: str, timeout: int, job_id: str | None) -> list[Command]:
-        """RQ's own enqueue of the task's job, recorded (see :meth:`job_commands`)."""
-        recorder = self.redis.pipeline(transaction=True)
-        recorder.multi()  # as RQ expects of a caller's pipeline
-        queue = self.queues[priority]
-        job = queue.create_job(
-            RUN_TASK,
-            args=(task_id,),
-            job_id=job_id or task_id,
-            timeout=timeout,  # RQ raises JobTimeoutException in run_task, which fails the task with -2
-            result_ttl=RESULT_TTL,
-            failure_ttl=FAILED_JOB_TTL,
-            description=f"task {task_id}",
-            on_stopped=ON_STOPPED,
-        )
-        queue.enqueue_job(job, pipeline=recorder)
-        commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
-        recorder.reset()
-        return [*commands, Command("RPUSH", keys.JOB_WAKE, (priority,))]  # wakes an idle worker (app.core.jobclaims)
+        """RQ's own enqueue of the task's job, recorded (see :func:`recorded_enqueue`)."""
+        return recorded_enqueue(self.queues[priority], task_id, timeout, job_id)
 
     def enqueue_call(self, queue: str, func: str, *args: Any, **options: Any) -> None:
         """A plain RQ job of ``func(*args)`` on ``queue`` (RQ's ``Queue.enqueue`` options), e.g. an alert."""
@@ -313,3 +412,37 @@ def register_queues(conn: redis.Redis) -> None:
     """List every queue in RQ's set of queues now, so rq-dashboard and ``rq info`` show high, default and
     low from the start (RQ adds a queue there only at its first enqueue). One idempotent SADD."""
     conn.sadd(Queue.redis_queues_keys, *(Queue(name, connection=conn).key for name in QUEUES))
+
+
+def recorded_enqueue(queue: Queue, task_id: str, timeout: int, job_id: str | None) -> list[Command]:
+    """RQ's own enqueue of the task's job on ``queue``, recorded on a pipeline that is never sent (see
+    :meth:`JobQueue.job_commands`), then the wake of an idle worker (app.core.jobclaims)."""
+    recorder = queue.connection.pipeline(transaction=True)
+    recorder.multi()  # as RQ expects of a caller's pipeline
+    job = queue.create_job(
+        RUN_TASK,
+        args=(task_id,),
+        job_id=job_id or task_id,
+        timeout=timeout,  # RQ raises JobTimeoutException in run_task, which fails the task with -2
+        result_ttl=RESULT_TTL,
+        failure_ttl=FAILED_JOB_TTL,
+        description=f"task {task_id}",
+        on_stopped=ON_STOPPED,
+    )
+    queue.enqueue_job(job, pipeline=recorder)
+    commands = [Command(name, key, tuple(rest)) for (name, key, *rest), _options in recorder.command_stack]
+    recorder.reset()
+    return [*commands, Command("RPUSH", keys.JOB_WAKE, (queue.name,))]
+
+
+def _offline_queue(name: str) -> Queue:
+    """Queue ``name`` on a client that never connects: RQ's pipeline records without sending, and the one thing RQ
+    reads before an enqueue, the server's version (INFO), is given (RQ writes nothing of it into the job)."""
+    queue = Queue(name, connection=redis.Redis())
+    queue.redis_server_version = (7, 0, 0)
+    return queue
+
+
+# Each queue's first job, recorded once per process at import: what JobQueue fills in and what the submit script
+# holds as Lua (app.core.scripts.SUBMIT). tests/unit/test_job_template.py compares them with RQ's own enqueue.
+TEMPLATES = {name: JobTemplate.record(_offline_queue(name)) for name in QUEUES}

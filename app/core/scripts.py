@@ -14,6 +14,7 @@ from __future__ import annotations
 from app.core.batchscripts import BATCH, SYNC
 from app.core.config import Config
 from app.core.creation import CREATE, QUOTA, SIBLING
+from app.core.jobs import job_templates
 from app.core.limitscripts import LIMIT_KEYS, LIMITS, OWN_TASK
 from app.core.limitscripts import SCRIPTS as LIMIT_SCRIPTS
 from app.core.lua import LATE, Script, Tail, render
@@ -83,6 +84,11 @@ end
 # gone)} for a duplicate, {2, unfinished_count} at the cap, {3, bytes_held} when its payload would take the member
 # past its quota of stored bytes (keys.STORED_BYTES, kept by every script that changes what a task holds:
 # app.core.creation.QUOTA).
+# The first job of each queue, RQ's own enqueue as a Lua table (app.core.jobs.JobTemplate.lua: RQ's words, not
+# taskport's markers), filled in by the call's job_ arguments: ~5 arguments a submit instead of ~59.
+JOB_TEMPLATES = job_templates("job_queue", "job", {
+    "id": "task_id", "member": "member", "at": "job_at", "data": "job_data", "timeout": "job_timeout",
+    "weight": "job_weight"})
 SUBMIT = Script(
     "submit",
     keys={
@@ -112,6 +118,12 @@ SUBMIT = Script(
         "job_argc": "how many ARGV entries the job's commands take",
         "run_at_ms": "when the task is due, if ahead: it waits in delayed instead of being queued ('' = now)",
         "after_ids": "the tasks it runs after, comma-separated ('' = none)",
+        "job_queue": "the queue of its first job, whose template (app.core.jobs.TEMPLATES) is in the script: the call "
+                     "sends what differs (the job_ args); '' = the job's commands are in the tail, or it has none",
+        "job_at": "RQ's time, its job's created_at and enqueued_at (app.core.jobs.rq_now)",
+        "job_data": "RQ's data of its job (the call to run, compressed)",
+        "job_timeout": "its job's timeout, seconds",
+        "job_weight": "its member's weight in fair dispatch (app.core.lines)",
         "lapse_check": "'1' when the dedup key may lapse before a repeat of this call comes (the dedup window is "
                        "shorter than Config.call_record_ms): a call that finds no key looks for its own task; '' = "
                        "the key outlives any repeat, so finding none is proof enough (no EXISTS)",
@@ -145,11 +157,14 @@ if bytes_limit > 0 then
   if held + #payload_json > bytes_limit then return {3, held} end
 end
 local first_field = first_command + tonumber(job_argc)
+local job = nil  -- its first job's commands from its queue's template, when the call names one
+__JOB_TEMPLATES__
 local ended, waiting = create({id = task_id, task = task, payload = payload, dedup = dedup, fields_from = first_field,
   key_ttl = key_ttl_s, expiry_ms = expiry_ms, payload_json = payload_json, run_at = run_at_ms,
-  after_ids = after_ids, k = 1, job_from = first_command, job_to = first_field})
+  after_ids = after_ids, k = 1, job = job, job_from = job and 1 or first_command,
+  job_to = job and #job + 1 or first_field})
 return {1, ended, waiting}
-""")
+""".replace("__JOB_TEMPLATES__", JOB_TEMPLATES))
 
 # Every other transition: expected status(es) -> new status, with its side effects in one step.
 # Leaving PENDING/PROCESSING ($ACTIVE) for any other status counts the task off its member's unfinished

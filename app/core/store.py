@@ -29,6 +29,7 @@ from app.core.clock import now_ms
 from app.core.creation import CREATED_HEAD
 from app.core.ids import digest
 from app.core.indexes import ExpiryIndex
+from app.core.jobs import FirstJob
 from app.core.keys import TaskField as F
 from app.core.lua import Command
 from app.core.runstore import RunStore
@@ -39,7 +40,7 @@ from app.core.task import UNWRITTEN_DEFAULTS, Task
 
 class TaskStore(RunStore):
     # -- submit ---------------------------------------------------------------------------------
-    def create(self, new: NewTask, job: Sequence[Command] = (), *, run_at: int | None = None,
+    def create(self, new: NewTask, job: Sequence[Command] | FirstJob = (), *, run_at: int | None = None,
                after: Sequence[str] = ()) -> Created:
         """Create the task and queue its job, unless its dedup key is held: one script, one round trip,
         a duplicate included (the script answers with the holder's record). Raises ActiveCapReached,
@@ -47,15 +48,25 @@ class TaskStore(RunStore):
 
         ``job`` is the commands that queue the task's RQ job (:meth:`app.core.jobs.JobQueue.job_commands`): the
         submit script replays them once it has created the task, so a duplicate queues nothing (tests
-        that start tasks by hand pass none). ``run_at`` (ms) ahead of now: the task waits in ``keys.DELAYED``
-        unqueued, its lifetime counted from then. ``after``: the ids of tasks it runs after (checked to be
-        the member's by the caller); it waits for those not COMPLETED (the created task's ``waiting_for``),
-        and when one of them ended otherwise its id is the created task's ``ended_dep``.
+        that start tasks by hand pass none), or a submit's first job as its queue's template in the script takes it
+        (:meth:`app.core.jobs.JobQueue.first_job`: the same commands, ~5 arguments instead of ~59). ``run_at`` (ms)
+        ahead of now: the task waits in ``keys.DELAYED`` unqueued, its lifetime counted from then. ``after``: the ids
+        of tasks it runs after (checked to be the member's by the caller); it waits for those not COMPLETED (the
+        created task's ``waiting_for``), and when one of them ended otherwise its id is the created task's
+        ``ended_dep``.
         """
         c = self.config
         created = now_ms()
         start, fields, body = self.task_fields(new, created, run_at)
-        job_keys, job_args = lua.replay(job)
+        job_args: list[Any] = []
+        template: dict[str, Any]
+        if isinstance(job, FirstJob):
+            job_keys = job.keys
+            template = {"job_queue": job.queue, "job_at": job.at, "job_data": job.data, "job_timeout": job.timeout,
+                        "job_weight": job.weight}
+        else:
+            job_keys, job_args = lua.replay(job)
+            template = _NO_TEMPLATE
         dep_keys = [key for dep in after for key in (keys.task(dep), keys.dependents(dep))]
         answer = self.run_script(scripts.SUBMIT.name, *scripts.SUBMIT.call(
             keys={"dedup": keys.dedup(new.member, new.dedup_digest), "task": keys.task(new.task_id),
@@ -68,7 +79,7 @@ class TaskStore(RunStore):
                   "member": new.member, "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
                   "job_argc": len(job_args),
                   "run_at_ms": start if start > created else "", "after_ids": ",".join(after),
-                  "lapse_check": "1" if c.dedup_window * 1000 < c.call_record_ms else ""},
+                  "lapse_check": "1" if c.dedup_window * 1000 < c.call_record_ms else "", **template},
             rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields], record_ms=c.call_record_ms,
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
@@ -190,4 +201,5 @@ def job_of(task_id: str, job: bytes | None) -> str:
 
 
 _RESULT = F.RESULT.encode()
+_NO_TEMPLATE = {"job_queue": "", "job_at": "", "job_data": "", "job_timeout": "", "job_weight": ""}
 _DIGEST_AT = 2 * CREATED_HEAD.index(F.PAYLOAD_SHA256) + 1  # the payload's digest in task_fields' list

@@ -13,7 +13,7 @@ from app.core import processors, tracing
 from app.core.answers import Created, NewTask
 from app.core.clock import now_ms
 from app.core.ids import new_task_id
-from app.core.jobs import JobQueue
+from app.core.jobs import FirstJob, JobQueue
 from app.core.lua import Command
 from app.core.store import TaskStore
 
@@ -40,9 +40,21 @@ def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = N
     queues it then). ``at``: the job's times as RQ writes them (app.core.jobs.rq_now), one for a batch's jobs."""
     if run_at is not None and run_at > now_ms():
         return []
+    return jobs.job_commands(new.task_id, new.priority, _timeout(new), at=at, member=new.member)
+
+
+def first_job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> FirstJob | list[Command]:
+    """:func:`job_for` as the submit script takes it: its queue's template is in the script, the call sends what
+    differs (app.core.jobs.JobQueue.first_job)."""
+    if run_at is not None and run_at > now_ms():
+        return []
+    return jobs.first_job(new.task_id, new.priority, _timeout(new), new.member)
+
+
+def _timeout(new: NewTask) -> int:
+    """The job's timeout: its processor's (the default one if this process has none of that type)."""
     proc = processors.get(new.type)
-    return jobs.job_commands(new.task_id, new.priority, proc.timeout if proc else processors.DEFAULT_TIMEOUT, at=at,
-                             member=new.member)
+    return proc.timeout if proc else processors.DEFAULT_TIMEOUT
 
 
 def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, payload: dict[str, Any],
@@ -54,4 +66,4 @@ def create_task(store: TaskStore, jobs: JobQueue, member: str, task_type: str, p
     the caller checked are the member's, each once) make it wait: its job is replayed by the submit only when
     it may run now (app.core.deferred queues it later). ``callback``: {"url", "events"}, loaded and checked."""
     new = new_task(member, task_type, payload, dedup_digest, priority, callback=callback)
-    return store.create(new, job_for(jobs, new, run_at), run_at=run_at, after=after)
+    return store.create(new, first_job_for(jobs, new, run_at), run_at=run_at, after=after)

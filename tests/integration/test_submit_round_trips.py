@@ -5,17 +5,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import rq.job
+import rq.queue
 from redis.connection import Connection, UnixDomainSocketConnection
+from rq import Queue
 from rq.job import Job
 
 import app.core.jobs
 from app.core import keys, processors
 from app.core.config import Config
+from app.core.states import QUEUES
 from app.web.service import TaskService
 from tests.integration.harness import RedisServer
 
@@ -152,6 +157,66 @@ def test_a_submit_writes_rqs_job_hash_in_one_hset_the_same_to_the_byte(service: 
         if key == job_key:
             redis_conn.execute_command(name, key, *args)
     assert redis_conn.dump(job_key) == ours
+
+
+@pytest.mark.parametrize("priority", QUEUES)
+def test_a_submits_job_is_rqs_own_enqueue_field_by_field(service: TaskService, redis_conn: redis.Redis,
+                                                         monkeypatch: pytest.MonkeyPatch, priority: str) -> None:
+    """The submit script writes a task's RQ job from its queue's template (in the script) and the call's few values:
+    the job hash is the one RQ's own ``Queue.enqueue_job`` makes on this server, field by field and to the byte
+    (DUMP), and RQ reads it back as its job (``Job.fetch``: what rq-dashboard, ``rq info`` and the worker's claim
+    read). RQ's clock is frozen for both (a template reads the time once for created_at and enqueued_at)."""
+    at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    for module in (rq.job, rq.queue, app.core.jobs):
+        monkeypatch.setattr(module, "now", lambda: at)
+    weighted = TaskService(service.redis, replace(service.config, api_keys="k1:heavy:3"))
+    for svc, member in ((service, "public"), (weighted, "heavy")):
+        outcome = svc.submit(member, "orders.export", {"rows": 1, "format": "csv"}, None, priority)
+        task_id = outcome.task_id
+        job_key = Job.key_for(task_id)
+        ours, our_bytes = redis_conn.hgetall(job_key), redis_conn.dump(job_key)
+        queue_key = f"rq:queue:{priority}"
+        assert redis_conn.lrange(queue_key, -1, -1) == [task_id.encode()]
+        redis_conn.delete(job_key)
+        queue = Queue(priority, connection=redis_conn)  # RQ's own enqueue of taskport's job, not the template
+        queue.enqueue_job(queue.create_job(
+            app.core.jobs.RUN_TASK, args=(task_id,), job_id=task_id, timeout=3600, result_ttl=app.core.jobs.RESULT_TTL,
+            failure_ttl=app.core.jobs.FAILED_JOB_TTL, description=f"task {task_id}",
+            on_stopped=app.core.jobs.ON_STOPPED))
+        theirs = redis_conn.hgetall(job_key)
+        assert list(ours) == list(theirs)
+        for field, value in theirs.items():
+            assert ours[field] == value, field
+        assert our_bytes == redis_conn.dump(job_key)
+        job = Job.fetch(task_id, connection=redis_conn)
+        assert (job.func_name, job.args, job.origin, job.timeout, job.get_status()) == (
+            app.core.jobs.RUN_TASK, (task_id,), priority, 3600, "queued")
+        assert redis_conn.lrange(queue_key, -2, -1) == [task_id.encode()] * 2  # ours, then RQ's RPUSH
+        assert redis_conn.sismember("rq:queues", queue_key)
+        line = redis_conn.hget(keys.task(task_id), "line")
+        assert line is not None and line.decode().endswith(f" {task_id}")
+        assert redis_conn.lrange(keys.line(priority, member), -1, -1) == [task_id.encode()]
+        weight = redis_conn.hget(keys.lines(priority), f"w:{member}")
+        assert weight == (b"3" if member == "heavy" else None)
+
+
+def test_a_submit_sends_none_of_rqs_fixed_job_fields(service: TaskService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's fields that are the same for every job of a queue (its origin, TTLs, callbacks, the empty fields,
+    the commands' names) are in the submit script (its queue's template), not in each call: 94 arguments a plain
+    submit before, 40 now (bench/README.md, "Submit, seventh pass")."""
+    sent: list[list[Any]] = []
+    run = service.store.run_script
+
+    def kept(name: str, keys_: list[str], args: list[Any], *rest: Any, **options: Any) -> Any:
+        if name == "submit":
+            sent.append(list(args))
+        return run(name, keys_, args, *rest, **options)
+
+    monkeypatch.setattr(service.store, "run_script", kept)
+    assert service.submit("public", "demo.sleep", {"seconds": 0, "label": "few"}, None, None).created
+    [args] = sent
+    assert not {"origin", "failure_ttl", "stopped_callback_name", "HSET", "in_line"} & {str(a) for a in args}
+    assert len(args) <= 40
 
 
 def test_a_member_joins_the_members_set_at_its_first_unfinished_task_only(service: TaskService,

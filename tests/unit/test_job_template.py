@@ -1,49 +1,67 @@
-"""A submit's RQ job commands from the per-(queue, timeout) template equal RQ's own recording, byte for byte."""
+"""A first job's RQ commands from its queue's template equal RQ's own recording, byte for byte, and so does the Lua
+table the submit script builds from the same template."""
 
 from __future__ import annotations
 
-import itertools
 import uuid
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 import rq.job
 import rq.queue
+from redis.connection import Encoder
 
 import app.core.jobs
-from app.core.jobs import TEMPLATE_ID, JobQueue, JobTemplate
-from app.core.lua import Command
+from app.core.jobs import TEMPLATE_ID, TEMPLATE_MEMBER, JobQueue, JobTemplate, job_templates
+from app.core.lines import line_command
+from app.core.lua import Command, replay
 from app.core.states import QUEUES
 
 
 @pytest.fixture
 def clock(monkeypatch):
-    """RQ's ``now`` (and taskport's use of it) ticking 1 µs per call from one shared counter, so both sides
-    see the same sequence of timestamps when reset."""
+    """RQ's ``now`` (and taskport's use of it) frozen, so both sides write the same times (a template reads the
+    time once for created_at and enqueued_at, as a batch's jobs always did; RQ reads it twice)."""
     start = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    state = {"ticks": itertools.count()}
-
-    def now() -> datetime:
-        return start + timedelta(microseconds=next(state["ticks"]))
-
     for module in (rq.job, rq.queue, app.core.jobs):
-        monkeypatch.setattr(module, "now", now)
-    return lambda: state.update(ticks=itertools.count())
+        monkeypatch.setattr(module, "now", lambda: start)
+    return lambda: None
 
 
 @pytest.mark.parametrize("priority", QUEUES)
 @pytest.mark.parametrize("timeout", [1, 60, 3660])
 def test_template_equals_rqs_own_enqueue(conn, config, clock, priority, timeout):
-    jobs = JobQueue(conn, config)
-    jobs.job_commands(str(uuid.uuid4()), priority, timeout)  # the template is made at the first call, then reused
-    for _ in range(3):
+    jobs = JobQueue(conn, replace(config, api_keys="k1:heavy:3"))
+    for member, weight in ((None, 0), ("public", 1), ("heavy", 3)):
         task_id = str(uuid.uuid4())
-        clock()
-        ours = jobs.job_commands(task_id, priority, timeout)
-        clock()
+        ours = jobs.job_commands(task_id, priority, timeout, member=member)
         theirs = jobs._recorded(task_id, priority, timeout, None)
+        if member is not None:
+            theirs.append(line_command(priority, member, task_id, task_id, weight))
         assert ours == theirs
         assert [repr(a) for c in ours for a in c.args] == [repr(a) for c in theirs for a in c.args]  # same types
+
+
+@pytest.mark.parametrize("priority", QUEUES)
+def test_the_submit_scripts_table_is_the_templates_commands(conn, config, clock, priority):
+    """The Lua table the submit script builds for its first job (app.core.jobs.job_templates, every constant a
+    literal) holds the same bytes as the template's commands as lua.replay lays them out: what the script replays
+    is what RQ's enqueue writes."""
+    names = {"id": "task_id", "member": "member", "at": "job_at", "data": "job_data", "timeout": "job_timeout",
+             "weight": "job_weight"}
+    source = ("local job_queue, task_id, member, job_at, job_data, job_timeout, job_weight = unpack(ARGV)\n"
+              "local job = nil\n" + job_templates("job_queue", "job", names) + "\nreturn job")
+    jobs = JobQueue(conn, replace(config, api_keys="k1:it's:2"))
+    for member in ("public", "it's", "a$@&!%\\b"):
+        task_id = str(uuid.uuid4())
+        first = jobs.first_job(task_id, priority, 77, member)
+        sent = conn.eval(source, 0, first.queue, task_id, member, first.at, first.data, first.timeout, first.weight)
+        commands = jobs.job_commands(task_id, priority, 77, at=first.at, member=member)
+        keys_, args = replay(commands)
+        encoder = Encoder("utf-8", "strict", False)
+        assert sent == [encoder.encode(a) for a in args]
+        assert first.keys == keys_
 
 
 def test_a_recovery_job_id_is_rqs_own_recording(conn, config, clock):
@@ -69,9 +87,17 @@ def test_the_queued_job_runs_as_rqs_would(conn, config):
 
 
 def test_a_layout_holding_the_id_elsewhere_is_refused():
-    recorded = [Command("HSET", f"rq:job:{TEMPLATE_ID}", ("origin", "default", "other", f"x{TEMPLATE_ID}"))]
+    recorded = [Command("HSET", f"rq:job:{TEMPLATE_ID}", ("origin", "default", "other", f"x{TEMPLATE_ID}".encode()))]
     with pytest.raises(RuntimeError, match="does not fill it in"):
         JobTemplate(recorded, None)
+
+
+def test_a_string_holding_the_id_or_the_member_is_filled_in(clock):
+    """Any string of RQ's recording that holds a placeholder gets the job's id and member in its place (a new field
+    of RQ's that names the job would be written as RQ writes it)."""
+    recorded = [Command("HSET", f"rq:job:{TEMPLATE_ID}", ("other", f"x{TEMPLATE_ID}:{TEMPLATE_MEMBER}y"))]
+    filled = JobTemplate(recorded, app.core.jobs.TEMPLATES["default"].serializer).fill("t-1", 60, "m")
+    assert filled == [Command("HSET", "rq:job:t-1", ("other", "xt-1:my"))]
 
 
 def test_rq_compress_writes_zlibs_own_bytes():
