@@ -50,7 +50,7 @@ class PipelinedStore(TaskStore):
     def run_script(self, name: str, keys_: list[str], args: list[Any], client: Any = None, *,
                    acknowledged: bool = False) -> Any:
         super().run_script(name, keys_, args, client=self.pipe)  # queued as EVAL on the batch's pipeline
-        return [1, None, None]  # created: no task it runs after has ended, none it waits for (TaskStore.create)
+        return [1, b"", b""]  # created: no task it runs after has ended, none it waits for (TaskStore.create)
 
 
 def new_task(n: int, base: int = 0) -> NewTask:
