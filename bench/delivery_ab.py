@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # runnable as a script from anywhere
 
 from app.core.config import without_settings  # noqa: E402
-from bench.machine import CpuWatch  # noqa: E402
-from bench.stack import Stack  # noqa: E402
-from bench.trees import before_and_after, table  # noqa: E402
+from bench.trees import alternate_children, table  # noqa: E402
 
 # Runs inside a tree; only APIs that f768fba and today both have.
 CHILD = r"""
@@ -126,21 +122,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=2000)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="delivery-ab-"))
-    watch = CpuWatch().start()
-    try:
-        trees = before_and_after(args.before, args.after, work)
-        names = (list(trees)[0], list(trees)[1])
-        results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-        with Stack() as stack:
-            for round_ in range(args.rounds):
-                for name in names:
-                    results[name].append(run_child(trees[name], stack.redis_server.url, args.tasks))
-                    print(f"round {round_ + 1} {name}: " + ", ".join(
-                        f"{label} {results[name][-1][key]:.{digits}f}" for label, key, digits in ROWS), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    machine = watch.report()
+    names, results, machine = alternate_children(args.before, args.after, args.rounds, "delivery-ab-",
+                                                 lambda tree, url: run_child(tree, url, args.tasks), ROWS)
     print(f"\n{args.tasks} no-op tasks a round, {args.rounds} rounds each, alternating; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
     print(table(names, results, ROWS, 'Per delivery'))
