@@ -93,7 +93,6 @@ class Runner(Endings):
         self.results = results if results is not None else result_store(config)
         self.owner_pid = os.getpid()
         self.current: Heartbeat | None = None  # the run in progress in this process
-        self.stopping = False  # a stop came (interrupt): the run whose heartbeat starts next stops too
         processors.load(config.processor_modules)
         tracing.setup("worker")  # OpenTelemetry, when the otel extra is installed and OTEL_* ask for it
         self.concurrency = concurrency_spec(config)  # the concurrency limits START applies (app.core.limits)
@@ -156,8 +155,6 @@ class Runner(Endings):
         """The run, its heartbeat beating."""
         with run.beat:
             self.current = run.beat
-            if self.stopping:  # the stop came between START and here, when there was no run to interrupt yet
-                run.beat.interrupt(self.config.stop_grace)
             try:
                 return self._execute(started, run)
             except redis.ConnectionError as exc:  # past the ride-out, or no replica took the outcome in time
@@ -165,7 +162,7 @@ class Runner(Endings):
                                  "as after a crash", exc)
                 return None
             finally:
-                self.current, self.stopping = None, False  # a stop is this run's or the next one's, not all later
+                self.current = None
 
     def _not_started(self, task_id: str, status: str, tlog: logging.LoggerAdapter) -> RunEnd | None:
         """A delivery that found its task not PENDING: ignored, unless RQ's own tools put its job back from the
@@ -202,10 +199,7 @@ class Runner(Endings):
     def interrupt(self) -> None:
         """The worker is stopping: the run in progress stops at its next cancellation point and is put back
         on its queue; if it is not back within ``Config.stop_grace`` seconds, it is put back anyway and this
-        process ends. A run between its START and its heartbeat (none to interrupt yet) stops as soon as its
-        heartbeat starts (:meth:`_beating`: the flag is set first, the run read after, so one of the two sees
-        the other). Takes no lock: safe in a signal handler."""
-        self.stopping = True
+        process ends. Takes no lock: safe in a signal handler."""
         beat = self.current
         if beat is not None:
             beat.interrupt(self.config.stop_grace)

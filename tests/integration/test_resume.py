@@ -84,9 +84,12 @@ def test_ctrl_c_with_a_task_running_loses_nothing_and_the_next_start_resumes_it(
 def test_a_sigterm_to_one_worker_under_load_puts_its_task_back_and_the_others_finish_it(
         up_factory: Callable[..., Up]) -> None:
     up = started(up_factory, {"TASKPORT_WORKERS": "3"})
-    tasks = [submit(up, items=12, item_seconds=0.25, steps=n) for n in (1, 2, 3)]  # three distinct tasks
-    wait_until(lambda: all(status(up, t)["status"] == "PROCESSING" for t in tasks), timeout=20,
-               message="every task running")
+    tasks = [submit(up, items=12, item_seconds=0.5, steps=n) for n in (1, 2, 3)]  # three distinct tasks
+    # every run past its first item, so inside its heartbeat: a stop that lands between a run's START and its
+    # heartbeat is a warm stop (the run goes on to its end, workers.stopping), which CI once hit when this
+    # waited for PROCESSING alone
+    wait_until(lambda: all((doc := status(up, t))["status"] == "PROCESSING" and items_done(doc) >= 1 for t in tasks),
+               timeout=20, message="every task running, an item done")
     victim = up.pid("worker.1")
     os.kill(victim, signal.SIGTERM)  # a dyno restart: the platform stops one process
     outcomes = [ended(up, t, timeout=60) for t in tasks]
