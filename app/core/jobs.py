@@ -318,10 +318,6 @@ class JobQueue:
         its queue's template is in the script, the call sends what differs (:meth:`JobTemplate.first`)."""
         return TEMPLATES[priority].first(task_id, member, timeout, self._weights.get(member, 1))
 
-    def _recorded(self, task_id: str, priority: str, timeout: int, job_id: str | None) -> list[Command]:
-        """RQ's own enqueue of the task's job, recorded (see :func:`recorded_enqueue`)."""
-        return recorded_enqueue(self.queues[priority], task_id, timeout, job_id)
-
     def enqueue_call(self, queue: str, func: str, *args: Any, **options: Any) -> None:
         """A plain RQ job of ``func(*args)`` on ``queue`` (RQ's ``Queue.enqueue`` options), e.g. an alert."""
         Queue(queue, connection=self.redis).enqueue(func, *args, **options)

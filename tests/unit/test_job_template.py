@@ -13,7 +13,7 @@ import rq.queue
 from redis.connection import Encoder
 
 import app.core.jobs
-from app.core.jobs import TEMPLATE_ID, TEMPLATE_MEMBER, JobQueue, JobTemplate, job_templates
+from app.core.jobs import TEMPLATE_ID, TEMPLATE_MEMBER, JobQueue, JobTemplate, job_templates, recorded_enqueue
 from app.core.lines import line_command
 from app.core.lua import Command, replay
 from app.core.states import QUEUES
@@ -36,7 +36,7 @@ def test_template_equals_rqs_own_enqueue(conn, config, clock, priority, timeout)
     for member, weight in ((None, 0), ("public", 1), ("heavy", 3)):
         task_id = str(uuid.uuid4())
         ours = jobs.job_commands(task_id, priority, timeout, member=member)
-        theirs = jobs._recorded(task_id, priority, timeout, None)
+        theirs = recorded_enqueue(jobs.queues[priority], task_id, timeout, None)
         if member is not None:
             theirs.append(line_command(priority, member, task_id, task_id, weight))
         assert ours == theirs
@@ -70,7 +70,7 @@ def test_a_recovery_job_id_is_rqs_own_recording(conn, config, clock):
     clock()
     ours = jobs.job_commands(task_id, "default", 60, job_id=f"{task_id}_1")
     clock()
-    assert ours == jobs._recorded(task_id, "default", 60, f"{task_id}_1")
+    assert ours == recorded_enqueue(jobs.queues["default"], task_id, 60, f"{task_id}_1")
     assert any(c.key.endswith(f"{task_id}_1") for c in ours)
 
 
