@@ -38,7 +38,7 @@ def new_task(member: str, task_type: str, payload: dict[str, Any], dedup_digest:
 def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = None) -> list[Command]:
     """The commands that queue ``new``'s job now, or none when its ``run_at`` (ms) is ahead (app.core.deferred
     queues it then). ``at``: the job's times as RQ writes them (app.core.jobs.rq_now), one for a batch's jobs."""
-    if run_at is not None and run_at > now_ms():
+    if _later(run_at):
         return []
     return jobs.job_commands(new.task_id, new.priority, _timeout(new), at=at, member=new.member)
 
@@ -46,9 +46,14 @@ def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = N
 def first_job_for(jobs: JobQueue, new: NewTask, run_at: int | None) -> FirstJob | list[Command]:
     """:func:`job_for` as the submit script takes it: its queue's template is in the script, the call sends what
     differs (app.core.jobs.JobQueue.first_job)."""
-    if run_at is not None and run_at > now_ms():
+    if _later(run_at):
         return []
     return jobs.first_job(new.task_id, new.priority, _timeout(new), new.member)
+
+
+def _later(run_at: int | None) -> bool:
+    """Whether ``run_at`` (ms) is ahead: the job is queued then, not now (app.core.deferred)."""
+    return run_at is not None and run_at > now_ms()
 
 
 def _timeout(new: NewTask) -> int:
