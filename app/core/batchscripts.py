@@ -112,14 +112,19 @@ end
 # A block's head (its key_ttl_s, expiry_ms, run_at_ms, after_ids, n_deps, n_jobs: the same for most tasks of a
 # batch), job commands and hash fields come as a template and the block's differences from it (the tasks of a
 # batch differ in a few of their ~80 values: ids, digests, RQ's job data), which saves the web packing and Redis
-# reading ~65 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each job_argc,
-# n_fields, then the head's 6 values, the job's commands (job_argc entries: name, argc, args... each) and the
-# hash's field pairs (n_fields entries); then per block: task_id, payload_json, its template's number (from 1),
-# n_diffs, then n_diffs pairs in the order of their positions (a position in the template's values, from 1; the
-# block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash, dependents set),
-# n_jobs job command keys.
-# A block's values are its template's with its differences put in place for its create and taken out after
-# (``with_block``): no copy of the ~70 values per task.
+# reading ~65 arguments a task (bench/README.md, batches). A template of a first job (the web's: its queue's job
+# as RQ's enqueue writes it, app.core.batches._first) also names where its job's values hold the task id and RQ's
+# data: each block's id and data go there, so its differences are its head's and hash fields' only (the
+# description, queue entry and line of its job are not sent: bench/README.md, "Batch submit per task, second
+# pass"). ARGV's tail: template_count templates, each job_argc, n_fields, n_slots, data_at (its position, 0 =
+# none), n_slots (position, text before the id, text after it) triples, then the head's 6 values, the job's
+# commands (job_argc entries: name, argc, args... each) and the hash's field pairs (n_fields entries); then per
+# block: task_id, payload_json, its template's number (from 1), its job's data ('' without a data_at), n_diffs,
+# then n_diffs pairs in the order of their positions (a position in the template's values, from 1; the block's
+# value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash, dependents set), n_jobs job
+# command keys.
+# A block's values are its template's with its id, data and differences put in place for its create (the
+# differences taken out after: ``with_block``): no copy of the ~70 values per task.
 # Returns {1, per block: '' (created), or the id of a task it runs after that ended otherwise (created), or
 # "<holder id> <holder's status>" (held); then the batch's hash as this step wrote it (HGETALL)}, or
 # {2, unfinished_count} at the cap, or {3, bytes_held} past the member's quota of stored bytes.
@@ -158,18 +163,21 @@ BATCH = Script(
     body=REPLAY + SYNC + CREATE + ("""
 local templates, blocks, a, k = {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
-  local job_argc, n_fields = unpack(ARGV, a, a + 1)
-  job_argc, n_fields = tonumber(job_argc), tonumber(n_fields)
-  templates[i] = {job_argc = job_argc, n_fields = n_fields,
-                  values = {unpack(ARGV, a + 2, a + 7 + job_argc + n_fields)}}
-  a = a + 8 + job_argc + n_fields
+  local job_argc, n_fields, n_slots, data_at = unpack(ARGV, a, a + 3)
+  job_argc, n_fields, n_slots = tonumber(job_argc), tonumber(n_fields), tonumber(n_slots)
+  local slots = {unpack(ARGV, a + 4, a + 3 + 3 * n_slots)}
+  for j = 1, #slots, 3 do slots[j] = tonumber(slots[j]) end
+  a = a + 4 + 3 * n_slots
+  templates[i] = {job_argc = job_argc, n_fields = n_fields, slots = slots, data_at = tonumber(data_at),
+                  values = {unpack(ARGV, a, a + 5 + job_argc + n_fields)}}
+  a = a + 6 + job_argc + n_fields
 end
 for i = 1, tonumber(block_count) do
-  local id, payload_json, template, n_diffs = unpack(ARGV, a, a + 3)
+  local id, payload_json, template, data, n_diffs = unpack(ARGV, a, a + 4)
   local tp = templates[tonumber(template)]
   n_diffs = tonumber(n_diffs)
   local head = {unpack(tp.values, 1, 6)}
-  for j = a + 4, a + 2 + 2 * n_diffs, 2 do  -- the head's differences come first
+  for j = a + 5, a + 3 + 2 * n_diffs, 2 do  -- the head's differences come first
     local at, value = unpack(ARGV, j, j + 1)
     at = tonumber(at)
     if at > 6 then break end
@@ -179,13 +187,15 @@ for i = 1, tonumber(block_count) do
   local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
              payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
              payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 7, job_to = 7 + tp.job_argc,
-             fields_from = 7 + tp.job_argc, fields_to = 6 + tp.job_argc + tp.n_fields, diffs = a + 4,
-             diffs_end = a + 2 + 2 * n_diffs}
-  a, k = a + 4 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
+             fields_from = 7 + tp.job_argc, fields_to = 6 + tp.job_argc + tp.n_fields, diffs = a + 5,
+             diffs_end = a + 3 + 2 * n_diffs, slots = tp.slots, data_at = tp.data_at, data = data}
+  a, k = a + 5 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
   blocks[i] = t
 end
-local function with_block(t)  -- create(t) over its template's values with its differences in place
-  local values, was = t.args, {}
+local function with_block(t)  -- create(t) over its template's values with its id, data and differences in place
+  local values, was, slots, id = t.args, {}, t.slots, t.id
+  for j = 1, #slots, 3 do values[slots[j]] = slots[j + 1] .. id .. slots[j + 2] end
+  if t.data_at > 0 then values[t.data_at] = t.data end
   for j = t.diffs, t.diffs_end, 2 do
     local at, value = unpack(ARGV, j, j + 1)
     at = tonumber(at)
