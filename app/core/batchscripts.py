@@ -161,59 +161,68 @@ BATCH = Script(
     rest_keys=Tail("command_keys", "per block: its dedup key, task hash, payload key, dep keys, job command keys"),
     rest=Tail("block", "the templates, then per block its fields (see above)"),
     body=REPLAY + SYNC + CREATE + ("""
-local templates, blocks, a, k = {}, {}, first_block, 1
+local templates, starts, at_keys, a, k = {}, {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
   local job_argc, n_fields, n_slots, data_at = unpack(ARGV, a, a + 3)
   job_argc, n_fields, n_slots = tonumber(job_argc), tonumber(n_fields), tonumber(n_slots)
   local slots = {unpack(ARGV, a + 4, a + 3 + 3 * n_slots)}
   for j = 1, #slots, 3 do slots[j] = tonumber(slots[j]) end
   a = a + 4 + 3 * n_slots
-  templates[i] = {job_argc = job_argc, n_fields = n_fields, slots = slots, data_at = tonumber(data_at),
-                  values = {unpack(ARGV, a, a + 5 + job_argc + n_fields)}}
+  templates[i] = {job_to = 7 + job_argc, fields_to = 6 + job_argc + n_fields, slots = slots,
+                  data_at = tonumber(data_at), values = {unpack(ARGV, a, a + 5 + job_argc + n_fields)}}
   a = a + 6 + job_argc + n_fields
 end
-for i = 1, tonumber(block_count) do
-  local id, payload_json, template, data, n_diffs = unpack(ARGV, a, a + 4)
-  local tp = templates[tonumber(template)]
-  n_diffs = tonumber(n_diffs)
-  local head = {unpack(tp.values, 1, 6)}
+for i = 1, tonumber(block_count) do  -- where each block's arguments and keys start: nothing else kept per block
+  local n_diffs, v = tonumber(ARGV[a + 4]), templates[tonumber(ARGV[a + 2])].values
+  local n_deps, n_jobs = v[5], v[6]
   for j = a + 5, a + 3 + 2 * n_diffs, 2 do  -- the head's differences come first
-    local at, value = unpack(ARGV, j, j + 1)
-    at = tonumber(at)
+    local at = tonumber(ARGV[j])
     if at > 6 then break end
-    head[at] = value
+    if at == 5 then n_deps = ARGV[j + 1] elseif at == 6 then n_jobs = ARGV[j + 1] end
   end
-  local key_ttl, expiry_ms, run_at, after_ids, n_deps, n_jobs = unpack(head)
-  local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
-             payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
-             payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 7, job_to = 7 + tp.job_argc,
-             fields_from = 7 + tp.job_argc, fields_to = 6 + tp.job_argc + tp.n_fields, diffs = a + 5,
-             diffs_end = a + 3 + 2 * n_diffs, slots = tp.slots, data_at = tp.data_at, data = data}
-  a, k = a + 5 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
-  blocks[i] = t
+  starts[i], at_keys[i] = a, k
+  a, k = a + 5 + 2 * n_diffs, k + 3 + 2 * tonumber(n_deps) + tonumber(n_jobs)
 end
-local function with_block(t)  -- create(t) over its template's values with its id, data and differences in place
-  local values, was, slots, id = t.args, {}, t.slots, t.id
+local t, was = {job_from = 7}, {}  -- the block being created (one table for all: create keeps none of it)
+local function load_block(i)  -- t: block i, its head's differences in place
+  local a, k = starts[i], at_keys[i]
+  local tp = templates[tonumber(ARGV[a + 2])]
+  local v = tp.values
+  t.id, t.payload_json, t.data, t.hold = ARGV[a], ARGV[a + 1], ARGV[a + 3], nil
+  t.key_ttl, t.expiry_ms, t.run_at, t.after_ids = v[1], v[2], v[3], v[4]
+  t.diffs, t.diffs_end = a + 5, a + 3 + 2 * tonumber(ARGV[a + 4])
+  for j = t.diffs, t.diffs_end, 2 do
+    local at = tonumber(ARGV[j])
+    if at > 4 then break end
+    if at == 1 then t.key_ttl = ARGV[j + 1] elseif at == 2 then t.expiry_ms = ARGV[j + 1]
+    elseif at == 3 then t.run_at = ARGV[j + 1] else t.after_ids = ARGV[j + 1] end
+  end
+  t.dedup, t.task, t.payload, t.k = command_keys[k], command_keys[k + 1], command_keys[k + 2], k + 3
+  t.args, t.job_to, t.fields_from, t.fields_to = v, tp.job_to, tp.job_to, tp.fields_to
+  t.slots, t.data_at = tp.slots, tp.data_at
+end
+local function with_block()  -- create(t) over its template's values with its id, data and differences in place
+  local values, slots, id, n = t.args, t.slots, t.id, 0
   for j = 1, #slots, 3 do values[slots[j]] = slots[j + 1] .. id .. slots[j + 2] end
   if t.data_at > 0 then values[t.data_at] = t.data end
   for j = t.diffs, t.diffs_end, 2 do
-    local at, value = unpack(ARGV, j, j + 1)
-    at = tonumber(at)
-    was[#was + 1], was[#was + 2] = at, values[at]
-    values[at] = value
+    local at = tonumber(ARGV[j])
+    was[n + 1], was[n + 2], n = at, values[at], n + 2
+    values[at] = ARGV[j + 1]
   end
   local ended = create(t)
-  for j = #was - 1, 1, -2 do values[was[j]] = was[j + 1] end
+  for j = n - 1, 1, -2 do values[was[j]] = was[j + 1] end
   return ended
 end
-local seen, fresh, bytes, dedups = {}, 0, 0, {}
-for i, t in ipairs(blocks) do dedups[i] = t.dedup end
+local seen, fresh, bytes, dedups, held = {}, 0, 0, {}, {}
+for i, k in ipairs(at_keys) do dedups[i] = command_keys[k] end
 local holders = redis.call('MGET', unpack(dedups))  -- one read of every dedup key, not a GET a task
-for i, t in ipairs(blocks) do
-  t.held = holders[i] or seen[t.dedup]
-  if not t.held then
-    seen[t.dedup] = t.id
-    fresh, bytes = fresh + 1, bytes + #t.payload_json
+for i, dedup in ipairs(dedups) do
+  held[i] = holders[i] or seen[dedup]
+  if not held[i] then
+    local a = starts[i]
+    seen[dedup] = ARGV[a]
+    fresh, bytes = fresh + 1, bytes + #ARGV[a + 1]
   end
 end
 local limit = tonumber(cap)
@@ -227,14 +236,15 @@ for _, s in ipairs({$PENDING, $PROCESSING, $COMPLETED, $FAILED, $CANCELLED, $EXP
 local progress_sum, items, expires, ttl, ids, answer = 0, {0, 0, 0}, 0, tonumber(key_ttl_s) * 1000, {}, {1}
 local then_id = nil
 fold_start()
-for i, t in ipairs(blocks) do
+for i = 1, #starts do
   local outcome = ''
-  if has_then ~= '' and i == #blocks then
+  load_block(i)
+  if has_then ~= '' and i == #starts then
     t.hold = batch_id
     then_id = t.id
-    with_block(t)
-  elseif t.held then
-    local holder = sibling(t.task, t.id, t.held)
+    with_block()
+  elseif held[i] then
+    local holder = sibling(t.task, t.id, held[i])
     local h = redis.call('HMGET', holder, @status, @progress, @items_total, @items_succeeded, @items_failed,
                          @expires_at, @batch)
     local status = h[1] or $EXPIRED
@@ -246,10 +256,10 @@ for i, t in ipairs(blocks) do
       expires = math.max(expires, tonumber(h[6]) or 0)
       ttl = math.max(ttl, redis.call('PTTL', holder))
     end
-    ids[#ids + 1] = t.held
-    outcome = t.held .. ' ' .. status
+    ids[#ids + 1] = held[i]
+    outcome = held[i] .. ' ' .. status
   else
-    outcome = with_block(t)
+    outcome = with_block()
     counts[$PENDING] = counts[$PENDING] + 1
     expires = math.max(expires, tonumber(t.expiry_ms))
     ids[#ids + 1] = t.id
@@ -280,8 +290,8 @@ redis.call('PEXPIRE', batch_tasks, ttl)
 if counts[$PENDING] + counts[$PROCESSING] == 0 then
   local cur = redis.call('HMGET', batch, %expires_at, %pending, %processing, %then_task_id, %then_released,
                          %callback_url, %callback_fired)
-  batch_done(batch, batch_id, cur, blocks[1].task, blocks[1].id, created_ms, {delayed = delayed, due = callbacks_due,
-                                                                                  waiting = waiting_tasks})
+  batch_done(batch, batch_id, cur, command_keys[2], ARGV[starts[1]], created_ms,
+             {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
 end
 answer[#answer + 1] = redis.call('HGETALL', batch)  -- as written here: a worker may start a task right after
 return answer
