@@ -143,13 +143,16 @@ class _Template:
     head and hash fields only (``own``: the job's values are left out, ``gap`` of them after the head)."""
 
     def __init__(self, number: int, own: list[Any], job_argc: int, job_args: Sequence[Any] = (),
-                 slots: Sequence[Any] = (), data_at: int = 0) -> None:
+                 slots: Sequence[Any] = (), data_at: int = 0, consts: Sequence[str] = (),
+                 plan: Sequence[int] = (), own_keys: Sequence[int] = ()) -> None:
         """``own``: the values a block sends its differences of; ``job_argc``: how many of the block's values are
-        its job's (in ``own`` after the head, or ``job_args`` when they are not)."""
+        its job's (in ``own`` after the head, or ``job_args`` when they are not). A first job's keys: ``consts``,
+        those of every block (sent once), ``plan`` one entry a job command, n > 0 the n-th of ``consts``, n <= 0
+        the block's own job key -n (from 0), and ``own_keys`` where each of those is in the block's job keys."""
         self.number, self.values, self.types = number, own, list(map(type, own))
-        self.gap = len(job_args)
-        self.args = [job_argc, len(own) + self.gap - HEAD - job_argc, len(slots) // 3, data_at, *slots,
-                     *own[:HEAD], *job_args, *own[HEAD:]]
+        self.gap, self.consts, self.own_keys = len(job_args), list(consts), list(own_keys)
+        self.args = [job_argc, len(own) + self.gap - HEAD - job_argc, len(slots) // 3, data_at, len(consts),
+                     len(plan), *slots, *plan, *own[:HEAD], *job_args, *own[HEAD:]]
         self.last: list[int] = []  # 0-based in ``own``
         self.where: list[int] = []  # their positions in the block's values, from 1
 
@@ -185,7 +188,25 @@ def _first(number: int, own: list[Any], task_id: str, member: str, job: FirstJob
             raise RuntimeError(f"a job's value holds its task id where the batch create does not put it: {value!r}")
     if not data_at:
         raise RuntimeError("RQ's job data is not among the first job's values")
-    return _Template(number, own, len(job_args), job_args, slots, data_at)
+    return _Template(number, own, len(job_args), job_args, slots, data_at, *_key_plan(task_id, job.keys))
+
+
+def _key_plan(task_id: str, job_keys: Sequence[str]) -> tuple[list[str], list[int], list[int]]:
+    """A first job's keys as its template sends them (see :class:`_Template`): the constant ones, the plan, and
+    where each key holding the task id is first in ``job_keys``."""
+    consts: list[str] = []
+    plan: list[int] = []
+    own_keys: list[int] = []
+    for at, key in enumerate(job_keys):
+        if task_id in key:
+            first = job_keys.index(key)
+            if first == at:
+                own_keys.append(at)
+            plan.append(-own_keys.index(first))
+        else:
+            consts.append(key)
+            plan.append(len(consts))
+    return consts, plan, own_keys
 
 
 class BatchStore:
@@ -215,13 +236,13 @@ class BatchStore:
             head = [key_ttl, start + c.task_ttl * 1000, start if start > created else "", ",".join(bt.after),
                     len(bt.after)]
             if isinstance(job, FirstJob):
-                job_keys, data = job.keys, job.data
-                own = [*head, len(job_keys), *fields]
-                shape: tuple[Any, ...] = (job.queue, job.timeout, job.weight, len(fields))
+                data, own = job.data, [*head, len(job.keys), *fields]
+                shape: tuple[Any, ...] = (job.queue, job.timeout, job.weight, bt.new.member, len(fields))
                 template = templates.get(shape)
                 if template is None:
                     at = at or job.at
                     template = templates[shape] = _first(len(templates) + 1, own, task_id, bt.new.member, job, at)
+                job_keys = [job.keys[i] for i in template.own_keys]
             else:
                 job_keys, job_args = lua.replay(job)
                 data, own = b"", [*head, len(job_keys), *job_args, *fields]
@@ -234,6 +255,7 @@ class BatchStore:
                              *(key for dep in bt.after for key in (keys.task(dep), keys.dependents(dep))), *job_keys]
             block_args += [task_id, body, template.number, data, len(diffs) // 2, *diffs]
         template_args = [x for template in templates.values() for x in template.args]
+        command_keys = [key for template in templates.values() for key in template.consts] + command_keys
         answer = self.store.run_script(BATCH.name, *BATCH.call(
             keys={"history": keys.history(member), "expiry": keys.EXPIRY, "members": keys.MEMBERS, "stats": keys.STATS,
                   "active": keys.ACTIVE, "delayed": keys.DELAYED, "settled": keys.SETTLED,

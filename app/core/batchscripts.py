@@ -117,12 +117,15 @@ end
 # data: each block's id and data go there, so its differences are its head's and hash fields' only (the
 # description, queue entry and line of its job are not sent: bench/README.md, "Batch submit per task, second
 # pass"). ARGV's tail: template_count templates, each job_argc, n_fields, n_slots, data_at (its position, 0 =
-# none), n_slots (position, text before the id, text after it) triples, then the head's 6 values, the job's
-# commands (job_argc entries: name, argc, args... each) and the hash's field pairs (n_fields entries); then per
-# block: task_id, payload_json, its template's number (from 1), its job's data ('' without a data_at), n_diffs,
-# then n_diffs pairs in the order of their positions (a position in the template's values, from 1; the block's
-# value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash, dependents set), n_jobs job
-# command keys.
+# none), n_consts, n_plan, n_slots (position, text before the id, text after it) triples, n_plan entries (one a
+# job command: n > 0 its key is the template's n-th constant key, n <= 0 the block's own job key -n, from 0), then
+# the head's 6 values, the job's commands (job_argc entries: name, argc, args... each) and the hash's field pairs
+# (n_fields entries); then per block: task_id, payload_json, its template's number (from 1), its job's data ('' without
+# a data_at), n_diffs, then n_diffs pairs in the order of their positions (a position in the template's values,
+# from 1; the block's value there). KEYS: each template's n_consts constant job keys (RQ's queue, its set of
+# queues, the wake list, the member's line: the same for every block of a first job's template), then per block:
+# its dedup key, task hash, payload, 2 per dep (hash, dependents set), and its job's keys (a first job's own ones
+# only: its job hash, once; otherwise n_jobs, one a command).
 # A block's values are its template's with its id, data and differences put in place for its create (the
 # differences taken out after: ``with_block``): no copy of the ~70 values per task.
 # Returns {1, per block: '' (created), or the id of a task it runs after that ended otherwise (created), or
@@ -161,33 +164,47 @@ BATCH = Script(
     rest_keys=Tail("command_keys", "per block: its dedup key, task hash, payload key, dep keys, job command keys"),
     rest=Tail("block", "the templates, then per block its fields (see above)"),
     body=REPLAY + SYNC + CREATE + ("""
-local templates, starts, at_keys, a, k = {}, {}, {}, first_block, 1
+local templates, starts, at_keys, at_jobs, a, k = {}, {}, {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
-  local job_argc, n_fields, n_slots, data_at = unpack(ARGV, a, a + 3)
-  job_argc, n_fields, n_slots = tonumber(job_argc), tonumber(n_fields), tonumber(n_slots)
-  local slots = {unpack(ARGV, a + 4, a + 3 + 3 * n_slots)}
+  local job_argc, n_fields, n_slots, data_at, n_consts, n_plan = unpack(ARGV, a, a + 5)
+  job_argc, n_fields, n_slots, n_plan = tonumber(job_argc), tonumber(n_fields), tonumber(n_slots), tonumber(n_plan)
+  local slots = {unpack(ARGV, a + 6, a + 5 + 3 * n_slots)}
   for j = 1, #slots, 3 do slots[j] = tonumber(slots[j]) end
-  a = a + 4 + 3 * n_slots
+  a = a + 6 + 3 * n_slots
+  local job_keys, own, n_own = nil, {}, 0  -- a first job's keys: its template's, the block's own put in each time
+  if n_plan > 0 then
+    job_keys = {}
+    for j = 1, n_plan do
+      local p = tonumber(ARGV[a + j - 1])
+      if p > 0 then job_keys[j] = command_keys[k + p - 1]
+      else
+        own[#own + 1], own[#own + 2] = j, -p
+        n_own = math.max(n_own, 1 - p)
+      end
+    end
+  end
+  a, k = a + n_plan, k + tonumber(n_consts)
   templates[i] = {job_to = 7 + job_argc, fields_to = 6 + job_argc + n_fields, slots = slots,
-                  data_at = tonumber(data_at), values = {unpack(ARGV, a, a + 5 + job_argc + n_fields)}}
+                  data_at = tonumber(data_at), job_keys = job_keys, own = own, n_own = n_own,
+                  values = {unpack(ARGV, a, a + 5 + job_argc + n_fields)}}
   a = a + 6 + job_argc + n_fields
 end
 for i = 1, tonumber(block_count) do  -- where each block's arguments and keys start: nothing else kept per block
-  local n_diffs, v = tonumber(ARGV[a + 4]), templates[tonumber(ARGV[a + 2])].values
-  local n_deps, n_jobs = v[5], v[6]
+  local n_diffs, tp = tonumber(ARGV[a + 4]), templates[tonumber(ARGV[a + 2])]
+  local n_deps, n_jobs = tp.values[5], tp.values[6]
   for j = a + 5, a + 3 + 2 * n_diffs, 2 do  -- the head's differences come first
     local at = tonumber(ARGV[j])
     if at > 6 then break end
     if at == 5 then n_deps = ARGV[j + 1] elseif at == 6 then n_jobs = ARGV[j + 1] end
   end
-  starts[i], at_keys[i] = a, k
-  a, k = a + 5 + 2 * n_diffs, k + 3 + 2 * tonumber(n_deps) + tonumber(n_jobs)
+  starts[i], at_keys[i], at_jobs[i] = a, k, k + 3 + 2 * tonumber(n_deps)
+  a, k = a + 5 + 2 * n_diffs, at_jobs[i] + (tp.job_keys and tp.n_own or tonumber(n_jobs))
 end
 local t, was = {job_from = 7}, {}  -- the block being created (one table for all: create keeps none of it)
-local function load_block(i)  -- t: block i, its head's differences in place
+local function load_block(i)  -- t: block i, its head's differences and its own job keys in place
   local a, k = starts[i], at_keys[i]
   local tp = templates[tonumber(ARGV[a + 2])]
-  local v = tp.values
+  local v, own, job_keys = tp.values, tp.own, tp.job_keys
   t.id, t.payload_json, t.data, t.hold = ARGV[a], ARGV[a + 1], ARGV[a + 3], nil
   t.key_ttl, t.expiry_ms, t.run_at, t.after_ids = v[1], v[2], v[3], v[4]
   t.diffs, t.diffs_end = a + 5, a + 3 + 2 * tonumber(ARGV[a + 4])
@@ -199,7 +216,8 @@ local function load_block(i)  -- t: block i, its head's differences in place
   end
   t.dedup, t.task, t.payload, t.k = command_keys[k], command_keys[k + 1], command_keys[k + 2], k + 3
   t.args, t.job_to, t.fields_from, t.fields_to = v, tp.job_to, tp.job_to, tp.fields_to
-  t.slots, t.data_at = tp.slots, tp.data_at
+  t.slots, t.data_at, t.job_keys = tp.slots, tp.data_at, job_keys
+  for j = 1, #own, 2 do job_keys[own[j]] = command_keys[at_jobs[i] + own[j + 1]] end
 end
 local function with_block()  -- create(t) over its template's values with its id, data and differences in place
   local values, slots, id, n = t.args, t.slots, t.id, 0
