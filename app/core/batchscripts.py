@@ -164,6 +164,7 @@ BATCH = Script(
     rest_keys=Tail("command_keys", "per block: its dedup key, task hash, payload key, dep keys, job command keys"),
     rest=Tail("block", "the templates, then per block its fields (see above)"),
     body=REPLAY + SYNC + CREATE + ("""
+local argv = ARGV  -- the tail, read at computed positions (from first_block)
 local templates, starts, at_keys, at_jobs, a, k = {}, {}, {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
   local job_argc, n_fields, n_slots, data_at, n_consts, n_plan = unpack(ARGV, a, a + 5)
@@ -175,7 +176,7 @@ for i = 1, tonumber(template_count) do
   if n_plan > 0 then
     job_keys = {}
     for j = 1, n_plan do
-      local p = tonumber(ARGV[a + j - 1])
+      local p = tonumber(argv[a + j - 1])
       if p > 0 then job_keys[j] = command_keys[k + p - 1]
       else
         own[#own + 1], own[#own + 2] = j, -p
@@ -190,12 +191,12 @@ for i = 1, tonumber(template_count) do
   a = a + 6 + job_argc + n_fields
 end
 for i = 1, tonumber(block_count) do  -- where each block's arguments and keys start: nothing else kept per block
-  local n_diffs, tp = tonumber(ARGV[a + 4]), templates[tonumber(ARGV[a + 2])]
+  local n_diffs, tp = tonumber(argv[a + 4]), templates[tonumber(argv[a + 2])]
   local n_deps, n_jobs = tp.values[5], tp.values[6]
   for j = a + 5, a + 3 + 2 * n_diffs, 2 do  -- the head's differences come first
-    local at = tonumber(ARGV[j])
+    local at = tonumber(argv[j])
     if at > 6 then break end
-    if at == 5 then n_deps = ARGV[j + 1] elseif at == 6 then n_jobs = ARGV[j + 1] end
+    if at == 5 then n_deps = argv[j + 1] elseif at == 6 then n_jobs = argv[j + 1] end
   end
   starts[i], at_keys[i], at_jobs[i] = a, k, k + 3 + 2 * tonumber(n_deps)
   a, k = a + 5 + 2 * n_diffs, at_jobs[i] + (tp.job_keys and tp.n_own or tonumber(n_jobs))
@@ -203,16 +204,16 @@ end
 local t, was = {job_from = 7}, {}  -- the block being created (one table for all: create keeps none of it)
 local function load_block(i)  -- t: block i, its head's differences and its own job keys in place
   local a, k = starts[i], at_keys[i]
-  local tp = templates[tonumber(ARGV[a + 2])]
+  local tp = templates[tonumber(argv[a + 2])]
   local v, own, job_keys = tp.values, tp.own, tp.job_keys
-  t.id, t.payload_json, t.data, t.hold = ARGV[a], ARGV[a + 1], ARGV[a + 3], nil
+  t.id, t.payload_json, t.data, t.hold = argv[a], argv[a + 1], argv[a + 3], nil
   t.key_ttl, t.expiry_ms, t.run_at, t.after_ids = v[1], v[2], v[3], v[4]
-  t.diffs, t.diffs_end = a + 5, a + 3 + 2 * tonumber(ARGV[a + 4])
+  t.diffs, t.diffs_end = a + 5, a + 3 + 2 * tonumber(argv[a + 4])
   for j = t.diffs, t.diffs_end, 2 do
-    local at = tonumber(ARGV[j])
+    local at = tonumber(argv[j])
     if at > 4 then break end
-    if at == 1 then t.key_ttl = ARGV[j + 1] elseif at == 2 then t.expiry_ms = ARGV[j + 1]
-    elseif at == 3 then t.run_at = ARGV[j + 1] else t.after_ids = ARGV[j + 1] end
+    if at == 1 then t.key_ttl = argv[j + 1] elseif at == 2 then t.expiry_ms = argv[j + 1]
+    elseif at == 3 then t.run_at = argv[j + 1] else t.after_ids = argv[j + 1] end
   end
   t.dedup, t.task, t.payload, t.k = command_keys[k], command_keys[k + 1], command_keys[k + 2], k + 3
   t.args, t.job_to, t.fields_from, t.fields_to = v, tp.job_to, tp.job_to, tp.fields_to
@@ -224,9 +225,9 @@ local function with_block()  -- create(t) over its template's values with its id
   for j = 1, #slots, 3 do values[slots[j]] = slots[j + 1] .. id .. slots[j + 2] end
   if t.data_at > 0 then values[t.data_at] = t.data end
   for j = t.diffs, t.diffs_end, 2 do
-    local at = tonumber(ARGV[j])
+    local at = tonumber(argv[j])
     was[n + 1], was[n + 2], n = at, values[at], n + 2
-    values[at] = ARGV[j + 1]
+    values[at] = argv[j + 1]
   end
   local ended = create(t)
   for j = n - 1, 1, -2 do values[was[j]] = was[j + 1] end
@@ -239,8 +240,8 @@ for i, dedup in ipairs(dedups) do
   held[i] = holders[i] or seen[dedup]
   if not held[i] then
     local a = starts[i]
-    seen[dedup] = ARGV[a]
-    fresh, bytes = fresh + 1, bytes + #ARGV[a + 1]
+    seen[dedup] = argv[a]
+    fresh, bytes = fresh + 1, bytes + #argv[a + 1]
   end
 end
 local limit = tonumber(cap)
@@ -308,7 +309,7 @@ redis.call('PEXPIRE', batch_tasks, ttl)
 if counts[$PENDING] + counts[$PROCESSING] == 0 then
   local cur = redis.call('HMGET', batch, %expires_at, %pending, %processing, %then_task_id, %then_released,
                          %callback_url, %callback_fired)
-  batch_done(batch, batch_id, cur, command_keys[2], ARGV[starts[1]], created_ms,
+  batch_done(batch, batch_id, cur, command_keys[2], argv[starts[1]], created_ms,
              {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
 end
 answer[#answer + 1] = redis.call('HGETALL', batch)  -- as written here: a worker may start a task right after
