@@ -20,6 +20,7 @@ from app.core.answers import ActiveCapReached, NewTask, StoredBytesReached
 from app.core.batchscripts import BATCH
 from app.core.clock import iso, iso_or_none, now_ms
 from app.core.history import Page, decode_cursor, encode_cursor
+from app.core.jobs import TEMPLATES, FirstJob
 from app.core.keys import BatchField as B
 from app.core.lua import Command
 from app.core.states import ACTIVE, STORED, BatchStatus, CallbackState, TaskStatus
@@ -37,13 +38,13 @@ def count_field(status: str) -> B:
     return B(status.lower())
 
 
-@dataclass(frozen=True)
-class BatchTask:
-    """One task to create in a batch: its record, the commands that queue its job (none when it waits), and
-    what it waits for."""
+class BatchTask(NamedTuple):
+    """One task to create in a batch: its record, the commands that queue its job (none when it waits) or its
+    first job as a submit sends it (:func:`app.core.submit.first_job_for`: the web's batches), and what it waits
+    for. A tuple: a frozen dataclass's four ``object.__setattr__`` cost ~1 µs a task of a batch."""
 
     new: NewTask
-    job: Sequence[Command] = ()
+    job: Sequence[Command] | FirstJob = ()
     run_at: int | None = None
     after: Sequence[str] = ()
 
@@ -123,18 +124,36 @@ class BatchCreated(NamedTuple):
     entries: list[Entry]
 
 
+HEAD = 6  # a block's head: key_ttl_s, expiry_ms, run_at_ms, after_ids, n_deps, n_jobs (see batchscripts.BATCH)
+
+
 class _Template:
     """One shape of block of a batch create (its head, its job's commands and hash fields), sent once: each block
     goes as its differences from it, (position from 1, value) pairs in the order of their positions (the script
-    reads the head's first). A value differs when it is unequal or of another type (1
-    and 1.0 are equal, not written alike). The tasks of a batch differ at the same few positions (ids, digests,
-    RQ's job data), so the last block's positions are tried first: the block with the template's values put back
-    there equal to the template (one C comparison of the lists and of their types) differs at those alone;
-    otherwise every value is compared."""
+    reads the head's first). A value differs when it is unequal or of another type (1 and 1.0 are equal, not
+    written alike). The tasks of a batch differ at the same few positions (ids, digests), so the last block's
+    positions are tried first: the block with the template's values put back there equal to the template (one C
+    comparison of the lists and of their types) differs at those alone; otherwise every value is compared.
 
-    def __init__(self, number: int, values: list[Any]) -> None:
-        self.number, self.values, self.types = number, values, list(map(type, values))
-        self.last: list[int] = []  # 0-based
+    A template of a first job (:class:`~app.core.jobs.FirstJob`, :meth:`_first`) holds its queue's job commands
+    as RQ's enqueue would write them for the template's task, and says where they hold the task id (``slots``:
+    position, the text before it, the text after it) and RQ's job data (``data_at``): the script puts each
+    block's id and data there (:data:`~app.core.batchscripts.BATCH`), so a block's differences are those of its
+    head and hash fields only (``own``: the job's values are left out, ``gap`` of them after the head)."""
+
+    def __init__(self, number: int, own: list[Any], job_argc: int, job_args: Sequence[Any] = (),
+                 slots: Sequence[Any] = (), data_at: int = 0, consts: Sequence[str] = (),
+                 plan: Sequence[int] = (), own_keys: Sequence[int] = ()) -> None:
+        """``own``: the values a block sends its differences of; ``job_argc``: how many of the block's values are
+        its job's (in ``own`` after the head, or ``job_args`` when they are not). A first job's keys: ``consts``,
+        those of every block (sent once), ``plan`` one entry a job command, n > 0 the n-th of ``consts``, n <= 0
+        the block's own job key -n (from 0), and ``own_keys`` where each of those is in the block's job keys."""
+        self.number, self.values, self.types = number, own, list(map(type, own))
+        self.gap, self.consts, self.own_keys = len(job_args), list(consts), list(own_keys)
+        self.args = [job_argc, len(own) + self.gap - HEAD - job_argc, len(slots) // 3, data_at, len(consts),
+                     len(plan), *slots, *plan, *own[:HEAD], *job_args, *own[HEAD:]]
+        self.last: list[int] = []  # 0-based in ``own``
+        self.where: list[int] = []  # their positions in the block's values, from 1
 
     def diffs(self, values: list[Any]) -> list[Any]:
         base, probe = self.values, values.copy()
@@ -143,7 +162,50 @@ class _Template:
         if probe != base or list(map(type, probe)) != self.types:
             self.last = [at for at, (value, was) in enumerate(zip(values, base, strict=True))
                          if value != was or type(value) is not type(was)]
-        return [x for at in self.last for x in (at + 1, values[at])]
+            self.where = [at + 1 + (self.gap if at >= HEAD else 0) for at in self.last]
+        return [x for at, where in zip(self.last, self.where, strict=True) for x in (where, values[at])]
+
+
+def _first(number: int, own: list[Any], task_id: str, member: str, job: FirstJob, at: str) -> _Template:
+    """The template of a first job's blocks from its first: its queue's commands (RQ's enqueue recorded once,
+    :data:`~app.core.jobs.TEMPLATES`), filled for ``task_id``, with the places of the id and of RQ's data found
+    (each text holds the id once, nothing else holds it: RuntimeError otherwise, as the job template refuses)."""
+    job_keys, job_args = lua.replay(TEMPLATES[job.queue].fill(task_id, job.timeout, member, int(job.weight), at))
+    if job_keys != list(job.keys):
+        raise RuntimeError(f"the first job's keys are not its template's: {job.keys} != {job_keys}")
+    slots: list[Any] = []
+    data_at = 0
+    for at_, value in enumerate(job_args, HEAD + 1):
+        if isinstance(value, bytes) and value == job.data and not data_at:
+            data_at = at_
+        elif isinstance(value, str) and task_id in value:
+            before, _, after = value.partition(task_id)
+            if task_id in after:
+                raise RuntimeError(f"a job's text holds its task id twice: {value!r}")
+            slots += [at_, before, after]
+        elif task_id.encode() in (value if isinstance(value, bytes) else str(value).encode()):
+            raise RuntimeError(f"a job's value holds its task id where the batch create does not put it: {value!r}")
+    if not data_at:
+        raise RuntimeError("RQ's job data is not among the first job's values")
+    return _Template(number, own, len(job_args), job_args, slots, data_at, *_key_plan(task_id, job.keys))
+
+
+def _key_plan(task_id: str, job_keys: Sequence[str]) -> tuple[list[str], list[int], list[int]]:
+    """A first job's keys as its template sends them (see :class:`_Template`): the constant ones, the plan, and
+    where each key holding the task id is first in ``job_keys``."""
+    consts: list[str] = []
+    plan: list[int] = []
+    own_keys: list[int] = []
+    for at, key in enumerate(job_keys):
+        if task_id in key:
+            first = job_keys.index(key)
+            if first == at:
+                own_keys.append(at)
+            plan.append(-own_keys.index(first))
+        else:
+            consts.append(key)
+            plan.append(len(consts))
+    return consts, plan, own_keys
 
 
 class BatchStore:
@@ -157,31 +219,42 @@ class BatchStore:
                callback_url: str = "") -> BatchCreated:
         """Create the batch, its tasks and their jobs in one script (nothing at all on a refusal): raises
         ActiveCapReached when the member's unfinished tasks plus the new ones would pass its cap. Each task's
-        ``new.batch`` (and the then task's ``new.then_of``) must name ``batch_id``."""
+        ``new.batch`` (and the then task's ``new.then_of``) must name ``batch_id``. The jobs given as a
+        :class:`~app.core.jobs.FirstJob` share one RQ time (the first one's)."""
         c = self.store.config
         created = now_ms()
         command_keys: list[str] = []
         block_args: list[Any] = []
-        templates: dict[tuple[int, int], _Template] = {}  # (job argc, fields) -> the template of that shape
-        template_args: list[Any] = []
-        longest = 0
+        templates: dict[tuple[Any, ...], _Template] = {}  # the shape of a block -> its template
+        longest, at = 0, ""
         for bt in (*tasks, *((then,) if then else ())):
             start, fields, body = self.store.task_fields(bt.new, created, bt.run_at)
-            job_keys, job_args = lua.replay(bt.job)
             key_ttl = c.task_ttl + c.tombstone_ttl + (start - created) // 1000
             longest = max(longest, key_ttl)
-            values = [key_ttl, start + c.task_ttl * 1000, start if start > created else "", ",".join(bt.after),
-                      len(bt.after), len(job_keys), *job_args, *fields]  # the block's head first
-            shape = (len(job_args), len(fields))
-            template = templates.get(shape)
-            if template is None:
-                template = templates[shape] = _Template(len(templates) + 1, values)
-                template_args += [*shape, *values]
-            diffs = template.diffs(values)
-            task_id = bt.new.task_id
+            task_id, job = bt.new.task_id, bt.job
+            head = [key_ttl, start + c.task_ttl * 1000, start if start > created else "", ",".join(bt.after),
+                    len(bt.after)]
+            if isinstance(job, FirstJob):
+                data, own = job.data, [*head, len(job.keys), *fields]
+                shape: tuple[Any, ...] = (job.queue, job.timeout, job.weight, bt.new.member, len(fields))
+                template = templates.get(shape)
+                if template is None:
+                    at = at or job.at
+                    template = templates[shape] = _first(len(templates) + 1, own, task_id, bt.new.member, job, at)
+                job_keys = [job.keys[i] for i in template.own_keys]
+            else:
+                job_keys, job_args = lua.replay(job)
+                data, own = b"", [*head, len(job_keys), *job_args, *fields]
+                shape = (len(job_args), len(fields))
+                template = templates.get(shape)
+                if template is None:
+                    template = templates[shape] = _Template(len(templates) + 1, own, len(job_args))
+            diffs = template.diffs(own)
             command_keys += [keys.dedup(member, bt.new.dedup_digest), keys.task(task_id), keys.payload(task_id),
                              *(key for dep in bt.after for key in (keys.task(dep), keys.dependents(dep))), *job_keys]
-            block_args += [task_id, body, template.number, len(diffs) // 2, *diffs]
+            block_args += [task_id, body, template.number, data, len(diffs) // 2, *diffs]
+        template_args = [x for template in templates.values() for x in template.args]
+        command_keys = [key for template in templates.values() for key in template.consts] + command_keys
         answer = self.store.run_script(BATCH.name, *BATCH.call(
             keys={"history": keys.history(member), "expiry": keys.EXPIRY, "members": keys.MEMBERS, "stats": keys.STATS,
                   "active": keys.ACTIVE, "delayed": keys.DELAYED, "settled": keys.SETTLED,
@@ -195,6 +268,12 @@ class BatchStore:
                   "key_ttl_s": longest, "callback_url": callback_url},
             rest_keys=command_keys, rest=template_args + block_args, record_ms=c.call_record_ms,
         ), acknowledged=True)  # fmt: skip
+        return self._created(batch_id, tasks, answer)
+
+    def _created(self, batch_id: str, tasks: Sequence[BatchTask], answer: Any) -> BatchCreated:
+        """The batch create's answer read: its entries and the batch as written (ActiveCapReached,
+        StoredBytesReached at a refusal)."""
+        c = self.store.config
         if answer[0] == 2:
             raise ActiveCapReached(c.active_task_cap, int(answer[1]))
         if answer[0] == 3:

@@ -112,14 +112,22 @@ end
 # A block's head (its key_ttl_s, expiry_ms, run_at_ms, after_ids, n_deps, n_jobs: the same for most tasks of a
 # batch), job commands and hash fields come as a template and the block's differences from it (the tasks of a
 # batch differ in a few of their ~80 values: ids, digests, RQ's job data), which saves the web packing and Redis
-# reading ~65 arguments a task (bench/README.md, batches). ARGV's tail: template_count templates, each job_argc,
-# n_fields, then the head's 6 values, the job's commands (job_argc entries: name, argc, args... each) and the
-# hash's field pairs (n_fields entries); then per block: task_id, payload_json, its template's number (from 1),
-# n_diffs, then n_diffs pairs in the order of their positions (a position in the template's values, from 1; the
-# block's value there). KEYS per block: its dedup key, task hash, payload, 2 per dep (hash, dependents set),
-# n_jobs job command keys.
-# A block's values are its template's with its differences put in place for its create and taken out after
-# (``with_block``): no copy of the ~70 values per task.
+# reading ~65 arguments a task (bench/README.md, batches). A template of a first job (the web's: its queue's job
+# as RQ's enqueue writes it, app.core.batches._first) also names where its job's values hold the task id and RQ's
+# data: each block's id and data go there, so its differences are its head's and hash fields' only (the
+# description, queue entry and line of its job are not sent: bench/README.md, "Batch submit per task, second
+# pass"). ARGV's tail: template_count templates, each job_argc, n_fields, n_slots, data_at (its position, 0 =
+# none), n_consts, n_plan, n_slots (position, text before the id, text after it) triples, n_plan entries (one a
+# job command: n > 0 its key is the template's n-th constant key, n <= 0 the block's own job key -n, from 0), then
+# the head's 6 values, the job's commands (job_argc entries: name, argc, args... each) and the hash's field pairs
+# (n_fields entries); then per block: task_id, payload_json, its template's number (from 1), its job's data ('' without
+# a data_at), n_diffs, then n_diffs pairs in the order of their positions (a position in the template's values,
+# from 1; the block's value there). KEYS: each template's n_consts constant job keys (RQ's queue, its set of
+# queues, the wake list, the member's line: the same for every block of a first job's template), then per block:
+# its dedup key, task hash, payload, 2 per dep (hash, dependents set), and its job's keys (a first job's own ones
+# only: its job hash, once; otherwise n_jobs, one a command).
+# A block's values are its template's with its id, data and differences put in place for its create (the
+# differences taken out after: ``with_block``): no copy of the ~70 values per task.
 # Returns {1, per block: '' (created), or the id of a task it runs after that ended otherwise (created), or
 # "<holder id> <holder's status>" (held); then the batch's hash as this step wrote it (HGETALL)}, or
 # {2, unfinished_count} at the cap, or {3, bytes_held} past the member's quota of stored bytes.
@@ -156,54 +164,84 @@ BATCH = Script(
     rest_keys=Tail("command_keys", "per block: its dedup key, task hash, payload key, dep keys, job command keys"),
     rest=Tail("block", "the templates, then per block its fields (see above)"),
     body=REPLAY + SYNC + CREATE + ("""
-local templates, blocks, a, k = {}, {}, first_block, 1
+local argv = ARGV  -- the tail, read at computed positions (from first_block)
+local templates, starts, at_keys, at_jobs, a, k = {}, {}, {}, {}, first_block, 1
 for i = 1, tonumber(template_count) do
-  local job_argc, n_fields = unpack(ARGV, a, a + 1)
-  job_argc, n_fields = tonumber(job_argc), tonumber(n_fields)
-  templates[i] = {job_argc = job_argc, n_fields = n_fields,
-                  values = {unpack(ARGV, a + 2, a + 7 + job_argc + n_fields)}}
-  a = a + 8 + job_argc + n_fields
-end
-for i = 1, tonumber(block_count) do
-  local id, payload_json, template, n_diffs = unpack(ARGV, a, a + 3)
-  local tp = templates[tonumber(template)]
-  n_diffs = tonumber(n_diffs)
-  local head = {unpack(tp.values, 1, 6)}
-  for j = a + 4, a + 2 + 2 * n_diffs, 2 do  -- the head's differences come first
-    local at, value = unpack(ARGV, j, j + 1)
-    at = tonumber(at)
-    if at > 6 then break end
-    head[at] = value
+  local job_argc, n_fields, n_slots, data_at, n_consts, n_plan = unpack(ARGV, a, a + 5)
+  job_argc, n_fields, n_slots, n_plan = tonumber(job_argc), tonumber(n_fields), tonumber(n_slots), tonumber(n_plan)
+  local slots = {unpack(ARGV, a + 6, a + 5 + 3 * n_slots)}
+  for j = 1, #slots, 3 do slots[j] = tonumber(slots[j]) end
+  a = a + 6 + 3 * n_slots
+  local job_keys, own, n_own = nil, {}, 0  -- a first job's keys: its template's, the block's own put in each time
+  if n_plan > 0 then
+    job_keys = {}
+    for j = 1, n_plan do
+      local p = tonumber(argv[a + j - 1])
+      if p > 0 then job_keys[j] = command_keys[k + p - 1]
+      else
+        own[#own + 1], own[#own + 2] = j, -p
+        n_own = math.max(n_own, 1 - p)
+      end
+    end
   end
-  local key_ttl, expiry_ms, run_at, after_ids, n_deps, n_jobs = unpack(head)
-  local t = {id = id, key_ttl = key_ttl, expiry_ms = expiry_ms, run_at = run_at, after_ids = after_ids,
-             payload_json = payload_json, dedup = command_keys[k], task = command_keys[k + 1],
-             payload = command_keys[k + 2], k = k + 3, args = tp.values, job_from = 7, job_to = 7 + tp.job_argc,
-             fields_from = 7 + tp.job_argc, fields_to = 6 + tp.job_argc + tp.n_fields, diffs = a + 4,
-             diffs_end = a + 2 + 2 * n_diffs}
-  a, k = a + 4 + 2 * n_diffs, t.k + 2 * tonumber(n_deps) + tonumber(n_jobs)
-  blocks[i] = t
+  a, k = a + n_plan, k + tonumber(n_consts)
+  templates[i] = {job_to = 7 + job_argc, fields_to = 6 + job_argc + n_fields, slots = slots,
+                  data_at = tonumber(data_at), job_keys = job_keys, own = own, n_own = n_own,
+                  values = {unpack(ARGV, a, a + 5 + job_argc + n_fields)}}
+  a = a + 6 + job_argc + n_fields
 end
-local function with_block(t)  -- create(t) over its template's values with its differences in place
-  local values, was = t.args, {}
+for i = 1, tonumber(block_count) do  -- where each block's arguments and keys start: nothing else kept per block
+  local n_diffs, tp = tonumber(argv[a + 4]), templates[tonumber(argv[a + 2])]
+  local n_deps, n_jobs = tp.values[5], tp.values[6]
+  for j = a + 5, a + 3 + 2 * n_diffs, 2 do  -- the head's differences come first
+    local at = tonumber(argv[j])
+    if at > 6 then break end
+    if at == 5 then n_deps = argv[j + 1] elseif at == 6 then n_jobs = argv[j + 1] end
+  end
+  starts[i], at_keys[i], at_jobs[i] = a, k, k + 3 + 2 * tonumber(n_deps)
+  a, k = a + 5 + 2 * n_diffs, at_jobs[i] + (tp.job_keys and tp.n_own or tonumber(n_jobs))
+end
+local t, was = {job_from = 7}, {}  -- the block being created (one table for all: create keeps none of it)
+local function load_block(i)  -- t: block i, its head's differences and its own job keys in place
+  local a, k = starts[i], at_keys[i]
+  local tp = templates[tonumber(argv[a + 2])]
+  local v, own, job_keys = tp.values, tp.own, tp.job_keys
+  t.id, t.payload_json, t.data, t.hold = argv[a], argv[a + 1], argv[a + 3], nil
+  t.key_ttl, t.expiry_ms, t.run_at, t.after_ids = v[1], v[2], v[3], v[4]
+  t.diffs, t.diffs_end = a + 5, a + 3 + 2 * tonumber(argv[a + 4])
   for j = t.diffs, t.diffs_end, 2 do
-    local at, value = unpack(ARGV, j, j + 1)
-    at = tonumber(at)
-    was[#was + 1], was[#was + 2] = at, values[at]
-    values[at] = value
+    local at = tonumber(argv[j])
+    if at > 4 then break end
+    if at == 1 then t.key_ttl = argv[j + 1] elseif at == 2 then t.expiry_ms = argv[j + 1]
+    elseif at == 3 then t.run_at = argv[j + 1] else t.after_ids = argv[j + 1] end
+  end
+  t.dedup, t.task, t.payload, t.k = command_keys[k], command_keys[k + 1], command_keys[k + 2], k + 3
+  t.args, t.job_to, t.fields_from, t.fields_to = v, tp.job_to, tp.job_to, tp.fields_to
+  t.slots, t.data_at, t.job_keys = tp.slots, tp.data_at, job_keys
+  for j = 1, #own, 2 do job_keys[own[j]] = command_keys[at_jobs[i] + own[j + 1]] end
+end
+local function with_block()  -- create(t) over its template's values with its id, data and differences in place
+  local values, slots, id, n = t.args, t.slots, t.id, 0
+  for j = 1, #slots, 3 do values[slots[j]] = slots[j + 1] .. id .. slots[j + 2] end
+  if t.data_at > 0 then values[t.data_at] = t.data end
+  for j = t.diffs, t.diffs_end, 2 do
+    local at = tonumber(argv[j])
+    was[n + 1], was[n + 2], n = at, values[at], n + 2
+    values[at] = argv[j + 1]
   end
   local ended = create(t)
-  for j = #was - 1, 1, -2 do values[was[j]] = was[j + 1] end
+  for j = n - 1, 1, -2 do values[was[j]] = was[j + 1] end
   return ended
 end
-local seen, fresh, bytes, dedups = {}, 0, 0, {}
-for i, t in ipairs(blocks) do dedups[i] = t.dedup end
+local seen, fresh, bytes, dedups, held = {}, 0, 0, {}, {}
+for i, k in ipairs(at_keys) do dedups[i] = command_keys[k] end
 local holders = redis.call('MGET', unpack(dedups))  -- one read of every dedup key, not a GET a task
-for i, t in ipairs(blocks) do
-  t.held = holders[i] or seen[t.dedup]
-  if not t.held then
-    seen[t.dedup] = t.id
-    fresh, bytes = fresh + 1, bytes + #t.payload_json
+for i, dedup in ipairs(dedups) do
+  held[i] = holders[i] or seen[dedup]
+  if not held[i] then
+    local a = starts[i]
+    seen[dedup] = argv[a]
+    fresh, bytes = fresh + 1, bytes + #argv[a + 1]
   end
 end
 local limit = tonumber(cap)
@@ -217,14 +255,15 @@ for _, s in ipairs({$PENDING, $PROCESSING, $COMPLETED, $FAILED, $CANCELLED, $EXP
 local progress_sum, items, expires, ttl, ids, answer = 0, {0, 0, 0}, 0, tonumber(key_ttl_s) * 1000, {}, {1}
 local then_id = nil
 fold_start()
-for i, t in ipairs(blocks) do
+for i = 1, #starts do
   local outcome = ''
-  if has_then ~= '' and i == #blocks then
+  load_block(i)
+  if has_then ~= '' and i == #starts then
     t.hold = batch_id
     then_id = t.id
-    with_block(t)
-  elseif t.held then
-    local holder = sibling(t.task, t.id, t.held)
+    with_block()
+  elseif held[i] then
+    local holder = sibling(t.task, t.id, held[i])
     local h = redis.call('HMGET', holder, @status, @progress, @items_total, @items_succeeded, @items_failed,
                          @expires_at, @batch)
     local status = h[1] or $EXPIRED
@@ -236,10 +275,10 @@ for i, t in ipairs(blocks) do
       expires = math.max(expires, tonumber(h[6]) or 0)
       ttl = math.max(ttl, redis.call('PTTL', holder))
     end
-    ids[#ids + 1] = t.held
-    outcome = t.held .. ' ' .. status
+    ids[#ids + 1] = held[i]
+    outcome = held[i] .. ' ' .. status
   else
-    outcome = with_block(t)
+    outcome = with_block()
     counts[$PENDING] = counts[$PENDING] + 1
     expires = math.max(expires, tonumber(t.expiry_ms))
     ids[#ids + 1] = t.id
@@ -270,8 +309,8 @@ redis.call('PEXPIRE', batch_tasks, ttl)
 if counts[$PENDING] + counts[$PROCESSING] == 0 then
   local cur = redis.call('HMGET', batch, %expires_at, %pending, %processing, %then_task_id, %then_released,
                          %callback_url, %callback_fired)
-  batch_done(batch, batch_id, cur, blocks[1].task, blocks[1].id, created_ms, {delayed = delayed, due = callbacks_due,
-                                                                                  waiting = waiting_tasks})
+  batch_done(batch, batch_id, cur, command_keys[2], argv[starts[1]], created_ms,
+             {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
 end
 answer[#answer + 1] = redis.call('HGETALL', batch)  -- as written here: a worker may start a task right after
 return answer

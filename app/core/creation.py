@@ -6,7 +6,7 @@ batch create's (app.core.batchscripts.BATCH), so a task made either way is made 
 end); ``key_ttl``, ``expiry_ms``, ``payload_json``; ``run_at`` ('' = now) and ``after_ids`` (comma list, '' =
 none) whose hash and dependents set are ``command_keys[k]``, ``command_keys[k + 1]``... in order; the job's
 commands ``job_from..job_to`` of ARGV or of the table ``job`` (a submit's template: app.core.jobs.JobTemplate.lua;
-``job_to`` excluded) on the command keys after those; ``hold`` (a batch
+``job_to`` excluded) on the command keys after those (or on the table ``job_keys``: a batch's); ``hold`` (a batch
 id, or nil): the task waits for that batch instead (a ``then``). ``args`` (a table, or nil): where those
 positions point instead of ARGV (the batch create rebuilds each task's from a template and its differences).
 Its hash's fields include ``stored`` (the payload's length, counted in keys.STORED_BYTES here: see QUOTA).
@@ -134,7 +134,8 @@ local function create(t)
   elseif t.run_at ~= '' then
     redis.call('ZADD', delayed, t.run_at, t.id)
   else
-    replay(t.job_from, t.job_to, t.k + 2 * n, t.job or t.args, more)  -- its place in line goes into ``more``
+    -- its place in line goes into ``more``
+    replay(t.job_from, t.job_to, t.job_keys and 1 or t.k + 2 * n, t.job or t.args, more, t.job_keys)
   end
   if #more == 0 then  -- ``more`` first, so ARGV's fields are passed as they are, not copied into a table
     redis.call('HSET', t.task, unpack(src, t.fields_from, t.fields_to))

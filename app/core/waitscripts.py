@@ -14,7 +14,8 @@ from app.core.lines import PUT_IN_LINE
 from app.core.lua import FIRST, LATE, Script, Tail
 
 # A Lua function replaying the job commands of a script's tail (lua.replay): ARGV (or the table ``from``) from
-# index i up to (not including) stop, the n-th command on command_keys[k + n - 1]. While ``fold`` is a table
+# index i up to (not including) stop, the n-th command on command_keys[k + n - 1] (or on ``keys_from``'s: the
+# batch create's job keys, each of a batch's constant ones sent once). While ``fold`` is a table
 # (the batch create: many jobs in one script), what RQ writes per job to keys its jobs share is collected
 # instead, in order, for fold_writes() to make once: each RPUSH of one id onto a queue (one RPUSH per queue
 # with every id, so the queue order is the same) and each SADD of one member (made once). In every replay a
@@ -59,13 +60,13 @@ local function fold_lines()
   end
   for lines, seq in pairs(fold.seqs) do redis.call('HINCRBY', lines, 'queued', seq[2]) end
 end
-local function replay(i, stop, k, from, into)
-  local src = from or ARGV
+local function replay(i, stop, k, from, into, keys_from)
+  local src, keys_of = from or ARGV, keys_from or command_keys
   local hkey, hat, hargs = nil, nil, nil  -- an HSET held back: its key, and its place in src or (merged) its args
   while i < stop do
     local name, argc = unpack(src, i, i + 1)
     argc = tonumber(argc)
-    local key = command_keys[k]
+    local key = keys_of[k]
     if hkey and (name ~= 'HSET' or key ~= hkey) then
       if hargs then redis.call('HSET', hkey, unpack(hargs))
       else redis.call('HSET', hkey, unpack(src, hat + 2, hat + 1 + tonumber(src[hat + 1]))) end

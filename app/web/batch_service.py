@@ -10,10 +10,9 @@ from app.core.answers import ActiveCapReached, StoredBytesReached
 from app.core.batches import Batch, BatchCreated, BatchStore, BatchTask
 from app.core.clock import now_ms
 from app.core.ids import digest, is_task_id, new_task_ids
-from app.core.jobs import rq_now
 from app.core.logs import task_logger
 from app.core.states import ACTIVE
-from app.core.submit import job_for, new_task
+from app.core.submit import first_job_for, new_task
 from app.web.errors import AppError, NotFound, ValidationFailed
 from app.web.intake import Submission, prefixed
 from app.web.service import TaskService, dedup_digest, over_active_cap, over_stored_bytes
@@ -38,7 +37,6 @@ class BatchService:
         batch_id, *task_ids = new_task_ids(len(subs) + 2)  # the batch's, its tasks', its then task's
         blocks: list[BatchTask] = []
         errors: dict[str, list[str]] = {}
-        at = rq_now()  # the jobs' times, as RQ writes them: read once for the batch
         for i, (sub, task_id) in enumerate(zip(subs, task_ids, strict=False)):
             after: Sequence[str] = ()
             if sub.after is not None:
@@ -49,7 +47,7 @@ class BatchService:
                     continue
             new = new_task(member, sub.type, sub.payload, dedup_digest(sub.type, sub.submitted, sub.dedup_key),
                            sub.priority, callback=sub.callback, batch=batch_id, task_id=task_id)
-            blocks.append(BatchTask(new, job_for(self.tasks.jobs, new, sub.run_at, at), sub.run_at, after))
+            blocks.append(BatchTask(new, first_job_for(self.tasks.jobs, new, sub.run_at), sub.run_at, after))
         if errors:
             raise refused(errors)
         then_task = None

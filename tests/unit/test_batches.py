@@ -232,6 +232,43 @@ def test_a_batch_writes_the_shared_keys_as_a_submit_of_each_of_its_tasks(conn, s
         earlier.task_id.encode()
 
 
+def test_a_batch_of_first_jobs_writes_what_a_submit_of_each_writes(conn, store, batches, config) -> None:
+    """The web's batch sends each job as a submit does (app.core.jobs.FirstJob: app.core.submit.first_job_for):
+    a template per queue, timeout and weight holds its job's commands, and each block's task id and RQ data go
+    where the template says (app.core.batches._first), none of its job's values sent. What it leaves is what a
+    submit of each task with the same FirstJob leaves: queues, lines, every task and job hash (RQ's times aside),
+    the audit. Two queues, two timeouts, a member of weight 3, a callback (another shape of fields), a task
+    waiting for its run_at and one for another task."""
+    from dataclasses import replace
+
+    jobs = JobQueue(conn, config)
+    jobs._weights = {"public": 3}
+    batch_id = str(uuid.uuid4())
+    dep = new("")
+    tasks = [replace(new(batch_id, callback="https://example.com/hook" if i == 4 else ""),
+                     priority=("high" if i % 3 == 0 else "default"), payload={"seconds": i % 2}) for i in range(8)]
+    ids = [t.task_id for t in tasks]
+    later = now_ms() + 60_000
+    plan = [(None, ())] * 6 + [(later, ()), (None, (dep.task_id,))]
+
+    def job(t: NewTask, run_at: int | None):
+        return () if run_at else jobs.first_job(t.task_id, t.priority, 60 if t.payload["seconds"] else 120, "public")
+
+    assert store.create(dep).created
+    batches.create(batch_id, "public", [BatchTask(t, job(t, run_at), run_at, after)
+                                        for t, (run_at, after) in zip(tasks, plan, strict=True)])
+    by_batch = _shared(conn, [dep.task_id, *ids])
+    conn.flushall()
+    assert store.create(dep).created
+    for t, (run_at, after) in zip(tasks, plan, strict=True):
+        assert store.create(t, job(t, run_at), run_at=run_at, after=after).created
+    assert by_batch == _shared(conn, [dep.task_id, *ids])
+    assert by_batch["queues"]["rq:queue:high"] == [ids[0], ids[3]]
+    assert by_batch["jobs"][1][b"timeout"] == b"120" and by_batch["jobs"][2][b"timeout"] == b"60"
+    assert by_batch["jobs"][1][b"description"] == f"task {ids[0]}".encode()
+    assert by_batch["lines"]["default"][0][b"w:public"] == b"3"
+
+
 def test_tasks_that_wait_are_written_by_a_batch_as_by_a_submit_each(conn, store, batches, config) -> None:
     """Blocks of other heads (a run_at ahead, each its own; tasks run after others, one after two): each task as
     its submit makes it, its key's lifetime counted from its run_at, in keys.DELAYED at its time or waiting in
@@ -317,7 +354,7 @@ def test_a_block_goes_as_every_difference_from_its_template() -> None:
     differences; the template with them put in is the block, value for value and type for type."""
     from app.core.batches import _Template
 
-    template = _Template(1, ["a", 1, "b", b"c"])
+    template = _Template(1, ["a", 1, "b", b"c"], 0)
     assert template.diffs(["a", 1, "b", b"c"]) == []
     assert template.diffs(["x", 1, "b", b"y"]) == [1, "x", 4, b"y"]
     for block in (["x", 1.0, "b", b"y"], ["x", 1, "b", b"y"], ["x", True, "b", b"y"], ["z", 1, "b", b"c"],
