@@ -123,7 +123,7 @@ def test_a_no_op_delivery_sends_the_commands_bench_readme_lists(client: FlaskCli
     assert per.get("smembers", 0) < 0.5 and per.get("exists", 0) < 1.5, sorted(per.items())
     # the head of the queue with the job; the ring's head is read by the LMOVE that ends its turn (app.core.lines)
     assert per.get("lindex", 0) < 1.5, sorted(per.items())
-    # the line's LPOP; the wake list's entries go WAKE_BATCH at once, every WAKE_BATCH-th take (app.core.jobclaims)
+    # the line's LPOP; the wake list is cut to the jobs waiting every WAKE_BATCH-th take (app.core.jobclaims)
     assert per.get("lpop", 0) < 1.5, sorted(per.items())
     # nothing of RQ's execution for a taskport job (record, indexes, started registry): one ZREM, the running index's
     assert per.get("zrem", 0) < 1.5, sorted(per.items())
