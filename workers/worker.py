@@ -249,12 +249,16 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
-        with the task's. Nothing of the execution: :meth:`_recorded_start` wrote none of it to Redis.
+        with the task's. Nothing of the execution: :meth:`_recorded_start` wrote none of it to Redis. The job's
+        start time and worker, which :meth:`_recorded_start` does not write, go in the same HSET: rq-dashboard's
+        finished list and job page show them as before, at no command more.
         Written out as RQ 3.0's calls send them (``Job`` fields, ``BaseRegistry.add``'s score: now + TTL, its member
         the job id; tests/unit/test_rq_steps.py holds them equal): they are built between the processor's return
         and the end's send, and recording RQ's calls on a pipeline took ~30 µs of that (bench/README.md, "The end
         on the next claim's pipeline")."""
-        return [Command("HSET", job.key, ("status", JobStatus.FINISHED.value, "ended_at", rq_time(now()))),
+        assert job.started_at is not None
+        return [Command("HSET", job.key, ("status", JobStatus.FINISHED.value, "ended_at", rq_time(now()),
+                                          "started_at", rq_time(job.started_at), "worker_name", self.name)),
                 Command("EXPIRE", job.key, (FINISHED_JOB_TTL,)),
                 Command("ZADD", FinishedJobRegistry.key_template.format(queue.name),
                         (current_timestamp() + FINISHED_JOB_TTL, job.id))]

@@ -82,8 +82,8 @@ end
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
 # emptied (what it announced is taken or paused). A take uses one entry of it: at every WAKE_BATCH-th take of the
 # queue (its lines hash counts them) the list is cut to one entry a job still waiting, so under a load that never
-# idles a worker the list holds fewer than WAKE_BATCH entries a queue beyond the jobs that wait. An id whose job hash is gone is dropped, as
-# RQ does.
+# idles a worker the list holds fewer than WAKE_BATCH entries a queue beyond the jobs that wait. An id whose job
+# hash is gone is dropped, as RQ does.
 # ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
 CLAIM = Script(
     "claim",

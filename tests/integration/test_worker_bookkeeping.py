@@ -50,6 +50,8 @@ def test_succeeded_tasks_stay_in_the_finished_registry_for_the_window_and_count_
     for task_id in ids:
         job = Job.fetch(task_id, connection=redis_conn)
         assert job.get_status() == JobStatus.FINISHED and job.ended_at is not None
+        # what rq-dashboard shows of a finished job: its start and worker, written at its end (nothing at its start)
+        assert job.started_at is not None and job.started_at <= job.ended_at and job.worker_name == worker.name
         assert 0 < redis_conn.ttl(job.key) <= FINISHED_JOB_TTL
     for name in QUEUES:
         queue = Queue(name, connection=redis_conn)
