@@ -224,9 +224,10 @@ def recover_run(store: TaskStore, jobs: JobQueue, task: Task, stale_before_ms: i
     lost = store.job_id(task.id)
     outcome = store.recover(task, stale_before_ms, jobs.requeue_commands(task, job), job_id=job)
     if outcome:
-        # the lost run's job hash says STARTED with no TTL: the simple worker gives RQ no started registry entry
-        # whose clean-up would file it as abandoned (workers.worker.StoppableSimpleWorker._recorded_start), so it
-        # expires as a failed job would (a worker that was only slow and ends it later keeps the TTL: HSET does)
+        # the lost run's job hash has no TTL (and says QUEUED: the simple worker writes no started state, nor a
+        # started registry entry whose clean-up would file it as abandoned: workers.worker.StoppableSimpleWorker.
+        # _recorded_start), so it expires as a failed job would (a worker that was only slow and ends it later
+        # keeps the TTL: HSET does)
         store.redis.expire(Job.key_for(lost), FAILED_JOB_TTL)
     return outcome
 

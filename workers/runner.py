@@ -97,6 +97,9 @@ class Runner(Endings):
         tracing.setup("worker")  # OpenTelemetry, when the otel extra is installed and OTEL_* ask for it
         self.concurrency = concurrency_spec(config)  # the concurrency limits START applies (app.core.limits)
         self._prestarted: tuple[str, str, Claim] | None = None  # (task id, run id, START's answer): see start_on
+        # the simple worker's RQ name (workers.worker sets it), kept in the task hash while its run holds it: where a
+        # cancel's stop-job goes. '' in a fork or spawn worker's horse, whose job hash names the worker (RQ's own)
+        self.worker = ""
 
     def start_on(self, pipe: Any, task_id: str) -> Callable[[Any], None]:
         """The simple worker's start of a delivery in its own round trip: START queued on ``pipe`` (the pipeline,
@@ -104,7 +107,7 @@ class Runner(Endings):
         reply, which :meth:`run` of the same task then uses instead of starting it again. One round trip a
         delivery fewer (bench/README.md, "A delivery, command by command")."""
         run_id = new_run_id()
-        self.store.start_on(pipe, task_id, run_id, self.concurrency)
+        self.store.start_on(pipe, task_id, run_id, self.concurrency, self.worker)
 
         def started(reply: Any) -> None:
             # an error reply (NOSCRIPT: an emptied script cache; a write refused) wrote nothing: the run starts
@@ -126,7 +129,7 @@ class Runner(Endings):
             run_id, claim = prestarted[1], prestarted[2]
         else:
             run_id = new_run_id()
-            claim = self.store.start(task_id, run_id, self.concurrency)
+            claim = self.store.start(task_id, run_id, self.concurrency, self.worker)
         if claim.parked:
             tlog.info("parked: %s (it waits in PENDING for a slot, holding no worker)", claim.parked)
             return None

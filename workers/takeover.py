@@ -68,25 +68,23 @@ def give_back_claims(conn: redis.Redis, name: str) -> None:
 
 def _runs_of(conn: redis.Redis, predecessor: BaseWorker) -> list[Execution]:
     """The runs ``predecessor`` was making: its execution records (a fork or spawn worker's, RQ's own), and the
-    PROCESSING tasks of taskport's running index whose job it had started (the job's hash names it and says
-    STARTED): the simple worker records no execution and no started registry entry for a taskport job
-    (workers.worker.StoppableSimpleWorker._recorded_start). Its slot's name is used by one live worker at a time
-    and this one has not registered yet, so a job that names it is a run of a predecessor; whether that run is
-    still the task's, recover_now decides. The running index holds the running tasks alone (a few per worker):
-    two pipelined reads, once per takeover."""
+    PROCESSING tasks of taskport's running index whose run it holds (the task's F.WORKER names it, written by
+    START): the simple worker records no execution, no started registry entry and no started state in the job
+    hash for a taskport job (workers.worker.StoppableSimpleWorker._recorded_start). Its slot's name is used by one
+    live worker at a time and this one has not registered yet, so a task that names it is a run of a
+    predecessor; whether that run is still the task's, recover_now decides. The running index holds the running
+    tasks alone (a few per worker): one pipelined read, once per takeover."""
     runs = {execution.job_id: execution for execution in predecessor.get_current_executions(refresh=True)}
     task_ids = [as_text(member) for member in cast(list[bytes], conn.zrange(RunningIndex.key, 0, -1))]
     if not task_ids:
         return list(runs.values())
     with conn.pipeline(transaction=False) as pipe:
         for task_id in task_ids:
-            pipe.hget(keys.task(task_id), F.JOB)
-        job_ids = [job_of(task_id, job) for task_id, job in zip(task_ids, pipe.execute(), strict=True)]
-        for job_id in job_ids:
-            pipe.hmget(Job.key_for(job_id), "worker_name", "status")
-        named = pipe.execute()
-    for job_id, (worker, status) in zip(job_ids, named, strict=True):
-        if worker and status and as_text(worker) == predecessor.name and as_text(status) == JobStatus.STARTED:
+            pipe.hmget(keys.task(task_id), F.JOB, F.WORKER, F.STATUS)
+        found = pipe.execute()
+    for task_id, (job, worker, status) in zip(task_ids, found, strict=True):
+        if worker and status and as_text(worker) == predecessor.name and as_text(status) == TaskStatus.PROCESSING:
+            job_id = job_of(task_id, job)
             runs.setdefault(job_id, Execution(uuid4().hex, job_id, conn, worker_name=predecessor.name))
     return list(runs.values())
 
@@ -136,7 +134,8 @@ def _take_over_run(conn: redis.Redis, config: Config, predecessor: BaseWorker, e
             job.set_status(JobStatus.QUEUED, pipeline=pipe)
             pipe.lpush(Queue(job.origin, connection=conn).key, job.id)  # the head: it was next
             pipe.rpush(keys.JOB_WAKE, job.origin)
-        elif job is not None and job.get_status(refresh=False) == JobStatus.STARTED:
+        elif job is not None and job.get_status(refresh=False) in (JobStatus.STARTED, JobStatus.QUEUED):
+            # STARTED: a fork or spawn worker's run; QUEUED: a simple worker's, whose job hash was left as queued
             record_job_failure(job, f"abandoned: worker {predecessor.name} died running it", pipe)
         pipe.execute()
     tlog = task_logger(log, task_id)

@@ -205,8 +205,12 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
             # the id leaves the claim list before START makes the task PROCESSING: cut short between the two, the task
             # is PENDING with its job nowhere, which RECONCILE puts back (workers.housekeeping)
             self._unclaim(job, pipe)
-            # a taskport job's START in the same round trip, after those writes (Runner.start_on)
-            started = runner.active().start_on(pipe, job.args[0]) if job.func_name == RUN_TASK else None
+            # a taskport job's START in the same round trip, after those writes (Runner.start_on), naming this worker
+            started = None
+            if job.func_name == RUN_TASK:
+                active = runner.active()
+                active.worker = self.name
+                started = active.start_on(pipe, job.args[0])
             replies = pipe.execute(raise_on_error=started is None)
         if started is not None:
             for reply in replies[:-1]:
@@ -225,15 +229,17 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
                 run.rq_finish, run.rq_finished = None, False
 
     def _recorded_start(self, job: Job, ttl: int, pipe: Any) -> Execution:
-        """A taskport job's start in RQ, on the start pipeline: the job's started state alone (worker_name: where
-        RQ's stop-job command, a cancel, goes; workers.takeover finds a dead worker's run from it and the task's
-        place in taskport's running index). No execution record, index of the worker's executions or of the job's,
-        and no started registry entry: five commands here and three at the end (bench/README.md, "A delivery,
-        command by command"), each a copy of what the task hash and ``{tp}:running`` hold (START, on the same
-        pipeline, writes them). The execution lives in this process's memory (``self.executions``), which is
-        where RQ's stop-job command looks; another process (rq-dashboard, ``rq info``, ``Worker.all()``) sees no
-        current job for this worker and no "started" job: the decision issue 32 allows (docs/operations.md)."""
-        self._start_job(job, ttl, pipe)
+        """A taskport job's start in RQ, on the start pipeline: the worker's heartbeat (coalesced) and nothing of
+        the job. Its started state (status, started_at, worker_name, last_heartbeat in the job hash), an execution
+        record, the indexes of the worker's executions and of the job's, and a started registry entry are each a
+        copy of what the task hash and ``{tp}:running`` hold (START, on the same pipeline, writes them): six
+        commands here and three at the end (bench/README.md, "A delivery, command by command" and "A delivery,
+        third round"). The worker's name is the task's (F.WORKER, written by START): a cancel's stop-job command
+        goes there (app.core.scripts.TRANSITION) and workers.takeover finds a dead worker's run by it. The
+        execution lives in this process's memory (``self.executions``), which is where RQ's stop-job command
+        looks; another process (rq-dashboard, ``rq info``, ``Worker.all()``) sees no current job for this worker,
+        no "started" job, and the job as queued until it ends: the decision issue 32 allows (docs/operations.md)."""
+        self._start_job(job, ttl, pipe, write=False)
         execution = Execution(id=uuid4().hex, job_id=job.id, connection=self.connection, worker_name=self.name)
         execution._job = job
         return execution
@@ -243,12 +249,16 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         the finished registry for ``FINISHED_JOB_TTL``), as commands that
         the task's completion replays in its own step (app.core.scripts.TRANSITION's job commands), only when
         it wins: the finish's round trip and its MULTI go, and RQ's record of the end can no longer disagree
-        with the task's. Nothing of the execution: :meth:`_recorded_start` wrote none of it to Redis.
+        with the task's. Nothing of the execution: :meth:`_recorded_start` wrote none of it to Redis. The job's
+        start time and worker, which :meth:`_recorded_start` does not write, go in the same HSET: rq-dashboard's
+        finished list and job page show them as before, at no command more.
         Written out as RQ 3.0's calls send them (``Job`` fields, ``BaseRegistry.add``'s score: now + TTL, its member
         the job id; tests/unit/test_rq_steps.py holds them equal): they are built between the processor's return
         and the end's send, and recording RQ's calls on a pipeline took ~30 µs of that (bench/README.md, "The end
         on the next claim's pipeline")."""
-        return [Command("HSET", job.key, ("status", JobStatus.FINISHED.value, "ended_at", rq_time(now()))),
+        assert job.started_at is not None
+        return [Command("HSET", job.key, ("status", JobStatus.FINISHED.value, "ended_at", rq_time(now()),
+                                          "started_at", rq_time(job.started_at), "worker_name", self.name)),
                 Command("EXPIRE", job.key, (FINISHED_JOB_TTL,)),
                 Command("ZADD", FinishedJobRegistry.key_template.format(queue.name),
                         (current_timestamp() + FINISHED_JOB_TTL, job.id))]
@@ -263,19 +273,21 @@ class StoppableSimpleWorker(Leased, PromptUnsubscribe, GracefulStop, HonoursPaus
         self.increment_successful_job_count()
         self.increment_total_working_time(job.ended_at - job.started_at)
 
-    def _start_job(self, job: Job, ttl: int, pipe: Any) -> None:
+    def _start_job(self, job: Job, ttl: int, pipe: Any, *, write: bool = True) -> None:
         """What RQ's prepare_job_execution writes (with three queues it has no intermediate queue to trim). The
         job's part is RQ's ``Job.prepare_for_execution`` (with last_heartbeat: RQ's job.heartbeat is its twin),
         the same fields and texts, its two times formatted once by app.core.clock.rq_time (strftime was ~3% of a
-        no-op delivery's worker CPU)."""
+        no-op delivery's worker CPU). ``write=False``: the job's part in this process's Job alone (a taskport
+        job's: :meth:`_recorded_start`)."""
         self.heartbeat(ttl, pipeline=pipe)
         job.worker_name, job._status = self.name, JobStatus.STARTED
         job.last_heartbeat = job.started_at = now()
+        if not write:
+            return
         at = rq_time(job.started_at)
         pipe.hset(job.key, mapping={"last_heartbeat": at, "status": JobStatus.STARTED, "started_at": at,
                                     "worker_name": self.name})
-        if job.func_name != RUN_TASK:
-            pipe.persist(job.key)  # taskport's own jobs are queued with no TTL (app.core.jobs): nothing to persist
+        pipe.persist(job.key)
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         if self._prepared == job.id and not remove_from_intermediate_queue:

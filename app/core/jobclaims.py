@@ -11,11 +11,14 @@ lists, so the take is split, as BullMQ's is:
 - A worker with nothing to take blocks on ``keys.JOB_WAKE``, a list that holds no job: every job queued by
   taskport pushes one entry there (app.core.jobs records it with RQ's enqueue), and a claim uses one. A lost
   answer to that BLPOP costs nothing. A job queued without one (RQ's own enqueue, a queue resumed) is seen
-  at the worker's next look, within ``WAKE_WAIT`` s. The claims use the entries in batches (``WAKE_BATCH`` at
-  every ``WAKE_BATCH``-th take of a queue, counted in its lines hash: one LPOP where there were that many): an
-  entry sits on the list only while no worker blocks on it (a blocked BLPOP takes a pushed entry at once), and
-  a claim that finds nothing empties it, so the entries a batch leaves or takes early wake no one and keep no one
-  waiting; they only bound the list, at ``WAKE_BATCH`` - 1 entries a queue beyond the jobs that wait.
+  at the worker's next look, within ``WAKE_WAIT`` s. The claims use the entries in batches (at every
+  ``WAKE_BATCH``-th take of a queue, counted in its lines hash, the list is cut to as many entries as jobs wait
+  in the worker's queues: two or three LLENs and an LTRIM where there were that many LPOPs): an entry sits on
+  the list only while no worker blocks on it (a blocked BLPOP takes a pushed entry at once), and a claim that
+  finds nothing empties it. A batch keeps an entry for every job still waiting, so a worker that blocks after an
+  empty take is woken by the jobs queued meanwhile (a batch of ``WAKE_BATCH`` LPOPs took theirs too, and the
+  worker slept ``WAKE_WAIT`` while they waited); the entries left beyond the jobs wake a worker whose take then
+  finds nothing, and bound the list at ``WAKE_BATCH`` - 1 entries a queue beyond the jobs that wait.
 - The claim is cleared in the pipeline that starts the job (workers.dequeue; the simple worker's
   workers.worker.StoppableSimpleWorker.execute_job, where START, last on it, makes the task PROCESSING).
 
@@ -77,10 +80,10 @@ end
 # the next id of the first unpaused queue that has one moves onto its claim list: the members' in turn
 # (app.core.lines.TAKE_FROM: fair dispatch). Returns {i, id, job hash as a flat list}
 # (i: the queue's position in ``queues``, from 1) or {0} when there is nothing to take; the wake list is then
-# emptied (what it announced is taken or paused). A take uses one entry of it, WAKE_BATCH at once at every
-# WAKE_BATCH-th take of the queue (its lines hash counts them), so under a load that never idles a worker the list
-# holds fewer than WAKE_BATCH entries a queue beyond the jobs that wait. An id whose job hash is gone is dropped, as
-# RQ does.
+# emptied (what it announced is taken or paused). A take uses one entry of it: at every WAKE_BATCH-th take of the
+# queue (its lines hash counts them) the list is cut to one entry a job still waiting, so under a load that never
+# idles a worker the list holds fewer than WAKE_BATCH entries a queue beyond the jobs that wait. An id whose job
+# hash is gone is dropped, as RQ does.
 # ``register``: the worker joins keys.JOB_CLAIMANTS (its first take, then once a minute: not per delivery).
 CLAIM = Script(
     "claim",
@@ -127,8 +130,17 @@ for i, queue in ipairs(queues) do
       head = nil
       if not id then break end
       -- the announcements the takes used, a batch at once: under a load that never leaves a worker idle the list
-      -- would grow by one a job (bench/README.md, the memory row)
-      if took % __WAKE_BATCH__ == 0 then redis.call('LPOP', wake, __WAKE_BATCH__) end
+      -- would grow by one a job (bench/README.md, the memory row). The batch keeps an entry for each job still
+      -- waiting in these queues (a paused one's too): a take's batch that took the entries of jobs queued after
+      -- an idle worker's empty take, before its BLPOP, left it asleep for WAKE_WAIT while they waited. The first
+      -- queue is not read when the take's first look said it has no key
+      if took % __WAKE_BATCH__ == 0 then
+        local waiting = 0
+        for j, other in ipairs(queues) do
+          if j > 1 or look_first then waiting = waiting + redis.call('LLEN', other) end
+        end
+        if waiting == 0 then redis.call('DEL', wake) else redis.call('LTRIM', wake, -waiting, -1) end
+      end
       local job = redis.call('HGETALL', job_prefix .. id)
       if #job > 0 then return {i, id, job} end
       redis.call('LREM', claims, -1, id)

@@ -46,6 +46,10 @@ class TaskField(StrEnum):
     COMPLETED_AT = "completed_at"
     EXPIRES_AT = "expires_at"
     RUN_ID = "run_id"  # the run that holds the task while PROCESSING
+    # the simple worker (its RQ name) whose run holds the task while PROCESSING, dropped with RUN_ID: where a
+    # cancel's stop-job command goes and what a takeover finds a dead worker's run by (workers.worker: RQ's job
+    # hash does not say so for its taskport jobs)
+    WORKER = "worker"
     SEQ = "seq"  # the event sequence number, bumped by every write (see events)
     PAYLOAD_SHA256 = "payload_sha256"  # of the payload JSON, for the audit trail
     JOB = "job"  # the current RQ job id when it is not the task id (a recovery re-queued it)

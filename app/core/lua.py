@@ -246,27 +246,41 @@ class Script:
     def preamble(self) -> str:
         """The Lua that binds every name of the table to its position (the only place a position is spelt); a
         ``once`` script's ONCE_KEY and ONCE_ARG come first."""
+        return self._once_preamble() + self._table_preamble()
+
+    def _once_preamble(self) -> str:
+        return f"local {ONCE_KEY} = KEYS[1]\nlocal {ONCE_ARG} = ARGV[1]\n" if self.once else ""
+
+    def _table_preamble(self) -> str:
+        """The preamble less a ``once`` script's ONCE_KEY and ONCE_ARG."""
         key_names, arg_names = self.key_names, self.arg_names
-        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(key_names, 1)]
+        skip = 1 if self.once else 0
+        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(key_names, 1) if i > skip]
         if self.rest_keys:  # copied one by one: unpack() fails past ~8,000 values (a batch's keys)
             name = self.rest_keys.name
             lines.append(f"local {name} = {{}}")
             lines.append(f"for i = {len(key_names) + 1}, #KEYS - 1 do {name}[i - {len(key_names)}] = KEYS[i] end")
         lines.append(f"local {AUDIT_STREAM} = KEYS[#KEYS]")
-        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(arg_names, 1)]
+        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(arg_names, 1) if i > skip]
         if self.rest:
             lines.append(f"local first_{self.rest.name} = {len(arg_names) + 1}")
         return "\n".join(lines) + "\n"
 
     def source(self, fragment: str = "") -> str:
         """The script as Redis runs it: the SHEBANG, the preamble, then ``fragment`` (the audit function), then
-        the body, markers rendered, without the functions it never calls (:func:`prune`)."""
+        the body, markers rendered, without the functions it never calls (:func:`prune`).
+
+        A ``once`` script's body runs as a function (``once_body``: its answer is recorded), with the preamble and
+        the fragment inside it, its own locals: a Lua closure costs a step per name it takes from outside
+        (an upvalue) each time it is made, which is every call, and a body that took the whole preamble from
+        outside (TRANSITION: ~40 names) cost ~1.5 µs of Redis CPU a call for it (bench/README.md, "A delivery,
+        third round"). Only ONCE_KEY and ONCE_ARG, which the record's head and tail read, are bound outside."""
         if not self.once:
             return prune(SHEBANG + self.preamble() + fragment + render(self.body))
         late = "true" if self.once == LATE else "false"
-        body = (_ONCE_HEAD[self.once] + "local function once_body()\n" + render(self.body) + "\nend\n"
-                + render(_ONCE_TAIL).replace("__LATE__", late))
-        return prune(SHEBANG + self.preamble() + fragment + body)
+        body = (_ONCE_HEAD[self.once] + "local function once_body()\n" + self._table_preamble() + fragment
+                + render(self.body) + "\nend\n" + render(_ONCE_TAIL).replace("__LATE__", late))
+        return prune(SHEBANG + self._once_preamble() + body)
 
     def call(self, keys: Mapping[str, str], args: Mapping[str, Any], rest_keys: Sequence[str] = (),
              rest: Sequence[Any] = (), *, record_ms: int | str = "") -> tuple[list[str], list[Any]]:

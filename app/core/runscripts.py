@@ -34,7 +34,9 @@ START = Script(
           "batch_head": BATCH_HEAD, **LIMIT_KEYS},
     args={"run_id": "the run taking the task", "now_ms": "now", "task_id": "the task's id",
           "concurrency": "the concurrency limits, type=N/key;... ('' = none)",
-          "stall_ms": "the stall timeout (ms): a slot holder's heartbeat older than it lapses"},
+          "stall_ms": "the stall timeout (ms): a slot holder's heartbeat older than it lapses",
+          "worker": "the simple worker's RQ name, written as @worker ('' = none: a fork or spawn worker's run, whose "
+                    "job hash names its worker as RQ writes it)"},
     body=SYNC + OWN_TASK + LIMITS + """
 -- the whole document, read once: the answer is it with this start's writes (no HGETALL after them: bench/README.md)
 local doc = redis.call('HGETALL', task)
@@ -81,6 +83,10 @@ end
 if lk then
   fields[#fields + 1] = @slot
   fields[#fields + 1] = lk
+end
+if worker ~= '' then  -- the run's worker, where a cancel's stop-job goes (TRANSITION drops it with @run_id)
+  fields[#fields + 1] = @worker
+  fields[#fields + 1] = worker
 end
 if log or saved then  -- written only once it is not 0 (a task's bytes: bench/README.md)
   fields[#fields + 1] = @resumed

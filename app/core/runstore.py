@@ -36,28 +36,28 @@ def _items_fields(items: dict[str, int] | None) -> list[Any]:
 
 
 class RunStore(ScriptStore):
-    def start(self, task_id: str, run_id: str, concurrency: str = "") -> Claim:
+    def start(self, task_id: str, run_id: str, concurrency: str = "", worker: str = "") -> Claim:
         """PENDING -> PROCESSING for this run: what it found (see :class:`Claim`). ``concurrency``: the limits
         (app.core.limits.concurrency_spec); a task over its limit is parked instead, its Claim's ``parked``
-        saying why."""
+        saying why. ``worker``: the simple worker's RQ name, kept in the task while the run holds it (F.WORKER)."""
         return self.claim_of(task_id, self.run_script(runscripts.START.name, *self._start_call(task_id, run_id,
-                                                                                             concurrency)))
+                                                                                             concurrency, worker)))
 
-    def start_on(self, pipe: Any, task_id: str, run_id: str, concurrency: str = "") -> None:
+    def start_on(self, pipe: Any, task_id: str, run_id: str, concurrency: str = "", worker: str = "") -> None:
         """Queue :meth:`start`'s script on ``pipe`` (a pipeline without MULTI) as EVALSHA: the simple worker sends it
         in the round trip that records the job's start in RQ (workers.worker). Its reply goes to :meth:`claim_of`;
         after an error reply (NOSCRIPT: a Redis whose script cache was emptied) the run calls :meth:`start`."""
-        keys_, args = self._start_call(task_id, run_id, concurrency)
+        keys_, args = self._start_call(task_id, run_id, concurrency, worker)
         keys_ = [*keys_, keys.AUDIT]  # as run_script: every script's last key
         pipe.evalsha(self._scripts[runscripts.START.name].sha, len(keys_), *keys_, *args)
 
-    def _start_call(self, task_id: str, run_id: str, concurrency: str) -> tuple[list[str], list[Any]]:
+    def _start_call(self, task_id: str, run_id: str, concurrency: str, worker: str) -> tuple[list[str], list[Any]]:
         return runscripts.START.call(
             keys={"task": keys.task(task_id), "payload": keys.payload(task_id), "running": keys.RUNNING,
                   "events": keys.events(task_id), "checkpoint": keys.checkpoint(task_id),
                   "cursor": keys.cursor(task_id), "batch_head": keys.BATCH_HEAD, **LIMIT_KEYS},
             args={"run_id": run_id, "now_ms": now_ms(), "task_id": task_id, "concurrency": concurrency,
-                  "stall_ms": int(self.config.stall_timeout * 1000)})
+                  "stall_ms": int(self.config.stall_timeout * 1000), "worker": worker})
 
     @staticmethod
     def claim_of(task_id: str, answer: Any) -> Claim:

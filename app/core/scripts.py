@@ -11,6 +11,8 @@ status, no field and no counter, only markers (app.core.lua).
 
 from __future__ import annotations
 
+from rq.command import PUBSUB_CHANNEL_TEMPLATE
+
 from app.core.batchscripts import BATCH, SYNC
 from app.core.config import Config
 from app.core.creation import CREATE, QUOTA, SIBLING
@@ -224,7 +226,7 @@ TRANSITION = Script(
 local first_field = first_command + tonumber(job_argc)
 local cur = redis.call('HMGET', task, @status, @run_id, @expires_at, @dependents, @waiting_for, @batch,
                        @callback_url, @callback_events, @stored, @member, @slot, @seq, @type, @error_code,
-                       @attempts, @payload_sha256, @output_bytes, @checkpoints)
+                       @attempts, @payload_sha256, @output_bytes, @checkpoints, @worker, @job)
 local status = cur[1]
 if not status then return {0, ''} end
 local ok = false
@@ -266,8 +268,14 @@ end
 redis.call('HSET', task, unpack(fields))
 -- the run ends; a run that ends its task also drops the task's place in line, kept for nothing after its take
 -- (~50 bytes of every finished task: a rerun puts the task in line again)
-if status == $PROCESSING and not unfinished[new_status] then redis.call('HDEL', task, @run_id, @line)
-else redis.call('HDEL', task, @run_id) end
+if status == $PROCESSING and not unfinished[new_status] then redis.call('HDEL', task, @run_id, @worker, @line)
+else redis.call('HDEL', task, @run_id, @worker) end
+if cur[19] and new_status == $CANCELLED then
+  -- a simple worker's run cancelled: RQ's stop-job command to that worker in the same step (RQ's
+  -- send_stop_job_command finds no worker_name in the job hash of a simple worker's run: workers.worker)
+  redis.call('PUBLISH', '__STOP_CHANNEL__' .. cur[19],
+             cjson.encode({command = 'stop-job', job_id = cur[20] or task_id}))
+end
 if cur[11] then  -- its concurrency slot (or its place in a limit's line) goes, and the line moves on
   redis.call('HDEL', task, @slot, @limited)
   limit_leave(cur[11], task_id, tonumber(now_ms))
@@ -320,7 +328,7 @@ if refund ~= '' then attempts = fields[#fields] end
 audit_entry(task_id, status, {written[@member] or cur[10], written[@type] or cur[13], new_status,
                               written[@error_code] or cur[14], attempts, written[@payload_sha256] or cur[16]})
 return {1, status}
-""".replace("__CALLBACK_PENDING__", CallbackState.PENDING))
+""".replace("__CALLBACK_PENDING__", CallbackState.PENDING).replace("__STOP_CHANNEL__", PUBSUB_CHANNEL_TEMPLATE % ""))
 
 # Run a FAILED or CANCELLED task again (POST /tasks/{id}/retry): the same task back to PENDING and its RQ job
 # queued as job_id (its commands replayed as in SUBMIT), in one step, so the task is never PENDING without a

@@ -31,9 +31,14 @@ import requests
 from rq import Worker
 from rq_scheduler import Scheduler
 
+from app.core import keys
 from app.core.config import Config, without_settings
 from app.core.connection import connect
+from app.core.jobs import task_of_job
+from app.core.keys import TaskField
 from app.core.process import alive, free_port, kill_session, read_pid
+from app.core.states import TaskStatus
+from app.core.store import job_of
 from app.launch.embedded import EmbeddedRedis
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -475,12 +480,16 @@ def task_workers(conn: redis.Redis) -> list[Worker]:
 
 
 def running_workers(conn: redis.Redis, job_id: str) -> list[Worker]:
-    """The task workers running RQ job ``job_id``: the one its job hash names (worker_name) while the job is
-    STARTED, as RQ's stop-job command finds it. Not ``Worker.get_current_job_id``, read from RQ's execution
-    records, which the simple worker does not write for a taskport job (bench/README.md, issue 32)."""
-    name, status = conn.hmget(f"rq:job:{job_id}", ["worker_name", "status"])
-    if not name or status != b"started":
-        return []
+    """The task workers running RQ job ``job_id`` (its task's, one of this test's), as a cancel's stop-job command
+    finds it: the simple worker its task names (F.WORKER, while PROCESSING under that job), or the fork or spawn
+    worker its job hash names (worker_name) while the job is STARTED. Not ``Worker.get_current_job_id``, read from
+    RQ's execution records, which the simple worker does not write for a taskport job (bench/README.md, issue 32)."""
+    task_id = task_of_job(job_id)
+    name, status, job = conn.hmget(keys.task(task_id), [TaskField.WORKER, TaskField.STATUS, TaskField.JOB])
+    if not name or status != TaskStatus.PROCESSING.encode() or job_of(task_id, job) != job_id:
+        name, status = conn.hmget(f"rq:job:{job_id}", ["worker_name", "status"])
+        if not name or status != b"started":
+            return []
     return [w for w in task_workers(conn) if w.name == name.decode()]
 
 

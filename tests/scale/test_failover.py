@@ -249,8 +249,9 @@ def checkpointed_runs(bed: Bed, host: str) -> int:
     pids = set(netns_pids(bed.hosts[host].ns))
     count = 0
     for task_id in remote("ZRANGE", keys.RUNNING, 0, -1):
-        job, checkpoints = remote("HMGET", keys.task(task_id), keys.TaskField.JOB, keys.TaskField.CHECKPOINTS)
-        worker = remote("HGET", f"rq:job:{job or task_id}", "worker_name")
+        job, checkpoints, worker = remote("HMGET", keys.task(task_id), keys.TaskField.JOB, keys.TaskField.CHECKPOINTS,
+                                          keys.TaskField.WORKER)  # a simple worker's run: the task names it
+        worker = worker or remote("HGET", f"rq:job:{job or task_id}", "worker_name")  # a fork or spawn worker's
         pid = remote("HGET", f"rq:worker:{worker}", "pid") if worker else None
         count += bool(pid and int(pid) in pids and int(checkpoints or 0) > 0)
     return count

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from rq import Worker
+from rq.command import PUBSUB_CHANNEL_TEMPLATE, parse_payload
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
@@ -22,6 +23,7 @@ from app.core.answers import NewTask
 from app.core.clock import now_ms
 from app.core.config import Config
 from app.core.jobs import FAILED_JOB_TTL
+from app.core.keys import TaskField
 from app.core.states import CLAIM_TAKEN, QUEUES, TaskStatus
 from workers.housekeeping import Housekeeper, PassReport, recover_now
 from workers.takeover import replace_predecessor
@@ -43,8 +45,8 @@ def make(hk, max_attempts=1):
     return new.task_id
 
 
-def run(hk, task_id):
-    started = hk.store.start(task_id, "run-1").started
+def run(hk, task_id, worker=""):
+    started = hk.store.start(task_id, "run-1", worker=worker).started
     assert started is not None
     return "run-1"
 
@@ -129,14 +131,15 @@ def test_a_stalled_run_is_requeued_without_using_an_attempt(hk, conn, config):
 
 def test_a_stalled_simple_worker_runs_job_expires_as_a_failed_job_would(hk, conn, config):
     """The simple worker writes no started registry entry for a taskport run (RQ's clean-up of it filed a dead
-    worker's job as abandoned, with a TTL): the recovery gives the lost run's job hash, STARTED, that TTL."""
+    worker's job as abandoned, with a TTL), nor its started state: the recovery gives the lost run's job hash,
+    as it was queued, that TTL."""
     task_id = make(hk, max_attempts=2)
-    run(hk, task_id)
+    run(hk, task_id, SLOT)
     conn.lrem("rq:queue:default", 0, task_id)
     job = Job.fetch(hk.store.job_id(task_id), connection=conn)
     worker = StoppableSimpleWorker(list(QUEUES), name=SLOT, connection=conn)
     with conn.pipeline(transaction=False) as pipe:
-        worker._start_job(job, 120, pipe)
+        worker._recorded_start(job, 120, pipe)
         pipe.execute()
     assert conn.ttl(job.key) == -1
     pass_(hk, "recover", now_ms() + int(config.stall_timeout * 1000) + 1000)
@@ -254,24 +257,23 @@ def test_a_worker_in_a_dead_predecessors_slot_recovers_its_run_and_removes_it_fr
     successor.register_death()
 
 
-def test_a_simple_workers_run_is_taken_over_from_the_running_index_and_the_job_hash(hk, conn, config, caplog):
-    """The simple worker records nothing of a taskport run in RQ but the job hash's started state (no execution
-    record, no index of the worker's executions, no started registry entry: workers.worker
+def test_a_simple_workers_run_is_taken_over_from_the_running_index_and_the_task(hk, conn, config, caplog):
+    """The simple worker records nothing of a taskport run in RQ (no execution record, no index of the worker's
+    executions, no started registry entry, no started state in the job hash: workers.worker
     StoppableSimpleWorker._recorded_start), so RQ lists no current job for it: its successor finds the run from
-    taskport's running index (the task PROCESSING) and the job hash (worker_name, STARTED). Another worker's run
-    is left alone."""
+    taskport's running index and the task (PROCESSING, its worker field naming the slot, written by START).
+    Another worker's run is left alone."""
     task_id, other = make(hk, max_attempts=1), make(hk, max_attempts=1)
-    for t in (task_id, other):
-        run(hk, t)
     started = []
     for t, name in ((task_id, SLOT), (other, "host.0123abcd.worker-2")):
+        run(hk, t, name)
         worker = StoppableSimpleWorker(list(QUEUES), name=name, connection=conn)
         worker.register_birth()
         worker._renewing.set()
         conn.lrem("rq:queue:default", 0, t)
         job = Job.fetch(hk.store.job_id(t), connection=conn)
         with conn.pipeline(transaction=False) as pipe:
-            worker._start_job(job, 120, pipe)  # the job's started state alone
+            worker._recorded_start(job, 120, pipe)
             pipe.execute()
         started.append(job)
     with caplog.at_level(logging.INFO, logger="workers.worker"):
@@ -279,14 +281,15 @@ def test_a_simple_workers_run_is_taken_over_from_the_running_index_and_the_job_h
     assert hk.store.get(task_id).status == TaskStatus.PENDING  # recovered at once
     assert hk.store.get(other).status == TaskStatus.PROCESSING  # the other slot's run: not this one's
     assert started[0].get_status(refresh=True) == JobStatus.FAILED  # an abandoned job, as RQ records one
-    assert started[1].get_status(refresh=True) == JobStatus.STARTED
+    assert started[1].get_status(refresh=True) == JobStatus.QUEUED
     [line] = [r for r in caplog.records if "predecessor" in r.getMessage()]
     assert getattr(line, "task_id", None) == task_id and "its run recovered at once" in line.getMessage()
 
 
-def test_a_simple_workers_start_of_a_taskport_job_records_only_the_jobs_started_state(hk, conn):
-    """What RQ would record of the run beside the job hash (the execution record, the worker's and the job's
-    indexes of executions, the started registry) repeats the task hash and the running index: none is written."""
+def test_a_simple_workers_start_of_a_taskport_job_records_nothing_of_the_job(hk, conn):
+    """What RQ would record of the run (the job hash's started state, the execution record, the worker's and the
+    job's indexes of executions, the started registry) repeats the task hash and the running index: none is
+    written. The worker's name is the task's while its run holds it (START), dropped when the run ends."""
     task_id = make(hk)
     worker = StoppableSimpleWorker(list(QUEUES), name=SLOT, connection=conn)
     job = Job.fetch(hk.store.job_id(task_id), connection=conn)
@@ -296,7 +299,30 @@ def test_a_simple_workers_start_of_a_taskport_job_records_only_the_jobs_started_
         pipe.execute()
     assert execution.job_id == job.id and execution.worker_name == SLOT
     assert set(conn.keys("*")) - before == {worker.key.encode()}  # its heartbeat: the worker's registration
-    assert conn.hmget(job.key, "status", "worker_name") == [b"started", SLOT.encode()]
+    assert conn.hmget(job.key, "status", "worker_name") == [b"queued", b""]  # as queued
+    run(hk, task_id, SLOT)
+    assert conn.hget(keys.task(task_id), TaskField.WORKER) == SLOT.encode()
+    assert hk.store.complete(task_id, "run-1", None, items=None, failures=[], error_code=None)
+    assert conn.hget(keys.task(task_id), TaskField.WORKER) is None
+
+
+def test_a_cancel_of_a_simple_workers_run_sends_rqs_stop_job_command_to_that_worker(hk, conn):
+    """RQ's send_stop_job_command finds no worker_name in the job hash of a simple worker's run (nothing of the job
+    is written at its start), so the cancel itself sends RQ's command to the worker the task names, in the step
+    that cancels it; a run that names no worker (a fork or spawn worker's: RQ's own job hash names it) gets none
+    from the cancel, only from RQ's command (app.core.jobs.JobQueue.stop), as before."""
+    simple, fork = make(hk), make(hk)
+    listener = conn.pubsub()
+    listener.psubscribe(PUBSUB_CHANNEL_TEMPLATE % "*")
+    assert listener.get_message(timeout=1)["type"] == "psubscribe"
+    run(hk, simple, SLOT)
+    run(hk, fork)
+    assert hk.store.cancel(fork).done and hk.store.cancel(simple).done
+    message = listener.get_message(timeout=1)
+    assert message["channel"] == (PUBSUB_CHANNEL_TEMPLATE % SLOT).encode()
+    assert parse_payload(message) == {"command": "stop-job", "job_id": simple}  # as RQ's send_command writes it
+    assert listener.get_message(timeout=0.1) is None  # one command, and none for the fork worker's run
+    assert conn.hget(keys.task(simple), TaskField.WORKER) is None
 
 
 def test_past_the_bound_of_lost_runs_the_predecessors_run_fails_minus_3(hk, conn, tmp_path):

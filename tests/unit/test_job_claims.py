@@ -138,8 +138,8 @@ def test_every_queued_job_announces_itself_on_the_wake_list(conn, enqueue):
 
 
 def test_the_takes_use_the_wake_lists_entries_in_batches_and_keep_it_bounded(conn, enqueue):
-    """Under a load that never idles a worker the list stays within WAKE_BATCH entries of the jobs waiting, with
-    one LPOP every WAKE_BATCH takes (a command fewer a delivery: bench/README.md, issue 32)."""
+    """Under a load that never idles a worker the list stays within WAKE_BATCH entries of the jobs waiting, cut
+    every WAKE_BATCH takes (a command fewer a delivery: bench/README.md, issue 32)."""
     for i in range(2 * WAKE_BATCH + 1):
         enqueue(f"j{i}", "low", 60)
     claims = Claims(conn)
@@ -153,6 +153,31 @@ def test_the_takes_use_the_wake_lists_entries_in_batches_and_keep_it_bounded(con
         waiting = len(queued(conn, "low"))
         assert waiting <= conn.llen(keys.JOB_WAKE) < waiting + WAKE_BATCH
     assert conn.llen(keys.JOB_WAKE) == 1 and len(queued(conn, "low")) == 1
+
+
+def test_a_batch_of_the_wake_list_never_takes_the_entry_of_a_job_still_waiting(conn, enqueue):
+    """A worker blocks on the wake list only after a take found nothing (the list emptied then). Jobs queued before
+    its BLPOP arrives announce themselves there, and a take in between by a busy worker may be its queue's
+    WAKE_BATCH-th: its batch must leave an entry for each job still waiting, or the idle worker sleeps WAKE_WAIT
+    (1 s) while one waits (the take popped every entry, its own job's and the others')."""
+    claims = Claims(conn)
+    for i in range(WAKE_BATCH - 1):  # the queue's takes up to the one before a batch
+        enqueue(f"j{i}", "low", 60)
+        claims.take("busy", QUEUE_PAIRS)
+        conn.delete(keys.job_claims("busy"))
+    assert claims.take("idle", QUEUE_PAIRS) is None and conn.llen(keys.JOB_WAKE) == 0  # it is about to block
+    enqueue("first", "high", 60)
+    enqueue("second", "low", 60)
+    enqueue("third", "low", 60)
+    taken = claims.take("busy", QUEUE_PAIRS)  # high's, first
+    assert taken is not None and taken[1] == "first"
+    conn.delete(keys.job_claims("busy"))
+    taken = claims.take("busy", QUEUE_PAIRS)  # low's WAKE_BATCH-th take: its batch
+    assert taken is not None and taken[1] == "second"
+    conn.delete(keys.job_claims("busy"))
+    assert queued(conn, "low") == ["third"]
+    assert conn.llen(keys.JOB_WAKE) >= 1  # the idle worker's BLPOP returns at once, for the job that waits
+    assert claims.take("idle", QUEUE_PAIRS)[1] == "third"
 
 
 def test_a_worker_runs_its_jobs_through_the_claim_and_leaves_no_claim(config, conn):

@@ -6,13 +6,13 @@ job's times by datetime.fromisoformat."""
 from __future__ import annotations
 
 import typing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import DefaultSerializer, JSONSerializer
-from rq.utils import str_to_date
+from rq.utils import str_to_date, utcformat
 
 from app.core.clock import rq_time
 from app.core.jobs import FINISHED_JOB_TTL, RUN_TASK
@@ -66,16 +66,19 @@ def test_a_jobs_start_writes_what_rqs_prepare_for_execution_writes(conn, monkeyp
 def test_a_completed_jobs_end_is_what_rqs_calls_write(conn, monkeypatch: pytest.MonkeyPatch) -> None:
     """The end of a completed job in RQ, which TRANSITION replays (workers.worker._finish_commands), written out:
     the same commands, keys and arguments as RQ's own calls on a pipeline (the job's fields, its TTL, the finished
-    registry's ``add`` with its score)."""
+    registry's ``add`` with its score), with the job's started_at and worker_name in its HSET: the simple worker
+    writes nothing of the job's start (workers.worker.StoppableSimpleWorker._recorded_start)."""
     at = datetime(2026, 12, 7, 11, 40, 1, 20345, tzinfo=UTC)
     monkeypatch.setattr("workers.worker.now", lambda: at)
     monkeypatch.setattr("workers.worker.current_timestamp", lambda: 1_796_644_801)
     monkeypatch.setattr("rq.registry.current_timestamp", lambda: 1_796_644_801)
     worker = StoppableSimpleWorker(["default"], name="w1", connection=conn)
     job = Job.create(RUN_TASK, args=("t1",), id="j1", connection=conn, origin="default")
+    job.started_at = started = at - timedelta(seconds=3)
     queue = Queue("default", connection=conn)
     with conn.pipeline() as pipe:
-        pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(at)})
+        pipe.hset(job.key, mapping={"status": JobStatus.FINISHED, "ended_at": rq_time(at),
+                                    "started_at": utcformat(started), "worker_name": "w1"})
         pipe.expire(job.key, FINISHED_JOB_TTL)
         queue.finished_job_registry.add(job, FINISHED_JOB_TTL, pipeline=pipe)
         rqs = [(str(args[0]), args[1], tuple(args[2:])) for args, _ in pipe.command_stack]

@@ -237,7 +237,7 @@ def test_a_starts_answer_is_the_task_document_as_written(store, conn, resumed):
         run_id = started(store, new)
         store.report(new.task_id, run_id, 10, checkpoint=b'{"c":[1,0,0]}')
         assert store.interrupted(new.task_id, run_id, "a worker stop", [], "job-r")
-    answer = store.run_script(runscripts.START.name, *store._start_call(new.task_id, "run-9", ""))
+    answer = store.run_script(runscripts.START.name, *store._start_call(new.task_id, "run-9", "", "worker-1"))
     assert answer[0] == 1
     flat = answer[2]
     assert dict(zip(flat[::2], flat[1::2], strict=True)) == conn.hgetall(keys.task(new.task_id))
