@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from flask import Flask
+from flask import Flask, session
+from flask.sessions import NullSession
 from werkzeug.test import EnvironBuilder
 
 from app.web.webapp import HOSTS_KEPT, TaskportFlask
@@ -60,3 +61,25 @@ def test_settings_that_route_by_host_take_flasks_way_and_hosts_kept_are_bounded(
         adapters(app, {"HTTP_HOST": f"host{i}.example"})
     assert len(app._bound) == HOSTS_KEPT
     assert adapters(app, {"HTTP_HOST": "late.example"})[1] == "late.example"
+
+
+def test_without_a_secret_key_the_session_is_a_null_one_that_refuses_writes():
+    app = TaskportFlask(__name__)
+
+    @app.get("/read")
+    def read() -> str:
+        return str(session.get("a"))
+
+    @app.get("/write")
+    def write() -> str:
+        session["a"] = 1
+        return "written"
+
+    client = app.test_client()
+    assert client.get("/read").text == "None"
+    assert client.get("/write").status_code == 500  # NullSession: "the session is unavailable"
+    with app.test_request_context("/"):
+        assert isinstance(session._get_current_object(), NullSession)  # type: ignore[attr-defined]
+    app.secret_key = "s"
+    assert client.get("/write").text == "written"
+    assert "session=" in client.get("/write").headers["Set-Cookie"]
