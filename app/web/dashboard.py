@@ -204,16 +204,18 @@ def _marked_paused(view: Callable[..., Any], conn: redis.Redis) -> Callable[...,
     return wrapped
 
 
-def _is_dashboard() -> bool:
-    # The path check also covers /rq itself (answered by a redirect to /rq/ before any blueprint is
-    # known) and unknown /rq/... paths, so neither reveals anything without credentials.
-    return request.blueprint == BLUEPRINT or request.path == PREFIX or request.path.startswith(f"{PREFIX}/")
+def is_dashboard_path(path: str) -> bool:
+    """Whether ``path`` is the dashboard's: every rule of its blueprint is under PREFIX (tests/unit/test_dashboard.py),
+    and the path also covers /rq itself (answered by a redirect to /rq/ before any blueprint is known) and unknown
+    /rq/... paths, so neither reveals anything without credentials. The path alone, read once: this runs before every
+    request (bench/README.md, "Status read, seventh pass")."""
+    return path.startswith(PREFIX) and (len(path) == len(PREFIX) or path[len(PREFIX)] == "/")
 
 
 def _guard(user: str, password: str, mutating: frozenset[str]) -> Response | None:
     """Let a dashboard request through only with the operator's credentials, and a state change only as
     a POST from a page of this host."""
-    if not _is_dashboard():
+    if not is_dashboard_path(request.path):
         return None
     refused = operator_check(user, password, "dashboard")
     if refused is not None or request.endpoint not in mutating:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import orjson
 import pytest
 from rq import SimpleWorker
 
@@ -228,3 +229,26 @@ def test_json_content_types_as_sent_or_with_parameters(client):
     body = '{"type": "demo.sleep", "payload": {}}'
     for content_type in ("text/plain", "application/jsonx", "application/json-patch+json"):
         assert client.post("/api/v1/tasks", data=body, content_type=content_type).status_code == 415, content_type
+
+
+@pytest.mark.parametrize("status, headers", [(200, None), (202, {"Location": "/x", "Retry-After": "1"}),
+                                             (410, {}), (503, {"Content-Type": "text/plain", "Retry-After": "5"}),
+                                             (299, None)])
+def test_json_response_is_the_response_werkzeugs_constructor_makes(status, headers):
+    from flask import Response
+
+    from app.web.api import JSON, json_response
+
+    body = {"a": [1, "é"], "b": None}
+    for _ in range(2):  # the status line worked out, then the one kept
+        made = json_response(body, status, headers)
+        expected = Response(orjson.dumps(body), status=status, content_type=JSON)
+        if headers:
+            expected.headers.update(headers)
+        assert type(made) is Response
+        assert vars(made) == vars(expected)
+        assert list(made.headers.items()) == list(expected.headers.items())
+        assert (made.status, made.status_code, made.get_data()) == (expected.status, expected.status_code,
+                                                                     expected.get_data())
+    with pytest.raises(ValueError):  # a header value is still checked
+        json_response(body, 200, {"Location": "/x\r\nSet-Cookie: a=b"})

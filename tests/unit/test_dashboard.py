@@ -10,7 +10,7 @@ import pytest
 from rq import Queue, SimpleWorker
 
 from app.web import create_app
-from app.web.dashboard import mutating_endpoints
+from app.web.dashboard import BLUEPRINT, is_dashboard_path, mutating_endpoints
 
 PROBLEM = "application/problem+json"
 
@@ -82,6 +82,17 @@ def test_deleting_jobs_is_disabled(client, conn):
 def test_the_rest_of_the_app_needs_no_operator_credentials(client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/api/v1/tasks").status_code == 200
+    assert client.get("/rqx").status_code == 404  # not the dashboard's: no challenge
+    assert client.get("/rq-not-the-dashboard").headers.get("WWW-Authenticate") is None
+
+
+def test_the_guard_knows_the_dashboard_by_its_path_alone(config, conn):
+    """The guard reads the path only: every rule of the dashboard's blueprint (its static files too) is under /rq."""
+    app = create_app(config, conn=conn)
+    rules = [rule.rule for rule in app.url_map.iter_rules() if rule.endpoint.startswith(f"{BLUEPRINT}.")]
+    assert len(rules) > 10 and all(is_dashboard_path(rule) for rule in rules)
+    assert [is_dashboard_path(p) for p in ("/rq", "/rq/", "/rq/x", "/rqx", "/r", "/", "/api/v1/rq")] == [
+        True, True, True, False, False, False, False]
 
 
 # -- state changes: POST only, same origin only ------------------------------------------------------
