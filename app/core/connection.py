@@ -186,10 +186,93 @@ class SureScript(Script):
 
 
 class Client(redis.Redis):
-    """The Redis client of every process (:func:`connect`): its registered scripts are :class:`SureScript`."""
+    """The Redis client of every process (:func:`connect`): its registered scripts are :class:`SureScript`, and a
+    command goes through :meth:`execute_command`'s shorter path."""
 
     def register_script(self, script: Any) -> SureScript:  # type: ignore[override]
         return SureScript(self, script)
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        """redis-py's ``_execute_command`` less what it does on every command for what taskport does not use
+        (bench/README.md, "A Redis round trip under gevent"): its OpenTelemetry calls (each looks for a metrics
+        collector, finds none, and looks again on the next command), the check for an ``HIMPORT SET`` and two
+        closures a command. ~2-2.5 µs of a command's ~12 µs of client CPU.
+
+        The same steps otherwise: a connection from the pool, the command sent and its reply parsed (redis-py's
+        ``send_command`` and ``parse_response``, response callbacks and options included) under the connection's
+        retry policy, the connection disconnected before each retry, given back to the pool in any case (where
+        :class:`LeanPool` drops one marked for reconnect, and one whose send or read failed or was interrupted was
+        disconnected already by redis-py's connection). A single-connection client, a pool that is not a
+        :class:`LeanPool`, an ``HIMPORT`` or a command name that is not a ``str`` take redis-py's own path."""
+        pool = self.connection_pool
+        name = args[0]
+        if (self.connection is not None or type(name) is not str or name[:7].upper() == "HIMPORT"
+                or not isinstance(pool, LeanPool)):
+            return super().execute_command(*args, **options)
+        conn = pool.get_connection()
+        try:
+            return conn.retry.call_with_retry(lambda: self._send_and_parse(conn, name, args, options),
+                                              lambda _error: conn.disconnect())
+        finally:
+            pool.release(conn)
+
+    def _send_and_parse(self, conn: Any, name: str, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        conn.send_command(*args, **options)
+        return self.parse_response(conn, name, **options)
+
+
+class OneSend:
+    """Mixed into a redis-py connection class (:func:`send_in_one`): a command's bytes go out in one ``send``, where
+    redis-py calls ``sendall``. Under gevent ``sendall`` is Python code that asks the kernel the socket's send buffer
+    size (a ``getsockopt``) on every call before its ``send``: ~1.7 µs a command of the web's ~10 µs (bench/README.md,
+    "A Redis round trip under gevent"); the web's own responses had the same cut (app.web.webworker.send_all).
+
+    A command packed as one string (what :class:`app.core.packer.LeanPacker` makes) goes in one ``send`` after
+    redis-py's health check; what the send leaves, and any other command, goes through redis-py's own
+    ``send_packed_command``. A ``send`` that fails has sent nothing (a stream socket's send fails before any byte
+    goes), so the command is handed whole to redis-py's, which meets the same error and answers it its own way
+    (disconnect, ConnectionError); a send that waited the socket's timeout to write is redis-py's TimeoutError at
+    once (not waited for twice), and an interruption (a greenlet killed, a gevent Timeout) disconnects as redis-py's
+    does."""
+
+    _sock: Any
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self._sock is None or type(command) is not list or len(command) != 1:
+            return super().send_packed_command(command, check_health)  # type: ignore[misc,no-any-return]
+        if check_health:
+            self.check_health()  # type: ignore[attr-defined]
+        sock = self._sock
+        if sock is None:  # the health check failed and dropped it: redis-py's reconnects
+            return super().send_packed_command(command, False)  # type: ignore[misc,no-any-return]
+        item = command[0]
+        try:
+            sent = sock.send(item)
+        except TimeoutError:  # the socket's timeout, waiting to write: not waited for again
+            self.disconnect()  # type: ignore[attr-defined]
+            raise redis.exceptions.TimeoutError("Timeout writing to socket") from None  # redis-py's answer
+        except Exception:
+            return super().send_packed_command(command, False)  # type: ignore[misc,no-any-return]
+        except BaseException:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise
+        if sent < len(item):
+            super().send_packed_command([memoryview(item)[sent:]], False)  # type: ignore[misc]
+        return None
+
+
+_ONE_SEND_CLASSES: dict[type, type] = {}
+
+
+def send_in_one(conn: redis.Redis) -> None:
+    """Have the connections ``conn``'s pool opens from now on send a command in one write (:class:`OneSend`).
+    For the web (under gevent); a worker's plain socket's ``sendall`` is C, and as quick as its ``send``."""
+    pool = conn.connection_pool
+    kind = pool.connection_class
+    if not issubclass(kind, OneSend):
+        if kind not in _ONE_SEND_CLASSES:
+            _ONE_SEND_CLASSES[kind] = type(f"OneSend{kind.__name__}", (OneSend, kind), {})
+        pool.connection_class = _ONE_SEND_CLASSES[kind]
 
 
 class SentinelPool(sentinel.FollowsSentinels, LeanPool):

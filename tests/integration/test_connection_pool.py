@@ -3,6 +3,11 @@ checkout is safe because a command that is interrupted never gives its connectio
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,14 +15,17 @@ import pytest
 import redis
 
 from app.core.config import Config
-from app.core.connection import LeanPool, connect
-from tests.integration.harness import RedisServer, wait_until
+from app.core.connection import LeanPool, connect, send_in_one
+from app.core.packer import use_lean_packer
+from tests.integration.harness import REPO_ROOT, RedisServer, wait_until
 
 
 @pytest.fixture
 def lean(redis_server: RedisServer, redis_conn: redis.Redis, tmp_path: Path) -> Iterator[redis.Redis]:
     client = connect(Config.from_env({}, redis_url=redis_server.url, data_dir=tmp_path), timeout=0.2)
     assert isinstance(client.connection_pool, LeanPool)
+    use_lean_packer(client)  # and as the web has them: one string a command, in one send
+    send_in_one(client)
     yield client
     client.close()
 
@@ -83,3 +91,120 @@ def test_a_script_runs_though_its_load_lands_on_another_server(lean: redis.Redis
     assert script(keys=["{tp}:test:counter"]) == 1
     assert lean.script_exists(script.sha) == [True]  # the next call is one EVALSHA
     assert script(keys=["{tp}:test:counter"]) == 2
+
+
+# -- Client.execute_command's short path (bench/README.md, "A Redis round trip under gevent") ----------------------
+
+
+def test_a_command_answers_as_redis_pys_own_path_does(lean: redis.Redis, redis_conn: redis.Redis,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Response callbacks, options (NEVER_DECODE, EMPTY_RESPONSE) and error replies as redis-py's path gives them,
+    with no OpenTelemetry call on the way (redis-py's path made one per command: each looked for a collector)."""
+    redis_conn.hset("{tp}:test:hash", mapping={"a": "1", "b": "2"})
+    redis_conn.set("{tp}:test:string", "value")
+    dumped = redis_conn.dump("{tp}:test:string")
+    recorded: list[str] = []
+    monkeypatch.setattr(redis.client, "record_operation_duration", lambda **kw: recorded.append(kw["command_name"]))
+    monkeypatch.setattr(redis.client, "record_error_count", lambda **kw: recorded.append("error"))
+    plain = redis.Redis(connection_pool=lean.connection_pool)  # redis-py's own path, the same connections
+    for client in (lean, plain):
+        assert client.get("{tp}:test:missing") is None
+        assert client.hgetall("{tp}:test:hash") == {b"a": b"1", b"b": b"2"}  # the HGETALL callback pairs it
+        assert client.exists("{tp}:test:hash", "{tp}:test:missing") == 1
+        assert client.set("{tp}:test:other", "x") is True  # the SET callback: OK -> True
+        assert client.dump("{tp}:test:string") == dumped  # NEVER_DECODE
+        with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+            client.get("{tp}:test:hash")
+        with pytest.raises(redis.exceptions.NoScriptError):
+            client.evalsha("0" * 40, 0)
+        if client is lean:
+            assert recorded == []
+    assert recorded == ["GET", "HGETALL", "EXISTS", "SET", "DUMP", "error", "error"]  # redis-py's path only
+    pool = lean.connection_pool
+    assert len([c for c in pool.pool.queue if c is not None]) == len(pool._connections)  # every one given back
+
+
+def test_a_connection_the_server_dropped_is_retried_once_on_a_new_one(lean: redis.Redis,
+                                                                      redis_conn: redis.Redis) -> None:
+    first = lean.client_id()
+    redis_conn.client_kill_filter(_id=first)  # a restart's dropped connection: the pool still holds it
+    assert lean.get("{tp}:test:missing") is None  # the read found the socket closed; the retry reconnected
+    assert lean.client_id() != first
+
+
+def test_a_frozen_server_is_a_timeout_within_the_socket_timeouts_and_the_pool_stays_whole(
+        lean: redis.Redis, redis_server: RedisServer) -> None:
+    """SIGSTOP: the server holds the connection and answers nothing (a hung host). The web's policy is one retry:
+    two reads of 0.2 s, one quick backoff; then the connections are all back in the pool, and serve again."""
+    lean.ping()
+    assert redis_server.pid is not None
+    os.kill(redis_server.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.exceptions.TimeoutError):
+            lean.get("{tp}:test:key")
+        took = time.monotonic() - started
+    finally:
+        os.kill(redis_server.pid, signal.SIGCONT)
+    assert 0.4 <= took < 1.0, took
+    pool = lean.connection_pool
+    assert len([c for c in pool.pool.queue if c is not None]) == len(pool._connections)
+    assert lean.ping()
+
+
+FROZEN_UNDER_GEVENT = """
+import sys, time
+from gevent import monkey; monkey.patch_all()
+import gevent, redis
+from app.core.config import Config
+from app.core.connection import connect, send_in_one
+from app.core.packer import use_lean_packer
+client = connect(Config.from_env({}, redis_url=sys.argv[1]), timeout=0.3)
+use_lean_packer(client)  # as app.web.runtime builds the web's
+send_in_one(client)
+client.ping()
+print("ready", flush=True)
+sys.stdin.readline()  # the server is frozen now
+ticks = []
+def tick():
+    while True:
+        ticks.append(time.monotonic())
+        gevent.sleep(0.01)
+ticker = gevent.spawn(tick)
+started = time.monotonic()
+try:
+    client.get("{tp}:test:key")
+    outcome = "answered"
+except redis.exceptions.TimeoutError:
+    outcome = "timeout"
+took = time.monotonic() - started
+ticker.kill()
+gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+print(outcome, round(took, 3), len(ticks), round(max(gaps), 3), flush=True)
+"""
+
+
+def test_a_frozen_server_blocks_no_other_greenlet_under_gevent(redis_server: RedisServer, tmp_path: Path) -> None:
+    """The web's client under gevent, the server frozen: the command times out within its socket timeouts while a
+    greenlet beside it keeps ticking every 10 ms (no wait for a reply blocks the process)."""
+    with subprocess.Popen([sys.executable, "-c", FROZEN_UNDER_GEVENT, redis_server.url], cwd=REPO_ROOT,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            assert redis_server.pid is not None
+            os.kill(redis_server.pid, signal.SIGSTOP)
+            try:
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                outcome, took, ticks, widest = child.stdout.readline().split()
+            finally:
+                os.kill(redis_server.pid, signal.SIGCONT)
+            assert child.wait(30) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert outcome == "timeout"
+    assert 0.6 <= float(took) < 1.5, took  # two reads of 0.3 s (the web's one retry) and a quick backoff
+    assert int(ticks) >= 30 and float(widest) < 0.1, (ticks, widest)  # ~10 ms apart all along
