@@ -10,9 +10,11 @@ A line that concerns a task carries its id (log through :func:`task_logger`); ev
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
-from collections.abc import MutableMapping
+import time
+from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
 
 from app.core.clock import utc_second
@@ -95,14 +97,51 @@ def task_logger(logger: logging.Logger, task_id: str) -> logging.LoggerAdapter:
     return TaskLogger(logger, {"task_id": task_id})
 
 
+class CommonHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The stderr handler of the common format (:func:`make_handler`), which can also write a task's line without
+    a record (:meth:`task_line`, for :func:`log_task`)."""
+
+    def __init__(self, procname: str) -> None:
+        super().__init__(sys.stderr)
+        self.procname = procname
+        self.setFormatter(UTCFormatter(FORMAT))
+        self.addFilter(TaskIdFilter(procname))
+        self.addFilter(RedactTokenFilter())
+        if procname in QUIET_PROCESSES:
+            self.addFilter(QuietLibraryFilter())
+        self._own = (self.formatter, list(self.filters))  # as made: what task_line renders the same as
+
+    def task_line(self, level: int, name: str, task_id: str, msg: str, args: tuple[Any, ...]) -> bool:
+        """Write the line that a record of logger ``name`` at ``level`` with ``task_id`` would give through this
+        handler (its filters, then its formatter), the same to the character, without making the record: False,
+        writing nothing, when this handler's formatter or filters are no longer its own (the record is needed)."""
+        if level < self.level or (self.formatter, self.filters) != self._own or name.startswith("rq."):
+            return False
+        if args and len(args) == 1 and isinstance(args[0], Mapping) and args[0]:
+            return False  # a record takes a lone mapping as the arguments themselves
+        created = time.time()  # as a LogRecord reads its time, formatted as UTCFormatter.formatTime
+        second = int(created)
+        message = str(msg) % args if args else str(msg)  # LogRecord.getMessage
+        if "access_token" in message.lower():  # RedactTokenFilter
+            message = TOKEN_IN_QUERY.sub(REDACTED, message)
+        line = (f"{utc_second(second)}.{int((created - second) * 1000):03d}Z {logging.getLevelName(level):<5} "
+                f"{self.procname}[{os.getpid()}] {name} task_id={task_id} {message}")  # FORMAT
+        self.acquire()  # Handler.handle, then StreamHandler.emit
+        try:
+            self.stream.write(line + self.terminator)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(logging.LogRecord(name, level, "(unknown file)", 0, msg, args, None))
+        finally:
+            self.release()
+        return True
+
+
 def make_handler(procname: str) -> logging.StreamHandler[TextIO]:
     """A stderr handler in the common format, for the process named ``procname`` (web, worker...)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(UTCFormatter(FORMAT))
-    handler.addFilter(TaskIdFilter(procname))
-    handler.addFilter(RedactTokenFilter())
-    if procname in QUIET_PROCESSES:
-        handler.addFilter(QuietLibraryFilter())
+    handler = CommonHandler(procname)
     handler.set_name(f"taskport-{procname}")
     return handler
 
@@ -137,7 +176,28 @@ def rq_log_level(config: Config) -> str:
 def log_task(logger: logging.Logger, level: int, task_id: str, msg: str, *args: Any) -> None:
     """``task_logger(logger, task_id).log(level, msg, *args)``, the same line, for a hot path (a submit's): no
     adapter, and no walk up the stack for the caller's file and line, which the common format does not show
-    (~4 µs of ~12 a line: bench/README.md, "Submit, sixth pass")."""
-    if logger.isEnabledFor(level):
+    (~4 µs of ~12 a line: bench/README.md, "Submit, sixth pass"). When the line's one handler is the common
+    one as made (a process's usual case), it writes the line itself, without a record (:meth:`CommonHandler.task_line`,
+    ~3 µs of ~8 left: "Submit, eighth pass"); any other set of handlers or filters gets the record."""
+    if not logger.isEnabledFor(level):
+        return
+    handler = _sole_common_handler(logger)
+    if handler is None or not handler.task_line(level, logger.name, task_id, msg, args):
         logger.handle(logger.makeRecord(logger.name, level, "(unknown file)", 0, msg, args, None, None,
                                         {"task_id": task_id}))
+
+
+def _sole_common_handler(logger: logging.Logger) -> CommonHandler | None:
+    """The one handler a record of ``logger`` would reach (Logger.callHandlers' walk), when it is a
+    :class:`CommonHandler` and ``logger`` has no filter of its own; else None."""
+    if logger.filters:
+        return None
+    found: logging.Handler | None = None
+    walked: logging.Logger | None = logger
+    while walked is not None:
+        for handler in walked.handlers:
+            if found is not None:
+                return None
+            found = handler
+        walked = walked.parent if walked.propagate else None
+    return found if type(found) is CommonHandler else None

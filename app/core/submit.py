@@ -27,12 +27,16 @@ def new_task(member: str, task_type: str, payload: dict[str, Any], dedup_digest:
     if proc is None:
         raise KeyError(task_type)
     task_id = task_id or new_task_id()
-    return NewTask(
+    # NewTask(...) itself, filled as its frozen __init__ would (which sets each of its 12 fields through
+    # object.__setattr__: 3.3 µs against 0.9; tests/unit/test_submit_new_task.py holds the two equal)
+    new = object.__new__(NewTask)
+    new.__dict__.update(
         task_id=task_id, member=member, type=task_type, payload=payload, dedup_digest=dedup_digest,
         priority=priority or proc.priority, max_attempts=proc.retries + 1,
         callback_url=callback["url"] if callback else "", callback_events=tuple(callback["events"]) if callback else (),
         batch=batch, then_of=then_of, traceparent=tracing.submitted(task_id),
     )
+    return new
 
 
 def job_for(jobs: JobQueue, new: NewTask, run_at: int | None, at: str | None = None) -> list[Command]:

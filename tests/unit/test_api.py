@@ -252,3 +252,56 @@ def test_json_response_is_the_response_werkzeugs_constructor_makes(status, heade
                                                                      expected.get_data())
     with pytest.raises(ValueError):  # a header value is still checked
         json_response(body, 200, {"Location": "/x\r\nSet-Cookie: a=b"})
+
+
+def test_a_submits_202_has_the_headers_werkzeug_gives(app):
+    """The submit's 202 skips werkzeug's ``iri_to_uri`` of its own plain Location; its WSGI headers are werkzeug's
+    for the same answer, and any other Location (a hook's) or a Content-Location still goes through werkzeug."""
+    from app.web.api import json_response
+    from app.web.api.tasks import _Accepted
+
+    doc = {"task_id": "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21", "status": "PENDING"}
+    headers = {"Location": f"/api/v1/tasks/{doc['task_id']}", "Retry-After": "1", "Warning": "no-worker; queue=low"}
+    with app.test_request_context("/api/v1/tasks", method="POST") as ctx:
+        environ = ctx.request.environ
+
+        def both(change=lambda r: None):
+            ours, werkzeugs = _Accepted.of(doc, headers), json_response(doc, 202, headers)
+            change(ours), change(werkzeugs)
+            assert ours.get_data() == werkzeugs.get_data() and ours.status == werkzeugs.status == "202 ACCEPTED"
+            return list(ours.get_wsgi_headers(environ)), list(werkzeugs.get_wsgi_headers(environ))
+
+        ours, theirs = both()
+        assert ours == theirs and [k for k, _ in ours] == ["Content-Type", "Content-Length", *headers]
+        for change in (lambda r: r.headers.__setitem__("Location", "/api/v1/tâches/é"),
+                       lambda r: r.headers.add("Content-Location", "/x/é"),
+                       lambda r: r.headers.__delitem__("Content-Length")):
+            ours, theirs = both(change)
+            assert ours == theirs
+        assert dict(both(lambda r: r.headers.__setitem__("Location", "/é"))[0])["Location"] == "/%C3%A9"
+
+
+class _DeclaredBody:
+    """A request body of ``data`` whose reader, like a socket at the end of a Content-Length body, must not be asked
+    for more once it gave every byte (the test fails where it is)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self.reads = data, 0
+
+    def read(self, size: int = -1) -> bytes:
+        assert self._data, "read again past the declared Content-Length"
+        self.reads += 1
+        chunk, self._data = self._data[:size], self._data[size:]
+        return chunk
+
+
+def test_a_body_with_a_content_length_is_read_to_its_length_and_no_further(app):
+    from app.web.api.tasks import _json_body
+
+    body = b'{"type":"demo.sleep","payload":{"seconds":0}}'
+    stream = _DeclaredBody(body)
+    with app.test_request_context("/api/v1/tasks", method="POST", environ_overrides={
+            "wsgi.input": stream, "wsgi.input_terminated": True, "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(body))}):
+        assert _json_body() == {"type": "demo.sleep", "payload": {"seconds": 0}}
+    assert stream.reads == 1

@@ -68,3 +68,75 @@ def test_log_task_writes_the_adapters_line(monkeypatch):
     assert ours == theirs and f"task_id={TASK} submitted demo.sleep by public on queue default" in ours
     log_task(logger, logging.DEBUG, TASK, "not written")
     assert len(seen) == 2
+
+
+def _common_logger(monkeypatch, name: str = "app.web.service"):
+    """``name``'s logger whose records reach one common handler (writing to a StringIO) and nothing else."""
+    import io
+
+    from app.core.logs import CommonHandler
+
+    handler = make_handler("web")
+    assert type(handler) is CommonHandler
+    handler.setStream(io.StringIO())
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    logger = logging.getLogger(name)
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    monkeypatch.setattr(logger, "propagate", True)
+    logger._cache.clear()  # type: ignore[attr-defined]
+    return logger, handler
+
+
+def _lines(handler: logging.StreamHandler) -> list[str]:  # type: ignore[type-arg]
+    return handler.stream.getvalue().splitlines()  # type: ignore[no-any-return]
+
+
+def test_log_task_without_a_record_writes_the_records_line(monkeypatch):
+    """The common handler's direct path (no LogRecord) writes what the record through the same handler writes,
+    to the character: the time, level, process, logger, task id and message, a read token redacted."""
+    from app.core.logs import log_task
+
+    logger, handler = _common_logger(monkeypatch)
+    made: list[logging.LogRecord] = []
+    real_make = logger.makeRecord
+    monkeypatch.setattr(logger, "makeRecord", lambda *a, **k: made.append(real_make(*a, **k)) or made[-1])
+    for created in (1_796_640_001.234, 1_796_640_002.9995, 1_796_640_003.0):
+        monkeypatch.setattr(time, "time", lambda created=created: created)
+        for args in (("demo.sleep", "public", "default"), ("demo.sleep", "x?access_token=secret", "low")):
+            log_task(logger, logging.INFO, TASK, "submitted %s by %s on queue %s", *args)
+            task_logger(logger, TASK).info("submitted %s by %s on queue %s", *args)
+    assert len(made) == 6  # the adapter's records only: log_task made none
+    ours, theirs = _lines(handler)[0::2], _lines(handler)[1::2]
+    assert ours == theirs and len(ours) == 6
+    assert "secret" not in "".join(ours)
+    assert f"task_id={TASK} submitted demo.sleep by public on queue default" in ours[0]
+
+
+def test_log_task_makes_the_record_when_another_handler_or_filter_would_see_it(monkeypatch):
+    """Another handler on the way, a filter on the logger or the handler, another formatter: the record is made and
+    handled as logging does (no line is written twice, none is lost)."""
+    from app.core.logs import log_task
+
+    logger, handler = _common_logger(monkeypatch)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    monkeypatch.setattr(logger, "handlers", [Keep()])
+    log_task(logger, logging.INFO, TASK, "one")
+    assert [r.task_id for r in seen] == [TASK] and len(_lines(handler)) == 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(logger, "handlers", [])
+    dropped = logging.Filter("somewhere.else")  # drops every record of this logger
+    logger.addFilter(dropped)
+    log_task(logger, logging.INFO, TASK, "two")
+    logger.removeFilter(dropped)
+    handler.addFilter(dropped)
+    log_task(logger, logging.INFO, TASK, "three")
+    handler.removeFilter(dropped)
+    handler.setFormatter(logging.Formatter("%(task_id)s|%(message)s"))
+    log_task(logger, logging.INFO, TASK, "four")
+    assert _lines(handler)[1:] == [f"{TASK}|four"]
