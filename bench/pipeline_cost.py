@@ -2,9 +2,9 @@
 
 Starts an embedded server on a unix socket in a temporary directory, builds the client as a worker does
 (``connect`` + ``LeanPacker``), and times, in this process, ``--calls`` executions of a pipeline of ``--commands``
-commands (GETs of one small key; without and with MULTI/EXEC) with ``time.process_time``, redis-py's own ``Pipeline`` and
-``Client.pipeline``'s (:class:`app.core.connection.LeanPipeline`) alternating round by round: the least and the median
-of ``--rounds``. Also one GET alone, and the OpenTelemetry recorder's one lookup alone.
+commands (GETs of one small key; without and with MULTI/EXEC) with ``time.process_time``, redis-py's own
+``Pipeline`` and ``Client.pipeline``'s (:class:`app.core.connection.LeanPipeline`) alternating round by round: the
+least and the median of ``--rounds``. Also one GET alone, and the OpenTelemetry recorder's one lookup alone.
 
     .venv/bin/python bench/pipeline_cost.py [--calls 20000] [--rounds 7] [--commands 1 2 4]
 """
@@ -22,8 +22,8 @@ from redis.observability import recorder
 
 from app.core.config import Config
 from app.core.connection import connect
-from app.launch.embedded import EmbeddedRedis
 from app.core.packer import use_lean_packer
+from app.launch.embedded import EmbeddedRedis
 
 
 def best(fn, calls: int, rounds: int) -> float:  # type: ignore[no-untyped-def]
@@ -50,7 +50,8 @@ def main() -> None:
             client = connect(Config.from_env({}, redis_url=server.url, data_dir=Path(d)))
             use_lean_packer(client)
             client.set("k", "v")
-            print(f"recorder lookup alone: {best(lambda: recorder.record_operation_duration('GET', 0.0), a.calls, a.rounds):.2f} µs")
+            lookup = best(lambda: recorder.record_operation_duration("GET", 0.0), a.calls, a.rounds)
+            print(f"recorder lookup alone: {lookup:.2f} µs")
             print(f"one GET, no pipeline: {best(lambda: client.get('k'), a.calls, a.rounds):.2f} µs")
             kinds = {"redis-py": lambda tx: Pipeline(client.connection_pool, client.response_callbacks, tx, None),
                      "taskport": lambda tx: client.pipeline(transaction=tx)}

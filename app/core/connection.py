@@ -205,8 +205,9 @@ class LeanPipeline(Pipeline):
             return super().execute(raise_on_error)  # type: ignore[no-any-return]
         if self.scripts:
             self.load_scripts()
-        execute = (self._execute_transaction if self.transaction or self.explicit_transaction
-                   else self._execute_pipeline)
+        # (``self.transaction`` is the bool Pipeline.__init__ sets over Redis.transaction, the method mypy sees)
+        transaction = self.transaction or self.explicit_transaction  # type: ignore[truthy-function]
+        execute = self._execute_transaction if transaction else self._execute_pipeline
         conn = self.connection
         if not conn:
             conn = self.connection = self.connection_pool.get_connection()  # reset() gives it back
