@@ -205,8 +205,8 @@ class LeanPipeline(Pipeline):
             return super().execute(raise_on_error)  # type: ignore[no-any-return]
         if self.scripts:
             self.load_scripts()
-        # (``self.transaction`` is the bool Pipeline.__init__ sets over Redis.transaction, the method mypy sees)
-        transaction = self.transaction or self.explicit_transaction  # type: ignore[truthy-function]
+        # the bool Pipeline.__init__ sets as ``self.transaction``, over Redis.transaction (the method mypy sees)
+        transaction: bool = self.__dict__["transaction"] or self.explicit_transaction
         execute = self._execute_transaction if transaction else self._execute_pipeline
         conn = self.connection
         if not conn:
