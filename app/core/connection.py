@@ -197,7 +197,8 @@ class LeanPipeline(Pipeline):
     does only that when nothing is WATCHed), and the pipeline reset (its connection given back) in any case.
 
     A WATCHing pipeline (its failure handler raises WatchError) and a pool that is not a :class:`LeanPool` take
-    redis-py's own ``execute``."""
+    redis-py's own ``execute``. Without MULTI, the batch is :meth:`_execute_pipeline`'s, which skips redis-py's
+    HIMPORT pre-flight when the batch has no HIMPORT."""
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         stack = self.command_stack
@@ -216,6 +217,27 @@ class LeanPipeline(Pipeline):
                 lambda: execute(conn, stack, raise_on_error), lambda _error: conn.disconnect())
         finally:
             self.reset()
+
+    def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> list[Any]:
+        """redis-py's, less its HIMPORT pre-flight (a registry lookup, a deferred-discard check and a parse of every
+        command's arguments) when no command of the batch is an HIMPORT: the commands packed into one write, every
+        reply read (an error reply kept in its place), then the first error raised if ``raise_on_error``. A batch
+        with an HIMPORT, or a command name that is not a ``str``, takes redis-py's own."""
+        for args, _options in commands:
+            name = args[0]
+            if type(name) is not str or name[:7].upper() == "HIMPORT":
+                return super()._execute_pipeline(connection, commands, raise_on_error)  # type: ignore[no-any-return]
+        connection.send_packed_command(connection.pack_commands([args for args, _options in commands]))
+        responses: list[Any] = []
+        parse = self.parse_response
+        for args, options in commands:
+            try:
+                responses.append(parse(connection, args[0], **options))
+            except redis.exceptions.ResponseError as error:
+                responses.append(error)
+        if raise_on_error:
+            self.raise_first_error(commands, responses)
+        return responses
 
 
 class Client(redis.Redis):

@@ -286,3 +286,21 @@ def test_a_watching_pipeline_keeps_redis_pys_execute(lean: redis.Redis, redis_co
         with pytest.raises(redis.exceptions.WatchError):
             pipe.execute()
     assert redis_conn.get("{tp}:test:watched") == b"changed"
+
+
+def test_a_batch_skips_redis_pys_himport_preflight_unless_it_has_an_himport(lean: redis.Redis,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-flight (a registry lookup and every command's arguments parsed) only for a batch with an HIMPORT: then
+    the whole batch is redis-py's own (the server here has no HIMPORT: its error reply, raised in place)."""
+    preflights: list[int] = []
+    real = redis._himport_exec.pipeline_prepares
+    monkeypatch.setattr(redis._himport_exec, "pipeline_prepares",
+                        lambda node, conn, batch: preflights.append(len(batch)) or real(node, conn, batch))
+    pipe = lean.pipeline(transaction=False)
+    assert pipe.get("{tp}:test:missing").ping().execute() == [None, True]
+    assert preflights == []
+    pipe.get("{tp}:test:missing").execute_command("himport", "SET", "{tp}:test:h", "fieldset", "1")
+    with pytest.raises(redis.exceptions.ResponseError, match="Command # 2 .*unknown command"):
+        pipe.execute()
+    assert preflights == [2]
+    assert pipe.get("{tp}:test:missing").execute() == [None]  # the connection in step after the error
