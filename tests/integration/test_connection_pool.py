@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from app.core.config import Config
-from app.core.connection import LeanPool, connect, send_in_one
+from app.core.connection import LeanPipeline, LeanPool, connect, send_in_one
 from app.core.packer import use_lean_packer
 from tests.integration.harness import REPO_ROOT, RedisServer, wait_until
 
@@ -208,3 +208,99 @@ def test_a_frozen_server_blocks_no_other_greenlet_under_gevent(redis_server: Red
     assert outcome == "timeout"
     assert 0.6 <= float(took) < 1.5, took  # two reads of 0.3 s (the web's one retry) and a quick backoff
     assert int(ticks) >= 30 and float(widest) < 0.1, (ticks, widest)  # ~10 ms apart all along
+
+
+# -- LeanPipeline's execute (bench/README.md, "Pipelines through the short path") -----------------------------------
+
+
+def _pipeline_answers(pipe: redis.client.Pipeline) -> list[object]:
+    """What a pipeline gives back for a batch with callbacks, NEVER_DECODE and an error reply in it: the list with
+    ``raise_on_error=False``, then the error ``execute()`` raises with it on."""
+    answers: list[object] = []
+    for raise_on_error in (False, True):
+        pipe.hgetall("{tp}:test:hash").set("{tp}:test:other", "x").get("{tp}:test:hash")
+        pipe.dump("{tp}:test:string").exists("{tp}:test:hash", "{tp}:test:missing")
+        try:
+            answers.append([(type(r), r.args) if isinstance(r, Exception) else r
+                            for r in pipe.execute(raise_on_error)])
+        except redis.exceptions.ResponseError as error:
+            answers.append((type(error), error.args))
+    return answers
+
+
+def test_a_pipeline_answers_as_redis_pys_own_does(lean: redis.Redis, redis_conn: redis.Redis,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without and with MULTI/EXEC: the same replies, the same error objects in place, the same annotated error raised,
+    an empty pipeline's [], with no OpenTelemetry call (redis-py's execute made one per pipeline: failed before)."""
+    redis_conn.hset("{tp}:test:hash", mapping={"a": "1"})
+    redis_conn.set("{tp}:test:string", "value")
+    recorded: list[str] = []
+    monkeypatch.setattr(redis.client, "record_operation_duration", lambda **kw: recorded.append(kw["command_name"]))
+    monkeypatch.setattr(redis.client, "record_error_count", lambda **kw: recorded.append("error"))
+    for transaction in (False, True):
+        ours = lean.pipeline(transaction=transaction)
+        assert isinstance(ours, LeanPipeline)
+        theirs = redis.client.Pipeline(lean.connection_pool, lean.response_callbacks, transaction, None)
+        assert ours.execute() == theirs.execute() == []
+        mine = _pipeline_answers(ours)
+        assert recorded == []
+        assert mine == _pipeline_answers(theirs)
+        assert mine[0][0] == {b"a": b"1"} and mine[0][1] is True and "WRONGTYPE" in str(mine[0][2])
+        assert mine[1][0] is redis.exceptions.ResponseError and "Command # 3" in str(mine[1][1][0])
+        recorded.clear()
+    pool = lean.connection_pool
+    assert len([c for c in pool.pool.queue if c is not None]) == len(pool._connections)  # every one given back
+
+
+def test_a_pipeline_on_a_connection_the_server_dropped_is_retried_once_on_a_new_one(lean: redis.Redis,
+                                                                                  redis_conn: redis.Redis) -> None:
+    first = lean.client_id()
+    redis_conn.client_kill_filter(_id=first)
+    for transaction in (False, True):
+        pipe = lean.pipeline(transaction=transaction)
+        pipe.client_id().get("{tp}:test:missing")
+        second, missing = pipe.execute()
+        assert missing is None and second != first
+        redis_conn.client_kill_filter(_id=second)
+        first = second
+
+
+def test_a_watching_pipeline_keeps_redis_pys_execute(lean: redis.Redis, redis_conn: redis.Redis) -> None:
+    """A WATCHed key changed: WatchError, and a dropped connection while WATCHing is WatchError too (redis-py's)."""
+    with lean.pipeline() as pipe:
+        pipe.watch("{tp}:test:watched")
+        redis_conn.set("{tp}:test:watched", "changed")
+        pipe.multi()
+        pipe.set("{tp}:test:watched", "mine")
+        with pytest.raises(redis.exceptions.WatchError):
+            pipe.execute()
+    assert redis_conn.get("{tp}:test:watched") == b"changed"
+    with lean.pipeline() as pipe:
+        pipe.watch("{tp}:test:watched")
+        watching = pipe.connection
+        assert watching is not None
+        watching.send_command("CLIENT", "ID")
+        redis_conn.client_kill_filter(_id=watching.read_response())  # the server drops the WATCHing connection
+        pipe.multi()
+        pipe.set("{tp}:test:watched", "mine")
+        with pytest.raises(redis.exceptions.WatchError):
+            pipe.execute()
+    assert redis_conn.get("{tp}:test:watched") == b"changed"
+
+
+def test_a_batch_skips_redis_pys_himport_preflight_unless_it_has_an_himport(lean: redis.Redis,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-flight (a registry lookup and every command's arguments parsed) only for a batch with an HIMPORT: then
+    the whole batch is redis-py's own (the server here has no HIMPORT: its error reply, raised in place)."""
+    preflights: list[int] = []
+    real = redis._himport_exec.pipeline_prepares
+    monkeypatch.setattr(redis._himport_exec, "pipeline_prepares",
+                        lambda node, conn, batch: preflights.append(len(batch)) or real(node, conn, batch))
+    pipe = lean.pipeline(transaction=False)
+    assert pipe.get("{tp}:test:missing").ping().execute() == [None, True]
+    assert preflights == []
+    pipe.get("{tp}:test:missing").execute_command("himport", "SET", "{tp}:test:h", "fieldset", "1")
+    with pytest.raises(redis.exceptions.ResponseError, match="Command # 2 .*unknown command"):
+        pipe.execute()
+    assert preflights == [2]
+    assert pipe.get("{tp}:test:missing").execute() == [None]  # the connection in step after the error
