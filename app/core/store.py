@@ -109,9 +109,10 @@ class TaskStore(RunStore):
             F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
             F.PAYLOAD_SHA256, digest(body), F.STORED, len(body), *([F.RUN_AT, run_at] if run_at is not None else []),
         ]  # fmt: skip
-        for name, value in ((F.MAX_ATTEMPTS, new.max_attempts), (F.PRIORITY, new.priority)):
-            if value != UNWRITTEN_DEFAULTS[name]:
-                fields += [name, value]
+        if new.max_attempts != _UNWRITTEN_MAX_ATTEMPTS:  # UNWRITTEN_DEFAULTS's, read once: a member's hash is
+            fields += [F.MAX_ATTEMPTS, new.max_attempts]  # a Python-level call (~0.2 µs each, per submit)
+        if new.priority != _UNWRITTEN_PRIORITY:
+            fields += [F.PRIORITY, new.priority]
         if new.traceparent:
             fields += [F.TRACEPARENT, new.traceparent]
         if new.callback_url:
@@ -201,5 +202,7 @@ def job_of(task_id: str, job: bytes | None) -> str:
 
 
 _RESULT = F.RESULT.encode()
+_UNWRITTEN_MAX_ATTEMPTS = UNWRITTEN_DEFAULTS[F.MAX_ATTEMPTS]
+_UNWRITTEN_PRIORITY = UNWRITTEN_DEFAULTS[F.PRIORITY]
 _NO_TEMPLATE = {"job_queue": "", "job_at": "", "job_data": "", "job_timeout": "", "job_weight": ""}
 _DIGEST_AT = 2 * CREATED_HEAD.index(F.PAYLOAD_SHA256) + 1  # the payload's digest in task_fields' list
