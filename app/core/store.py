@@ -19,6 +19,7 @@ are followed by ``WAIT 1`` on the same connection: answered once a replica has t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -103,24 +104,26 @@ class TaskStore(RunStore):
         c = self.config
         start = max(created, run_at or 0)
         body = orjson.dumps(new.payload)
+        # The fields' names from module constants (CREATED_HEAD's, in its order, and _F's): each ``F.NAME`` is an
+        # enum class's attribute read, ~50 ns on Python 3.11, a dozen a submit.
+        type_, member, status, progress, attempts, created_at, updated_at, expires_at, seq, sha256 = CREATED_HEAD
         fields = [
-            F.TYPE, new.type, F.MEMBER, new.member, F.STATUS, TaskStatus.PENDING,
-            F.PROGRESS, 0, F.ATTEMPTS, 0, F.CREATED_AT, created, F.UPDATED_AT, created,
-            F.EXPIRES_AT, start + c.task_ttl * 1000, F.SEQ, 0,
-            F.PAYLOAD_SHA256, digest(body), F.STORED, len(body), *([F.RUN_AT, run_at] if run_at is not None else []),
+            type_, new.type, member, new.member, status, _PENDING, progress, 0, attempts, 0, created_at, created,
+            updated_at, created, expires_at, start + c.task_ttl * 1000, seq, 0, sha256, digest(body), _F.STORED,
+            len(body), *([_F.RUN_AT, run_at] if run_at is not None else []),
         ]  # fmt: skip
         if new.max_attempts != _UNWRITTEN_MAX_ATTEMPTS:  # UNWRITTEN_DEFAULTS's, read once: a member's hash is
-            fields += [F.MAX_ATTEMPTS, new.max_attempts]  # a Python-level call (~0.2 µs each, per submit)
+            fields += [_F.MAX_ATTEMPTS, new.max_attempts]  # a Python-level call (~0.2 µs each, per submit)
         if new.priority != _UNWRITTEN_PRIORITY:
-            fields += [F.PRIORITY, new.priority]
+            fields += [_F.PRIORITY, new.priority]
         if new.traceparent:
-            fields += [F.TRACEPARENT, new.traceparent]
+            fields += [_F.TRACEPARENT, new.traceparent]
         if new.callback_url:
-            fields += [F.CALLBACK_URL, new.callback_url, F.CALLBACK_EVENTS, ",".join(new.callback_events)]
+            fields += [_F.CALLBACK_URL, new.callback_url, _F.CALLBACK_EVENTS, ",".join(new.callback_events)]
         if new.batch:
-            fields += [F.BATCH, new.batch]
+            fields += [_F.BATCH, new.batch]
         if new.then_of:
-            fields += [F.THEN_OF, new.then_of]
+            fields += [_F.THEN_OF, new.then_of]
         return start, fields, body
 
     # -- reads ----------------------------------------------------------------------------------
@@ -202,6 +205,8 @@ def job_of(task_id: str, job: bytes | None) -> str:
 
 
 _RESULT = F.RESULT.encode()
+_F = SimpleNamespace(**{field.name: field for field in F})  # F's members, plain attributes
+_PENDING = TaskStatus.PENDING
 _UNWRITTEN_MAX_ATTEMPTS = UNWRITTEN_DEFAULTS[F.MAX_ATTEMPTS]
 _UNWRITTEN_PRIORITY = UNWRITTEN_DEFAULTS[F.PRIORITY]
 _NO_TEMPLATE = {"job_queue": "", "job_at": "", "job_data": "", "job_timeout": "", "job_weight": ""}
