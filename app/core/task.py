@@ -150,7 +150,7 @@ class Task:
         ``batch``: comma lists as in the hash; ``callback``: it has a callback URL."""
         batches = tuple(batch.split(",")) if batch else ()
         return _make(
-            task_id, task_type, member, TaskStatus.PENDING.value, 0, None, None, None, None, 0, max_attempts, 0,
+            task_id, task_type, member, _PENDING_TEXT, 0, None, None, None, None, 0, max_attempts, 0,
             priority or DEFAULT_QUEUE, created_at, None, created_at, None, expires_at, None, 0, 0, 0, 0, None, run_at,
             tuple(waiting_for.split(",")) if waiting_for else (), payload_sha256 or None,
             (batches[0] or then_of or None) if batch else then_of or None, batches, then_of or None,
@@ -175,8 +175,8 @@ class Task:
     def effective_status(self, now: int) -> str:
         """The status a reader sees at ``now`` (ms): EXPIRED once ``expires_at`` has passed, before
         housekeeping runs."""
-        if self.status != TaskStatus.EXPIRED and now >= self.expires_at:
-            return TaskStatus.EXPIRED
+        if now >= self.expires_at and self.status != _EXPIRED:
+            return _EXPIRED
         return self.status
 
     def error(self, now: int) -> dict[str, Any] | None:
@@ -190,13 +190,14 @@ class Task:
         """The document's ``waiting_for`` of a PENDING task: the ids of the tasks it runs after, then why it waits
         for a concurrency slot (``"concurrency: <type> <key> <value> <held>/<N>"``); None when it waits for
         nothing."""
-        if self.status != TaskStatus.PENDING or not (self.waiting_for or self.limited):
+        if self.status != _PENDING or not (self.waiting_for or self.limited):
             return None
         return [*self.waiting_for, *((self.limited,) if self.limited else ())]
 
     def to_doc(self, now: int) -> dict[str, Any]:
         """The contract's status document as seen at ``now`` (ms), but for its ``links``, which the web adds
         (:func:`app.core.urls.status_document`): the record knows no HTTP path."""
+        created_at = iso(self.created_at)
         return {
             "task_id": self.id,
             "type": self.type,
@@ -207,9 +208,9 @@ class Task:
             "error": self.error(now),
             "attempts": self.attempts,
             "resumed": self.resumed,
-            "created_at": iso(self.created_at),
+            "created_at": created_at,
             "started_at": iso_or_none(self.started_at),
-            "updated_at": iso(self.updated_at),
+            "updated_at": created_at if self.updated_at == self.created_at else iso(self.updated_at),  # a new task's
             "completed_at": iso_or_none(self.completed_at),
             "expires_at": iso(self.expires_at),
             "run_at": iso_or_none(self.run_at),
@@ -238,4 +239,6 @@ def _maker() -> Callable[..., Task]:
 # Task.from_hash and Task.created pass every field's value, in the order of the fields (tests/unit/test_task.py
 # checks both against the dataclass's __init__).
 _make = _maker()
+# TaskStatus's members read once: an enum class's attribute read is ~50 ns on Python 3.11, on every status read
+_PENDING, _EXPIRED, _PENDING_TEXT = TaskStatus.PENDING, TaskStatus.EXPIRED, TaskStatus.PENDING.value
 _NO_CALLBACK = {"state": CallbackState.PENDING.value, "attempts": 0, "last_status": None}  # none delivered yet
