@@ -169,7 +169,7 @@ class Task:
 
     def waits(self, now: int) -> bool:
         """Whether the task is PENDING unqueued: its run_at is ahead, or tasks it runs after are unfinished."""
-        return self.status == TaskStatus.PENDING and (bool(self.waiting_for) or self.due_in(now) > 0
+        return self.status == _PENDING and (bool(self.waiting_for) or self.due_in(now) > 0
                                                       or bool(self.limited))
 
     def effective_status(self, now: int) -> str:
