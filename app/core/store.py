@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from app.core import keys, lua, scripts
 from app.core.answers import ActiveCapReached, Created, Expired, NewTask, StoredBytesReached, Transition, WithResult
 from app.core.clock import now_ms
+from app.core.config import Config
 from app.core.creation import CREATED_HEAD
 from app.core.ids import digest
 from app.core.indexes import ExpiryIndex
@@ -37,6 +38,17 @@ from app.core.runstore import RunStore
 from app.core.scriptstore import pairs
 from app.core.states import ACTIVE, ERROR_MESSAGES, TERMINAL, ErrorCode, TaskStatus
 from app.core.task import UNWRITTEN_DEFAULTS, Task
+
+
+class _SubmitSettings(NamedTuple):
+    config: Config  # the one they were read from
+    dedup_window: int
+    key_ttl: int  # task_ttl + tombstone_ttl (s), before a run_at's wait
+    ttl_ms: int  # task_ttl in ms
+    cap: int  # active_task_cap
+    bytes_cap: int  # stored_bytes_cap
+    record_ms: int  # call_record_ms
+    lapse_check: str  # "1" when the dedup window is shorter than a call's record (the SUBMIT script's check)
 
 
 class TaskStore(RunStore):
@@ -56,7 +68,7 @@ class TaskStore(RunStore):
         created task's ``waiting_for``), and when one of them ended otherwise its id is the created task's
         ``ended_dep``.
         """
-        c = self.config
+        s = self._submit_settings()
         created = now_ms()
         start, fields, body = self.task_fields(new, created, run_at)
         job_args: list[Any] = []
@@ -74,29 +86,42 @@ class TaskStore(RunStore):
                   "payload": keys.payload(new.task_id), "history": keys.history(new.member), "expiry": keys.EXPIRY,
                   "members": keys.MEMBERS, "stats": keys.STATS, "active": keys.ACTIVE, "delayed": keys.DELAYED,
                   "settled": keys.SETTLED, "stored_bytes": keys.STORED_BYTES, "waiting_tasks": keys.WAITING},
-            args={"task_id": new.task_id, "dedup_window_s": c.dedup_window,
-                  "key_ttl_s": c.task_ttl + c.tombstone_ttl + (start - created) // 1000,
-                  "created_ms": created, "expiry_ms": start + c.task_ttl * 1000, "payload_json": body,
-                  "member": new.member, "cap": c.active_task_cap, "bytes_cap": c.stored_bytes_cap,
+            args={"task_id": new.task_id, "dedup_window_s": s.dedup_window,
+                  "key_ttl_s": s.key_ttl + (start - created) // 1000,
+                  "created_ms": created, "expiry_ms": start + s.ttl_ms, "payload_json": body,
+                  "member": new.member, "cap": s.cap, "bytes_cap": s.bytes_cap,
                   "job_argc": len(job_args),
                   "run_at_ms": start if start > created else "", "after_ids": ",".join(after),
-                  "lapse_check": "1" if c.dedup_window * 1000 < c.call_record_ms else "", **template},
-            rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields], record_ms=c.call_record_ms,
+                  "lapse_check": s.lapse_check, **template},
+            rest_keys=[*dep_keys, *job_keys], rest=[*job_args, *fields], record_ms=s.record_ms,
         ), acknowledged=True)  # fmt: skip
         if answer[0] == 2:
-            raise ActiveCapReached(c.active_task_cap, int(answer[1]))
+            raise ActiveCapReached(s.cap, int(answer[1]))
         if answer[0] == 3:
-            raise StoredBytesReached(c.stored_bytes_cap, int(answer[1]))
+            raise StoredBytesReached(s.bytes_cap, int(answer[1]))
         if answer[0] == 1:
             if answer[1]:  # a task it runs after ended otherwise already: FAILED -6 now (the settle tick's backstop)
                 self.fail_waiting(new.task_id, answer[1].decode())
                 return Created(True, new.task_id, self.get(new.task_id))
             return Created(True, new.task_id, Task.created(
-                new.task_id, new.type, new.member, new.priority, new.max_attempts, created, start + c.task_ttl * 1000,
+                new.task_id, new.type, new.member, new.priority, new.max_attempts, created, start + s.ttl_ms,
                 run_at, fields[_DIGEST_AT], waiting_for=answer[2].decode(), batch=new.batch, then_of=new.then_of,
                 callback=bool(new.callback_url)))  # what it wrote, as from_hash would read it back
         holder = answer[1].decode()
         return Created(False, holder, Task.from_hash(pairs(answer[2]), holder) if answer[2] else None)
+
+    _settings: _SubmitSettings | None = None
+
+    def _submit_settings(self) -> _SubmitSettings:
+        """What a submit reads of the config, worked out once per Config (frozen): the caps and the record's time
+        are properties that parse or compute on every read (~1 µs a submit)."""
+        c = self.config
+        settings = self._settings
+        if settings is None or settings.config is not c:
+            settings = self._settings = _SubmitSettings(
+                c, c.dedup_window, c.task_ttl + c.tombstone_ttl, c.task_ttl * 1000, c.active_task_cap,
+                c.stored_bytes_cap, c.call_record_ms, "1" if c.dedup_window * 1000 < c.call_record_ms else "")
+        return settings
 
     def task_fields(self, new: NewTask, created: int, run_at: int | None) -> tuple[int, list[Any], bytes]:
         """A new task's start (its run_at, or its creation: its lifetime counts from it), its hash's field pairs

@@ -46,3 +46,18 @@ def test_task_fields_writes_the_layout_field_by_field(extra: dict[str, object], 
     assert fields == written_out(new, 1796000000000, run_at, store.config.task_ttl)
     assert [type(name) for name in fields[::2]] == [F] * (len(fields) // 2)  # names still the members
     assert start == max(1796000000000, run_at or 0) and body == orjson.dumps(new.payload)
+
+
+def test_the_submits_settings_are_the_configs_and_follow_a_new_config() -> None:
+    """TaskStore.create reads the caps, TTLs and the call record's time once per Config: the properties' values,
+    read again when the store is given another Config."""
+    store = object.__new__(TaskStore)
+    for env in ({}, {"TASKPORT_MAX_ACTIVE_TASKS": "7", "TASKPORT_MAX_STORED_BYTES": "1mb", "TASKPORT_API_KEYS": "a:k"}):
+        c = store.config = Config.from_env(env)
+        s = store._submit_settings()
+        assert s is store._submit_settings()  # kept
+        assert (s.dedup_window, s.key_ttl, s.ttl_ms, s.cap, s.bytes_cap, s.record_ms) == (
+            c.dedup_window, c.task_ttl + c.tombstone_ttl, c.task_ttl * 1000, c.active_task_cap, c.stored_bytes_cap,
+            c.call_record_ms)
+        assert s.lapse_check == ("1" if c.dedup_window * 1000 < c.call_record_ms else "")
+    assert store._submit_settings().cap == 7
