@@ -22,7 +22,7 @@ from app.core.results import StoreUnavailable, unspill
 from app.core.states import ACTIVE, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, file_url, status_document, task_path
-from app.web.api import JSON, json_response
+from app.web.api import json_response
 from app.web.deferred import retry_after
 from app.web.errors import (
     BadRequest,
@@ -109,8 +109,7 @@ class _Accepted(Response):
 
     @classmethod
     def of(cls, doc: dict[str, Any], headers: dict[str, str]) -> _Accepted:
-        response = cls(orjson.dumps(doc), status=202, content_type=JSON)
-        response.headers.update(headers)
+        response = json_response(doc, 202, headers, kind=cls)  # filled directly, not werkzeug's constructor
         response.plain_location = headers["Location"]
         return response
 
