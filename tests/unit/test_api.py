@@ -257,7 +257,7 @@ def test_json_response_is_the_response_werkzeugs_constructor_makes(status, heade
 def test_a_submits_202_has_the_headers_werkzeug_gives(app):
     """The submit's 202 skips werkzeug's ``iri_to_uri`` of its own plain Location; its WSGI headers are werkzeug's
     for the same answer, and any other Location (a hook's) or a Content-Location still goes through werkzeug."""
-    from app.web.api import json_response
+    from app.web.api import JSON, json_response
     from app.web.api.tasks import _Accepted
 
     doc = {"task_id": "2f1c6a0e-8a53-4c1e-9d6b-0b2a4c1f7e21", "status": "PENDING"}
@@ -273,6 +273,12 @@ def test_a_submits_202_has_the_headers_werkzeug_gives(app):
 
         ours, theirs = both()
         assert ours == theirs and [k for k, _ in ours] == ["Content-Type", "Content-Length", *headers]
+        made = _Accepted.of(doc, headers)  # filled directly (json_response's kind), as werkzeug's constructor makes it
+        built = _Accepted(orjson.dumps(doc), status=202, content_type=JSON)
+        built.headers.update(headers)
+        built.plain_location = headers["Location"]
+        assert type(made) is _Accepted and vars(made) == vars(built)
+        assert list(made.headers.items()) == list(built.headers.items())
         for change in (lambda r: r.headers.__setitem__("Location", "/api/v1/tâches/é"),
                        lambda r: r.headers.add("Content-Location", "/x/é"),
                        lambda r: r.headers.__delitem__("Content-Length")):

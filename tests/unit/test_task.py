@@ -3,14 +3,17 @@ reading does (the reference below is the one it replaced), and the record stays 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
+import pickle
 from typing import Any
 
 import pytest
 
+from app.core.clock import iso
 from app.core.keys import TaskField
-from app.core.states import DEFAULT_QUEUE
+from app.core.states import DEFAULT_QUEUE, TaskStatus
 from app.core.task import DEFAULT_MAX_ATTEMPTS, Task
 
 
@@ -98,3 +101,49 @@ def test_the_record_stays_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         task.status = "COMPLETED"  # type: ignore[misc]
     assert hash(task) == hash(reference(dict(BASE), "t1"))
+
+
+@pytest.mark.parametrize("h", hashes()[:: 7])
+def test_the_direct_fill_makes_what_the_dataclasss_init_makes(h: dict[bytes, bytes]) -> None:
+    """Task.from_hash and Task.created make their Task through task._make (an unfrozen twin's stores, then its
+    class set to Task), not Task(...): the same record, every field, frozen, hashable, copyable as the init's."""
+    got = Task.from_hash(h, "t1")
+    values = [getattr(got, f.name) for f in dataclasses.fields(Task)]
+    built = Task(*values)
+    assert type(got) is Task and got == built and hash(got) == hash(built)
+    assert [getattr(got, f.name) for f in dataclasses.fields(Task)] == [getattr(built, f.name) for f in
+                                                                        dataclasses.fields(Task)]
+    assert dataclasses.replace(got) == built and copy.copy(got) == built and pickle.loads(pickle.dumps(got)) == built
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.progress = 9  # type: ignore[misc]
+    assert not hasattr(got, "__dict__")  # the slots' layout, nothing added
+    assert not hasattr(Task, "__post_init__")  # its __init__ does nothing but set the fields
+
+
+def test_created_is_the_task_its_init_makes() -> None:
+    made = Task.created("t1", "demo.noop", "public", "", 3, 1796000000000, 1796086400000, None, "ab" * 32,
+                        waiting_for="a,b", batch="b1,b2", callback=True)
+    assert made == Task(*[getattr(made, f.name) for f in dataclasses.fields(Task)])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = "COMPLETED"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("h", hashes())
+@pytest.mark.parametrize("now", [1796000000000, 1796000000000 + 10**12])
+def test_the_document_reads_each_time_as_iso_does(h: dict[bytes, bytes], now: int) -> None:
+    """to_doc reuses created_at's text for an unchanged updated_at and reads TaskStatus's members once: the same
+    document as each field rendered on its own."""
+    task = Task.from_hash(h, "t1")
+    doc = task.to_doc(now)
+    assert doc["created_at"] == iso(task.created_at) and doc["updated_at"] == iso(task.updated_at)
+    assert doc["expires_at"] == iso(task.expires_at) and doc["status"] == task.effective_status(now)
+    expired = now >= task.expires_at and task.status != TaskStatus.EXPIRED
+    assert doc["status"] == (TaskStatus.EXPIRED if expired else task.status)
+    assert doc["waiting_for"] == ([*task.waiting_for, *([task.limited] if task.limited else [])]
+                                  if task.status == TaskStatus.PENDING and (task.waiting_for or task.limited) else None)
+
+
+def test_a_new_tasks_document_has_its_creation_time_as_its_update() -> None:
+    h = {**BASE, TaskField.UPDATED_AT.value.encode(): BASE[TaskField.CREATED_AT.value.encode()]}
+    doc = Task.from_hash(h, "t1").to_doc(0)
+    assert doc["updated_at"] == doc["created_at"] == iso(int(h[TaskField.CREATED_AT.value.encode()]))

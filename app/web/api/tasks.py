@@ -22,7 +22,7 @@ from app.core.results import StoreUnavailable, unspill
 from app.core.states import ACTIVE, TaskStatus
 from app.core.task import Task
 from app.core.urls import API_PREFIX, file_url, status_document, task_path
-from app.web.api import JSON, json_response
+from app.web.api import json_response
 from app.web.deferred import retry_after
 from app.web.errors import (
     BadRequest,
@@ -51,6 +51,7 @@ NOT_A_CURSOR = "Not a cursor from a previous page."
 JSON_TYPE = "application/json"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_PENDING, _EXPIRED = TaskStatus.PENDING, TaskStatus.EXPIRED  # read once: ~50 ns each time on Python 3.11
 
 
 @bp.post("/tasks")
@@ -108,8 +109,7 @@ class _Accepted(Response):
 
     @classmethod
     def of(cls, doc: dict[str, Any], headers: dict[str, str]) -> _Accepted:
-        response = cls(orjson.dumps(doc), status=202, content_type=JSON)
-        response.headers.update(headers)
+        response = json_response(doc, 202, headers, kind=cls)  # filled directly, not werkzeug's constructor
         response.plain_location = headers["Location"]
         return response
 
@@ -136,7 +136,7 @@ def _accepted(task: Task, now: int) -> dict[str, str]:
     """The headers of a 202 that queued ``task`` (a submit, a run again): where to poll, when, and a warning
     when its queue has no worker (not for a task that is not queued yet: it waits for its time or others)."""
     headers = {"Location": task_path(task.id), **retry_after(task, now)}
-    queued = task.status == TaskStatus.PENDING and not task.waits(now)
+    queued = task.status == _PENDING and not task.waits(now)
     if queued and runtime().service.unserved(task.priority, task.id):
         headers[WARNING_HEADER] = f"no-worker; queue={task.priority}"
     return headers
@@ -241,7 +241,7 @@ def status(task_id: str) -> Response:
     task, place = rt.service.find_placed(rt.members.current(), task_id)
     now = now_ms()
     doc = status_document(task, now, place)
-    if doc["status"] == TaskStatus.EXPIRED:
+    if doc["status"] == _EXPIRED:
         return json_response(doc, 410)
     return json_response(doc, 200, retry_after(task, now) if doc["status"] in ACTIVE else None)
 
