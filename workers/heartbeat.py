@@ -40,6 +40,33 @@ ABANDONED_EXIT = 75
 INTERRUPTED_EXIT = 0
 
 
+class _Ended:
+    """A run's end, set once (:meth:`Heartbeat.__exit__`) and waited on only by the rare grace threads (a stop's, a
+    cancel's): a lock held from the run's start and released at its end, where a ``threading.Event`` (a Condition
+    and its lock built for each run, and its ``set`` taking the Condition's lock to notify no one) cost ~3 µs a
+    delivery (bench/README.md, "Worker CPU, fourth pass"). Any number of threads may wait; each gives the lock
+    back at once, so the next one sees the end too."""
+
+    __slots__ = ("_held", "_set")
+
+    def __init__(self) -> None:
+        self._held = _thread.allocate_lock()
+        self._held.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:  # one thread ends a run (its own, in __exit__), once
+            self._set = True
+            self._held.release()
+
+    def wait(self, timeout: float) -> bool:
+        """True once the run ended, waiting up to ``timeout`` seconds for it."""
+        if self._held.acquire(timeout=timeout):
+            self._held.release()
+            return True
+        return self._set
+
+
 class Heartbeat:
     """A run's beats (by the process's beat thread, :class:`_Beater`): they mark the task alive, flush pending
     progress, and notice a cancel even while the processor is busy in one long step; a run that does not stop
@@ -47,7 +74,7 @@ class Heartbeat:
 
     def __init__(self, store: TaskStore, task_id: str, run_id: str, ctx: TaskContext, interval: float,
                  put_back: Callable[[str], bool] | None = None) -> None:
-        self._stop = threading.Event()
+        self._stop = _Ended()
         self._args = (store, task_id, run_id, ctx, interval)
         self._ctx = ctx
         self._task_id = task_id

@@ -37,7 +37,7 @@ class BuffersOutput:
     task_id: str
     log: logging.Logger | logging.LoggerAdapter
     _clock: Callable[[], float]
-    _cancelled: threading.Event
+    _cancelled: bool
 
     mark_cancelled: Callable[[], None]
     check_cancelled: Callable[[], None]
@@ -76,7 +76,7 @@ class BuffersOutput:
                 lines, self._output = self._output, []
                 skipped, self._output_skipped = self._output_skipped, 0
                 self._output_written_at = self._clock()
-            if not lines or self._emit_fn is None or self._cancelled.is_set():
+            if not lines or self._emit_fn is None or self._cancelled:
                 return
             for start in range(0, len(lines), MAX_SEND):
                 try:

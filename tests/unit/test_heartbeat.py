@@ -100,3 +100,20 @@ def test_a_run_due_before_the_thread_wakes_is_beaten_on_time() -> None:
         wait_until(lambda: heartbeat._beater()._until >= long._due, timeout=5, message="the thread asleep")
     with beat(store, "next", 0.05):
         wait_until(lambda: ("t1", "next") in store.reports, timeout=5, message="the next run's beat, on time")
+
+
+def test_a_runs_end_is_seen_by_every_thread_waiting_for_it_and_by_later_waits() -> None:
+    from workers.heartbeat import _Ended
+
+    ended = _Ended()
+    assert ended.wait(0.01) is False  # not ended: the wait runs out
+    seen: list[bool] = []
+    waiters = [threading.Thread(target=lambda: seen.append(ended.wait(30))) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    ended.set()
+    ended.set()  # a second end changes nothing
+    for waiter in waiters:
+        waiter.join(30)
+    assert seen == [True, True, True]
+    assert ended.wait(0) is True
