@@ -309,7 +309,7 @@ redis.call('PEXPIRE', batch_tasks, ttl)
 if counts[$PENDING] + counts[$PROCESSING] == 0 then
   local cur = redis.call('HMGET', batch, %expires_at, %pending, %processing, %then_task_id, %then_released,
                          %callback_url, %callback_fired)
-  batch_done(batch, batch_id, cur, command_keys[2], argv[starts[1]], created_ms,
+  batch_done(batch, batch_id, cur, command_keys[at_keys[1] + 1], argv[starts[1]], created_ms,
              {delayed = delayed, due = callbacks_due, waiting = waiting_tasks})
 end
 answer[#answer + 1] = redis.call('HGETALL', batch)  -- as written here: a worker may start a task right after

@@ -102,3 +102,18 @@ def test_the_collector_resumes_with_the_last_batch_in_flight_and_only_if_it_ran(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_batch_of_finished_duplicates_is_done_at_once_and_releases_its_then(conn) -> None:
+    """Every task of the batch a duplicate of a finished one: the create ends the batch in its own step and releases
+    its then task (the fuzzer's 500: the create looked for the first block's task key where a template's key is)."""
+    app = client(conn)
+    first = app.post("/api/v1/batches", json={"tasks": [sleep(1), sleep(2)]}).get_json()
+    for task in first["tasks"]:
+        conn.hset(keys.task(task["task_id"]), "status", "COMPLETED")
+    answer = app.post("/api/v1/batches", json={"tasks": [sleep(1), sleep(2)], "then": {"type": "batch.summary"}})
+    assert answer.status_code == 202, answer.get_json()
+    batch = answer.get_json()
+    assert batch["status"] == "DONE" and [t["duplicate"] for t in batch["tasks"]] == [True, True]
+    then = app.get(batch["links"]["then"]).get_json()
+    assert then["status"] == "PENDING" and then["waiting_for"] is None
