@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from queue import Empty, Full
 from typing import Any
 
@@ -185,6 +186,18 @@ class SureScript(Script):
             return pipe.execute()[1]
 
 
+def _redis_pys_own(name: Any) -> bool:
+    """Whether a command named ``name`` takes redis-py's own path rather than the short ones below: an ``HIMPORT``
+    (redis-py's pre-flight for it), or a name that is not a ``str``."""
+    return type(name) is not str or name[:7].upper() == "HIMPORT"
+
+
+def _retried(conn: Any, call: Callable[[], Any]) -> Any:
+    """``call()`` under ``conn``'s retry policy, the connection disconnected before each retry: what redis-py's
+    failure handler does when nothing is WATCHed."""
+    return conn.retry.call_with_retry(call, lambda _error: conn.disconnect())
+
+
 class LeanPipeline(Pipeline):
     """redis-py's pipeline (:meth:`Client.pipeline`), its :meth:`execute` through a shorter path when nothing is
     WATCHed (bench/README.md, "Pipelines through the short path").
@@ -213,8 +226,7 @@ class LeanPipeline(Pipeline):
         if not conn:
             conn = self.connection = self.connection_pool.get_connection()  # reset() gives it back
         try:
-            return conn.retry.call_with_retry(  # type: ignore[no-any-return]
-                lambda: execute(conn, stack, raise_on_error), lambda _error: conn.disconnect())
+            return _retried(conn, lambda: execute(conn, stack, raise_on_error))
         finally:
             self.reset()
 
@@ -225,7 +237,7 @@ class LeanPipeline(Pipeline):
         with an HIMPORT, or a command name that is not a ``str``, takes redis-py's own."""
         for args, _options in commands:
             name = args[0]
-            if type(name) is not str or name[:7].upper() == "HIMPORT":
+            if _redis_pys_own(name):
                 return super()._execute_pipeline(connection, commands, raise_on_error)  # type: ignore[no-any-return]
         connection.send_packed_command(connection.pack_commands([args for args, _options in commands]))
         responses: list[Any] = []
@@ -264,13 +276,11 @@ class Client(redis.Redis):
         :class:`LeanPool`, an ``HIMPORT`` or a command name that is not a ``str`` take redis-py's own path."""
         pool = self.connection_pool
         name = args[0]
-        if (self.connection is not None or type(name) is not str or name[:7].upper() == "HIMPORT"
-                or not isinstance(pool, LeanPool)):
+        if self.connection is not None or _redis_pys_own(name) or not isinstance(pool, LeanPool):
             return super().execute_command(*args, **options)
         conn = pool.get_connection()
         try:
-            return conn.retry.call_with_retry(lambda: self._send_and_parse(conn, name, args, options),
-                                              lambda _error: conn.disconnect())
+            return _retried(conn, lambda: self._send_and_parse(conn, name, args, options))
         finally:
             pool.release(conn)
 
